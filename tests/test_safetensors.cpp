@@ -23,7 +23,7 @@ const std::string kOrigin = "bad.safetensors";
 
 std::vector<std::byte> bytes_of(std::string_view s) {
   std::vector<std::byte> out(s.size());
-  std::memcpy(out.data(), s.data(), s.size());
+  if (!s.empty()) std::memcpy(out.data(), s.data(), s.size());
   return out;
 }
 
@@ -41,14 +41,16 @@ std::vector<std::byte> make_file(std::string_view header, std::string_view data 
 
 // Parses `bytes`, expects SafetensorsError, and checks the message names the file and contains
 // every fragment in `needles` (the tensor and the problem).
-void expect_parse_error(const std::vector<std::byte>& bytes, std::initializer_list<std::string> needles) {
+void expect_parse_error(const std::vector<std::byte>& bytes,
+                        std::initializer_list<std::string> needles) {
   try {
     parse_safetensors(bytes, kOrigin);
     ADD_FAILURE() << "no error; expected one mentioning " << *needles.begin();
   } catch (const SafetensorsError& e) {
     std::string msg = e.what();
     EXPECT_NE(msg.find(kOrigin), std::string::npos) << msg;
-    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "missing '" << n << "' in: " << msg;
+    for (const auto& n : needles)
+      EXPECT_NE(msg.find(n), std::string::npos) << "missing '" << n << "' in: " << msg;
   }
 }
 
@@ -69,7 +71,9 @@ void expect_same(const SafetensorsFile& a, const SafetensorsFile& b) {
     EXPECT_EQ(x.tensor.dtype(), y.tensor.dtype()) << x.name;
     EXPECT_EQ(x.tensor.shape(), y.tensor.shape()) << x.name;
     ASSERT_EQ(x.tensor.nbytes(), y.tensor.nbytes()) << x.name;
-    EXPECT_TRUE(std::equal(x.tensor.bytes().begin(), x.tensor.bytes().end(), y.tensor.bytes().begin())) << x.name;
+    EXPECT_TRUE(
+        std::equal(x.tensor.bytes().begin(), x.tensor.bytes().end(), y.tensor.bytes().begin()))
+        << x.name;
   }
   EXPECT_EQ(a.metadata, b.metadata);
 }
@@ -86,7 +90,9 @@ class TempDir {
   }
   ~TempDir() { fs::remove_all(path_); }
   const fs::path& path() const { return path_; }
-  size_t entries() const { return size_t(std::distance(fs::directory_iterator(path_), fs::directory_iterator())); }
+  size_t entries() const {
+    return size_t(std::distance(fs::directory_iterator(path_), fs::directory_iterator()));
+  }
 
  private:
   fs::path path_;
@@ -120,7 +126,8 @@ TEST(Safetensors, RoundTripEveryDTypeInMemory) {
 TEST(Safetensors, RoundTripEveryDTypeThroughFile) {
   TempDir dir;
   SafetensorsFile f = every_dtype_file();
-  f.metadata = {{"lockstep.contract", "1"}, {"format", "pt"}, {"empty", ""}, {"utf8", "\xc3\xa9t\xc3\xa9"}};
+  f.metadata = {
+      {"lockstep.contract", "1"}, {"format", "pt"}, {"empty", ""}, {"utf8", "\xc3\xa9t\xc3\xa9"}};
   auto path = (dir.path() / "all.safetensors").string();
   write_safetensors(path, f);
   expect_same(f, read_safetensors(path));
@@ -207,7 +214,8 @@ TEST(Safetensors, AcceptsSpacePaddingAndHeaderOutOfDataOrder) {
 // ---- malformed input: one test per rule --------------------------------------------------------
 
 TEST(SafetensorsMalformed, FileShorterThan8Bytes) {
-  expect_parse_error(bytes_of(std::string_view("\x10\0\0", 3)), {"3 bytes", "shorter than the 8-byte header length"});
+  expect_parse_error(bytes_of(std::string_view("\x10\0\0", 3)),
+                     {"3 bytes", "shorter than the 8-byte header length"});
   expect_parse_error({}, {"0 bytes", "shorter"});
 }
 
@@ -243,65 +251,81 @@ TEST(SafetensorsMalformed, MissingFields) {
 }
 
 TEST(SafetensorsMalformed, WronglyTypedFields) {
-  expect_parse_error(make_file(R"({"w": {"dtype": 7, "shape": [], "data_offsets": [0, 4]}})", "abcd"),
-                     {"tensor 'w'", "'dtype' is not a string"});
-  expect_parse_error(make_file(R"({"w": {"dtype": "F32", "shape": 1, "data_offsets": [0, 4]}})", "abcd"),
-                     {"tensor 'w'", "'shape' is not an array"});
-  expect_parse_error(make_file(R"({"w": {"dtype": "F32", "shape": [], "data_offsets": "0,4"}})", "abcd"),
-                     {"tensor 'w'", "not [begin, end]"});
-  expect_parse_error(make_file(R"({"w": {"dtype": "F32", "shape": [], "data_offsets": [0, "4"]}})", "abcd"),
-                     {"tensor 'w'", "data_offsets end \"4\" is not an integer"});
+  expect_parse_error(
+      make_file(R"({"w": {"dtype": 7, "shape": [], "data_offsets": [0, 4]}})", "abcd"),
+      {"tensor 'w'", "'dtype' is not a string"});
+  expect_parse_error(
+      make_file(R"({"w": {"dtype": "F32", "shape": 1, "data_offsets": [0, 4]}})", "abcd"),
+      {"tensor 'w'", "'shape' is not an array"});
+  expect_parse_error(
+      make_file(R"({"w": {"dtype": "F32", "shape": [], "data_offsets": "0,4"}})", "abcd"),
+      {"tensor 'w'", "not [begin, end]"});
+  expect_parse_error(
+      make_file(R"({"w": {"dtype": "F32", "shape": [], "data_offsets": [0, "4"]}})", "abcd"),
+      {"tensor 'w'", "data_offsets end \"4\" is not an integer"});
 }
 
 TEST(SafetensorsMalformed, UnknownDTypeIsNamed) {
-  expect_parse_error(make_file(R"({"w": {"dtype": "F4_E2M1", "shape": [1], "data_offsets": [0, 1]}})", "a"),
-                     {"tensor 'w'", "unknown dtype 'F4_E2M1'"});
+  expect_parse_error(
+      make_file(R"({"w": {"dtype": "F4_E2M1", "shape": [1], "data_offsets": [0, 1]}})", "a"),
+      {"tensor 'w'", "unknown dtype 'F4_E2M1'"});
 }
 
 TEST(SafetensorsMalformed, NegativeDimension) {
-  expect_parse_error(make_file(R"({"w": {"dtype": "U8", "shape": [2, -1], "data_offsets": [0, 0]}})"),
-                     {"tensor 'w'", "dimension -1 is negative"});
+  expect_parse_error(
+      make_file(R"({"w": {"dtype": "U8", "shape": [2, -1], "data_offsets": [0, 0]}})"),
+      {"tensor 'w'", "dimension -1 is negative"});
 }
 
 TEST(SafetensorsMalformed, NonIntegerDimension) {
-  expect_parse_error(make_file(R"({"w": {"dtype": "U8", "shape": [2.5], "data_offsets": [0, 2]}})", "ab"),
-                     {"tensor 'w'", "dimension 2.5 is not an integer"});
-  expect_parse_error(make_file(R"({"w": {"dtype": "U8", "shape": [true], "data_offsets": [0, 1]}})", "a"),
-                     {"tensor 'w'", "dimension true is not an integer"});
+  expect_parse_error(
+      make_file(R"({"w": {"dtype": "U8", "shape": [2.5], "data_offsets": [0, 2]}})", "ab"),
+      {"tensor 'w'", "dimension 2.5 is not an integer"});
+  expect_parse_error(
+      make_file(R"({"w": {"dtype": "U8", "shape": [true], "data_offsets": [0, 1]}})", "a"),
+      {"tensor 'w'", "dimension true is not an integer"});
 }
 
 TEST(SafetensorsMalformed, ShapeByteCountOverflows) {
   // 2^32 * 2^32 * 4 bytes does not fit 64 bits.
   expect_parse_error(
-      make_file(R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})"),
+      make_file(
+          R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})"),
       {"tensor 'w'", "overflows"});
   // 2^62 elements fit, 2^62 * 4 bytes do not.
-  expect_parse_error(make_file(R"({"w": {"dtype": "F32", "shape": [4611686018427387904], "data_offsets": [0, 0]}})"),
-                     {"tensor 'w'", "overflows"});
+  expect_parse_error(
+      make_file(
+          R"({"w": {"dtype": "F32", "shape": [4611686018427387904], "data_offsets": [0, 0]}})"),
+      {"tensor 'w'", "overflows"});
 }
 
 TEST(SafetensorsMalformed, DataOffsetsNotAPair) {
   expect_parse_error(make_file(R"({"w": {"dtype": "U8", "shape": [1], "data_offsets": [0]}})", "a"),
                      {"tensor 'w'", "data_offsets [0] is not [begin, end]"});
-  expect_parse_error(make_file(R"({"w": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1, 2]}})", "ab"),
-                     {"tensor 'w'", "is not [begin, end]"});
-  expect_parse_error(make_file(R"({"w": {"dtype": "U8", "shape": [1], "data_offsets": [-1, 0]}})", "a"),
-                     {"tensor 'w'", "data_offsets begin -1 is negative"});
+  expect_parse_error(
+      make_file(R"({"w": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1, 2]}})", "ab"),
+      {"tensor 'w'", "is not [begin, end]"});
+  expect_parse_error(
+      make_file(R"({"w": {"dtype": "U8", "shape": [1], "data_offsets": [-1, 0]}})", "a"),
+      {"tensor 'w'", "data_offsets begin -1 is negative"});
 }
 
 TEST(SafetensorsMalformed, DataOffsetsBeginAfterEnd) {
-  expect_parse_error(make_file(R"({"w": {"dtype": "U8", "shape": [1], "data_offsets": [2, 1]}})", "abc"),
-                     {"tensor 'w'", "[2, 1] has begin > end"});
+  expect_parse_error(
+      make_file(R"({"w": {"dtype": "U8", "shape": [1], "data_offsets": [2, 1]}})", "abc"),
+      {"tensor 'w'", "[2, 1] has begin > end"});
 }
 
 TEST(SafetensorsMalformed, EndBeyondBuffer) {
-  expect_parse_error(make_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", "abcd"),
-                     {"tensor 'w'", "end 8 is beyond the data buffer (4 bytes)"});
+  expect_parse_error(
+      make_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", "abcd"),
+      {"tensor 'w'", "end 8 is beyond the data buffer (4 bytes)"});
 }
 
 TEST(SafetensorsMalformed, SizeMismatch) {
-  expect_parse_error(make_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}})", "abcdefgh"),
-                     {"tensor 'w'", "size mismatch", "hold 4 bytes", "needs 8"});
+  expect_parse_error(
+      make_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}})", "abcdefgh"),
+      {"tensor 'w'", "size mismatch", "hold 4 bytes", "needs 8"});
 }
 
 TEST(SafetensorsMalformed, OverlappingTensors) {
@@ -317,7 +341,8 @@ TEST(SafetensorsMalformed, OverlappingTensors) {
 }
 
 TEST(SafetensorsMalformed, MetadataNotAnObjectOfStrings) {
-  expect_parse_error(make_file(R"({"__metadata__": ["a"]})"), {"__metadata__ is a JSON array, not an object"});
+  expect_parse_error(make_file(R"({"__metadata__": ["a"]})"),
+                     {"__metadata__ is a JSON array, not an object"});
   expect_parse_error(make_file(R"({"__metadata__": {"epoch": 3}})"),
                      {"__metadata__ value of 'epoch' is a JSON number, not a string"});
 }
@@ -327,8 +352,10 @@ TEST(SafetensorsMalformed, DuplicateTensorName) {
                                R"( "w": {"dtype": "U8", "shape": [1], "data_offsets": [1, 2]}})",
                                "ab"),
                      {"duplicate tensor name 'w'"});
-  expect_parse_error(make_file(R"({"w": {"dtype": "U8", "dtype": "I8", "shape": [1], "data_offsets": [0, 1]}})", "a"),
-                     {"duplicate key 'dtype'"});
+  expect_parse_error(
+      make_file(R"({"w": {"dtype": "U8", "dtype": "I8", "shape": [1], "data_offsets": [0, 1]}})",
+                "a"),
+      {"duplicate key 'dtype'"});
 }
 
 TEST(SafetensorsMalformed, TruncatedFileOnDisk) {
@@ -409,7 +436,8 @@ TEST(SafetensorsWrite, FailureMidWriteLeavesExistingTargetAndNoTempFile) {
   setrlimit(RLIMIT_FSIZE, &saved);
   signal(SIGXFSZ, old_handler);
 
-  EXPECT_NE(message.find(path), std::string::npos) << "expected a failed write, got: '" << message << "'";
+  EXPECT_NE(message.find(path), std::string::npos)
+      << "expected a failed write, got: '" << message << "'";
   EXPECT_NE(message.find("write failed"), std::string::npos) << message;
   EXPECT_EQ(slurp(path), before);
   EXPECT_EQ(dir.entries(), 1u) << "temporary file left behind";

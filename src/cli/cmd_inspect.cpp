@@ -23,13 +23,14 @@ using json = nlohmann::ordered_json;
 constexpr std::array<std::string_view, 6> kPartSuffixes = {
     ".qdata", ".block_scale", ".amax", ".scale_inv", ".qdata_colwise", ".block_scale_colwise"};
 // Per-tensor metadata attributes: `lockstep.NAME.<attr>`.
-constexpr std::array<std::string_view, 6> kAttrs = {"format", "scaling", "block2d", "elem", "shape", "dtype"};
+constexpr std::array<std::string_view, 6> kAttrs = {"format", "scaling", "block2d",
+                                                    "elem",   "shape",   "dtype"};
 constexpr std::string_view kPrefix = "lockstep.";
 
 struct QuantGroup {
   std::string name;
   std::array<const std::string*, kAttrs.size()> attrs{};  // null when the metadata lacks it
-  std::vector<std::string> parts;                          // full tensor names present
+  std::vector<std::string> parts;                         // full tensor names present
 };
 
 bool ends_with(std::string_view s, std::string_view suffix) {
@@ -89,20 +90,24 @@ json attr_json(std::string_view attr, const std::string* value) {
   return *value;
 }
 
-json to_json(const std::string& path, const SafetensorsHeader& h, const std::vector<QuantGroup>& groups) {
+json to_json(const std::string& path, const SafetensorsHeader& h,
+             const std::vector<QuantGroup>& groups) {
   json out;
   out["file"] = path;
   out["metadata"] = json::object();
   for (const auto& [k, v] : h.metadata) out["metadata"][k] = v;
   out["tensors"] = json::array();
   for (const auto& t : h.tensors)
-    out["tensors"].push_back(
-        {{"name", t.name}, {"dtype", std::string(dtype_name(t.dtype))}, {"shape", t.shape}, {"bytes", t.end - t.begin}});
+    out["tensors"].push_back({{"name", t.name},
+                              {"dtype", std::string(dtype_name(t.dtype))},
+                              {"shape", t.shape},
+                              {"bytes", t.end - t.begin}});
   out["quantized"] = json::array();
   for (const auto& g : groups) {
     json q;
     q["name"] = g.name;
-    for (size_t i = 0; i < kAttrs.size(); ++i) q[std::string(kAttrs[i])] = attr_json(kAttrs[i], g.attrs[i]);
+    for (size_t i = 0; i < kAttrs.size(); ++i)
+      q[std::string(kAttrs[i])] = attr_json(kAttrs[i], g.attrs[i]);
     q["parts"] = g.parts;
     out["quantized"].push_back(std::move(q));
   }
@@ -118,7 +123,8 @@ std::string printable(const std::string& s) {
 }
 
 // A left-aligned text table: column widths from the widest cell.
-void print_table(const std::vector<std::vector<std::string>>& rows, std::vector<bool> right_align = {}) {
+void print_table(const std::vector<std::vector<std::string>>& rows,
+                 std::vector<bool> right_align = {}) {
   if (rows.empty()) return;
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& r : rows)
@@ -138,11 +144,12 @@ void print_table(const std::vector<std::vector<std::string>>& rows, std::vector<
   }
 }
 
-void print_human(const std::string& path, const SafetensorsHeader& h, const std::vector<QuantGroup>& groups) {
+void print_human(const std::string& path, const SafetensorsHeader& h,
+                 const std::vector<QuantGroup>& groups) {
   uint64_t total = 0;
   for (const auto& t : h.tensors) total += t.end - t.begin;
-  fmt::print("{}: {} tensors, {} data bytes, {} header bytes, {} metadata keys\n", path, h.tensors.size(), total,
-             h.header_bytes, h.metadata.size());
+  fmt::print("{}: {} tensors, {} data bytes, {} header bytes, {} metadata keys\n", path,
+             h.tensors.size(), total, h.header_bytes, h.metadata.size());
 
   if (!h.tensors.empty()) {
     fmt::print("\ntensors (file order)\n");
@@ -169,7 +176,8 @@ void print_human(const std::string& path, const SafetensorsHeader& h, const std:
       std::vector<std::string> r{printable(g.name)};
       for (const auto* v : g.attrs) r.push_back(v ? printable(*v) : "-");
       std::string parts;
-      for (const auto& p : g.parts) parts += (parts.empty() ? "" : " ") + p.substr(g.name.size() + 1);
+      for (const auto& p : g.parts)
+        parts += (parts.empty() ? "" : " ") + p.substr(g.name.size() + 1);
       r.push_back(parts.empty() ? "(none)" : parts);
       rows.push_back(std::move(r));
     }

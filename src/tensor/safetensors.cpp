@@ -91,9 +91,11 @@ json parse_header_json(std::string_view text, const std::string& origin) {
   } catch (const json::exception& e) {
     fail(origin, fmt::format("header is not valid JSON ({})", e.what()));
   }
-  if (!header.is_object()) fail(origin, fmt::format("header is a JSON {}, not an object", header.type_name()));
+  if (!header.is_object())
+    fail(origin, fmt::format("header is a JSON {}, not an object", header.type_name()));
   if (!duplicate.empty()) {
-    if (duplicate_depth == 1) fail(origin, fmt::format("duplicate tensor name '{}' in header", duplicate));
+    if (duplicate_depth == 1)
+      fail(origin, fmt::format("duplicate tensor name '{}' in header", duplicate));
     fail(origin, fmt::format("duplicate key '{}' inside a header entry", duplicate));
   }
   return header;
@@ -110,7 +112,9 @@ TensorInfo parse_entry(const std::string& name, const json& entry, uint64_t data
   if (dtype_it == entry.end()) fail_tensor(origin, name, "missing field 'dtype'");
   if (!dtype_it->is_string()) fail_tensor(origin, name, "field 'dtype' is not a string");
   auto dtype = dtype_from_name(dtype_it->get_ref<const std::string&>());
-  if (!dtype) fail_tensor(origin, name, fmt::format("unknown dtype '{}'", dtype_it->get_ref<const std::string&>()));
+  if (!dtype)
+    fail_tensor(origin, name,
+                fmt::format("unknown dtype '{}'", dtype_it->get_ref<const std::string&>()));
   info.dtype = *dtype;
 
   auto shape_it = entry.find("shape");
@@ -128,8 +132,9 @@ TensorInfo parse_entry(const std::string& name, const json& entry, uint64_t data
   // A zero dimension makes the tensor empty whatever the other dimensions are, but a shape whose
   // nonzero dimensions overflow is still refused: no reader could allocate it.
   if (overflow || nbytes > uint64_t(std::numeric_limits<int64_t>::max()))
-    fail_tensor(origin, name, fmt::format("shape {} x {} bytes overflows", shape_string(info.shape),
-                                          dtype_size(info.dtype)));
+    fail_tensor(origin, name,
+                fmt::format("shape {} x {} bytes overflows", shape_string(info.shape),
+                            dtype_size(info.dtype)));
 
   auto off_it = entry.find("data_offsets");
   if (off_it == entry.end()) fail_tensor(origin, name, "missing field 'data_offsets'");
@@ -138,10 +143,12 @@ TensorInfo parse_entry(const std::string& name, const json& entry, uint64_t data
   info.begin = json_to_u64((*off_it)[0], origin, name, "data_offsets begin");
   info.end = json_to_u64((*off_it)[1], origin, name, "data_offsets end");
   if (info.begin > info.end)
-    fail_tensor(origin, name, fmt::format("data_offsets [{}, {}] has begin > end", info.begin, info.end));
+    fail_tensor(origin, name,
+                fmt::format("data_offsets [{}, {}] has begin > end", info.begin, info.end));
   if (info.end > data_bytes)
-    fail_tensor(origin, name, fmt::format("data_offsets end {} is beyond the data buffer ({} bytes)",
-                                          info.end, data_bytes));
+    fail_tensor(origin, name,
+                fmt::format("data_offsets end {} is beyond the data buffer ({} bytes)", info.end,
+                            data_bytes));
   if (info.end - info.begin != nbytes)
     fail_tensor(origin, name,
                 fmt::format("size mismatch: data_offsets [{}, {}] hold {} bytes but {} {} needs {}",
@@ -165,15 +172,18 @@ SafetensorsHeader parse_header(std::span<const std::byte> prefix_and_json, uint6
     fail(origin, fmt::format("header length {} is larger than the file ({} bytes after the length)",
                              out.header_bytes, file_size - 8));
   out.data_bytes = file_size - 8 - out.header_bytes;
-  std::string_view text(reinterpret_cast<const char*>(prefix_and_json.data() + 8), out.header_bytes);
+  std::string_view text(reinterpret_cast<const char*>(prefix_and_json.data() + 8),
+                        out.header_bytes);
   json header = parse_header_json(text, origin);
 
   for (const auto& [key, value] : header.items()) {
     if (key == kMetadataKey) {
-      if (!value.is_object()) fail(origin, fmt::format("__metadata__ is a JSON {}, not an object", value.type_name()));
+      if (!value.is_object())
+        fail(origin, fmt::format("__metadata__ is a JSON {}, not an object", value.type_name()));
       for (const auto& [mk, mv] : value.items()) {
         if (!mv.is_string())
-          fail(origin, fmt::format("__metadata__ value of '{}' is a JSON {}, not a string", mk, mv.type_name()));
+          fail(origin, fmt::format("__metadata__ value of '{}' is a JSON {}, not a string", mk,
+                                   mv.type_name()));
         out.metadata.emplace(mk, mv.get<std::string>());
       }
       continue;
@@ -183,16 +193,17 @@ SafetensorsHeader parse_header(std::span<const std::byte> prefix_and_json, uint6
 
   // File order is data order. Empty tensors occupy no bytes and cannot overlap anything; every
   // other tensor must start at or after the end of the previous one.
-  std::stable_sort(out.tensors.begin(), out.tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  std::stable_sort(out.tensors.begin(), out.tensors.end(),
+                   [](const TensorInfo& a, const TensorInfo& b) {
+                     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+                   });
   const TensorInfo* prev = nullptr;
   for (const TensorInfo& t : out.tensors) {
     if (t.begin == t.end) continue;
     if (prev && t.begin < prev->end)
       fail_tensor(origin, t.name,
-                  fmt::format("data_offsets [{}, {}] overlap tensor '{}' at [{}, {}]", t.begin, t.end,
-                              prev->name, prev->begin, prev->end));
+                  fmt::format("data_offsets [{}, {}] overlap tensor '{}' at [{}, {}]", t.begin,
+                              t.end, prev->name, prev->begin, prev->end));
     prev = &t;
   }
   return out;
@@ -256,7 +267,8 @@ void open_and_read_header(const std::string& path, OpenedFile& f) {
   if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
   uint64_t size = uint64_t(st.st_size);
   std::vector<std::byte> prefix(8);
-  if (size < 8) fail(path, fmt::format("file is {} bytes, shorter than the 8-byte header length", size));
+  if (size < 8)
+    fail(path, fmt::format("file is {} bytes, shorter than the 8-byte header length", size));
   pread_all(f.fd.get(), prefix.data(), 8, 0, path);
   uint64_t n = load_u64_le(prefix.data());
   if (n <= kMaxHeaderBytes && n <= size - 8) {  // otherwise parse_header reports it
@@ -286,7 +298,8 @@ std::vector<std::byte> build_header(const SafetensorsFile& file, const std::stri
   std::string text = "{";
   std::set<std::string_view> names;
   try {
-    if (!file.metadata.empty()) text += fmt::format("\"{}\":{}", kMetadataKey, json(file.metadata).dump());
+    if (!file.metadata.empty())
+      text += fmt::format("\"{}\":{}", kMetadataKey, json(file.metadata).dump());
     uint64_t offset = 0;
     for (const NamedTensor& nt : file.tensors) {
       if (nt.name == kMetadataKey) fail(origin, "a tensor may not be named __metadata__");
@@ -367,7 +380,8 @@ std::vector<std::byte> serialize_safetensors(const SafetensorsFile& file) {
   size_t total = out.size();
   for (const auto& nt : file.tensors) total += nt.tensor.nbytes();
   out.reserve(total);
-  for (const auto& nt : file.tensors) out.insert(out.end(), nt.tensor.bytes().begin(), nt.tensor.bytes().end());
+  for (const auto& nt : file.tensors)
+    out.insert(out.end(), nt.tensor.bytes().begin(), nt.tensor.bytes().end());
   return out;
 }
 
@@ -394,13 +408,15 @@ void write_safetensors(const std::string& path, const SafetensorsFile& file) {
   } tmp;
   tmp.fd.reset(::mkstemp(tmp_name.data()));
   if (tmp.fd.get() < 0)
-    fail(path, fmt::format("cannot create a temporary file in '{}': {}", dir.string(), errno_text()));
+    fail(path,
+         fmt::format("cannot create a temporary file in '{}': {}", dir.string(), errno_text()));
   tmp.name = tmp_name.data();
 
   // mkstemp creates 0600; give the file the target's mode if it exists, else rw-r--r--.
   struct stat st {};
   mode_t mode = ::stat(path.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0644;
-  if (::fchmod(tmp.fd.get(), mode) != 0) fail(path, fmt::format("cannot set mode: {}", errno_text()));
+  if (::fchmod(tmp.fd.get(), mode) != 0)
+    fail(path, fmt::format("cannot set mode: {}", errno_text()));
 
   write_all(tmp.fd.get(), header, path);
   for (const auto& nt : file.tensors) write_all(tmp.fd.get(), nt.tensor.bytes(), path);

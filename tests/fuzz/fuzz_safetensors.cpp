@@ -16,10 +16,11 @@ bool same(const lockstep::SafetensorsFile& a, const lockstep::SafetensorsFile& b
   for (size_t i = 0; i < a.tensors.size(); ++i) {
     const auto& x = a.tensors[i];
     const auto& y = b.tensors[i];
-    if (x.name != y.name || x.tensor.dtype() != y.tensor.dtype() || x.tensor.shape() != y.tensor.shape() ||
-        x.tensor.nbytes() != y.tensor.nbytes())
+    if (x.name != y.name || x.tensor.dtype() != y.tensor.dtype() ||
+        x.tensor.shape() != y.tensor.shape() || x.tensor.nbytes() != y.tensor.nbytes())
       return false;
-    if (x.tensor.nbytes() && std::memcmp(x.tensor.bytes().data(), y.tensor.bytes().data(), x.tensor.nbytes()))
+    if (x.tensor.nbytes() &&
+        std::memcmp(x.tensor.bytes().data(), y.tensor.bytes().data(), x.tensor.nbytes()))
       return false;
   }
   return true;
@@ -35,7 +36,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const lockstep::SafetensorsError&) {
     return 0;  // a rejected input is fine; any other exception escapes and is reported
   }
-  auto again = lockstep::parse_safetensors(lockstep::serialize_safetensors(parsed), "fuzz-roundtrip");
+  auto again =
+      lockstep::parse_safetensors(lockstep::serialize_safetensors(parsed), "fuzz-roundtrip");
   if (!same(parsed, again)) std::abort();
   return 0;
 }
