@@ -1,0 +1,200 @@
+// Recipe name tables, validation, the exact bf16-tail rule and the conversion of an operand
+// choice to quantizer options. JSON (de)serialization lives in recipe_json.cpp.
+#include "lockstep/recipe/recipe.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace lockstep {
+namespace {
+
+struct PrecisionRow {
+  Precision p;
+  std::string_view name;
+  int rank;  // lower = less precise; gemm_precision takes the minimum
+};
+constexpr std::array<PrecisionRow, size_t(Precision::kCount)> kPrecisions{{
+    {Precision::kBf16, "bf16", 3},
+    {Precision::kFp8, "fp8", 2},
+    {Precision::kMxfp8, "mxfp8", 1},
+    {Precision::kNvfp4, "nvfp4", 0},
+}};
+constexpr std::array<std::string_view, size_t(Gemm::kCount)> kGemms{"fprop", "dgrad", "wgrad"};
+constexpr std::array<std::string_view, size_t(BackwardMode::kCount)> kBackwardModes{
+    "quantized", "high_precision", "dequantized"};
+constexpr std::array<std::string_view, size_t(ModuleClass::kCount)> kModuleClasses{
+    "qkv", "attn_out", "router", "experts_fc1", "experts_fc2", "shared_fc1", "shared_fc2",
+    "lm_head"};
+constexpr std::array<std::string_view, size_t(CoverageScope::kCount)> kScopes{"experts",
+                                                                                "all_linear"};
+constexpr bool precision_rows_in_order() {
+  for (size_t i = 0; i < kPrecisions.size(); ++i)
+    if (size_t(kPrecisions[i].p) != i) return false;
+  return true;
+}
+static_assert(precision_rows_in_order(), "kPrecisions rows must follow Precision");
+static_assert(size_t(ModuleClass::kLmHead) == kLayerModuleClasses,
+              "per-layer module classes come before lm_head");
+
+template <class E, size_t N>
+std::optional<E> from_table(const std::array<std::string_view, N>& t, std::string_view n) {
+  for (size_t i = 0; i < N; ++i)
+    if (t[i] == n) return E(i);
+  return std::nullopt;
+}
+
+bool is_gradient_operand(Gemm g, int operand) {
+  return g != Gemm::kFprop && operand == 0;  // dgrad / wgrad: the left operand is grad_output
+}
+
+void validate_operand(const OperandSpec& op, const std::string& where, bool gradient) {
+  auto fail = [&](const std::string& why) { throw RecipeError(where + ": " + why); };
+  const std::string fmt_name(precision_name(op.format));
+  if (op.format == Precision::kBf16) {
+    if (!(op == OperandSpec{}))
+      fail("bf16 operands are not quantized and take no scaling or rounding options");
+    return;
+  }
+  switch (op.format) {
+    case Precision::kNvfp4:
+      if (op.scaling != Scaling::kPerTensor && op.scaling != Scaling::kPerRow &&
+          op.scaling != Scaling::kPerGroup)
+        fail(fmt::format("nvfp4 takes scaling per_tensor, per_row or per_group (its outer amax "
+                         "domain), not {}",
+                         scaling_name(op.scaling)));
+      if (op.elem != ElemCodec::kE4M3) fail("elem applies to fp8 and mxfp8 only (nvfp4 is E2M1)");
+      break;
+    case Precision::kMxfp8:
+      if (op.scaling != Scaling::kBlock1x32)
+        fail(fmt::format("mxfp8 takes scaling block_1x32 only, not {}", scaling_name(op.scaling)));
+      break;
+    case Precision::kFp8:
+      if (op.scaling == Scaling::kPerGroup || op.scaling == Scaling::kBlock1x32)
+        fail(fmt::format("fp8 takes scaling per_tensor, per_row, block_1x128 or block_128x128, "
+                         "not {}",
+                         scaling_name(op.scaling)));
+      break;
+    default:
+      break;
+  }
+  if (op.block2d && op.format != Precision::kNvfp4) fail("block2d applies to nvfp4 only");
+  if (op.hadamard && op.format != Precision::kNvfp4) fail("hadamard applies to nvfp4 only");
+  if (op.pow2 && op.format != Precision::kFp8) fail("pow2 applies to fp8 only");
+  if (op.stochastic && !gradient)
+    fail("stochastic rounding is for gradient operands only (CONTRACT.md section 5)");
+}
+
+void validate_linear(const LinearSpec& s, const std::string& where) {
+  for (size_t g = 0; g < size_t(Gemm::kCount); ++g) {
+    const auto names = gemm_operand_names(Gemm(g));
+    const GemmSpec& gs = s.gemm[g];
+    const std::string gw = where + std::string(gemm_name(Gemm(g)));
+    validate_operand(gs.a, gw + "." + std::string(names[0]), is_gradient_operand(Gemm(g), 0));
+    validate_operand(gs.b, gw + "." + std::string(names[1]), is_gradient_operand(Gemm(g), 1));
+    // The transform must be applied to both operands along K, or it does not cancel.
+    if (gs.a.hadamard != gs.b.hadamard)
+      throw RecipeError(gw + ": hadamard must be set on both operands of the GEMM or on neither");
+  }
+}
+
+}  // namespace
+
+std::string_view precision_name(Precision p) { return kPrecisions[size_t(p)].name; }
+std::string_view gemm_name(Gemm g) { return kGemms[size_t(g)]; }
+std::string_view backward_mode_name(BackwardMode m) { return kBackwardModes[size_t(m)]; }
+std::string_view module_class_name(ModuleClass c) { return kModuleClasses[size_t(c)]; }
+std::string_view scope_name(CoverageScope s) { return kScopes[size_t(s)]; }
+
+std::optional<Precision> precision_from_name(std::string_view n) {
+  for (const auto& r : kPrecisions)
+    if (r.name == n) return r.p;
+  return std::nullopt;
+}
+std::optional<BackwardMode> backward_mode_from_name(std::string_view n) {
+  return from_table<BackwardMode>(kBackwardModes, n);
+}
+std::optional<ModuleClass> module_class_from_name(std::string_view n) {
+  return from_table<ModuleClass>(kModuleClasses, n);
+}
+std::optional<CoverageScope> scope_from_name(std::string_view n) {
+  return from_table<CoverageScope>(kScopes, n);
+}
+
+std::array<std::string_view, 2> gemm_operand_names(Gemm g) {
+  switch (g) {
+    case Gemm::kFprop:
+      return {"activation", "weight"};
+    case Gemm::kDgrad:
+      return {"grad_output", "weight"};
+    default:
+      return {"grad_output", "activation"};
+  }
+}
+
+const LinearSpec& Recipe::spec_for(ModuleClass c) const {
+  auto it = modules.find(c);
+  return it == modules.end() ? linear : it->second;
+}
+
+int bf16_tail_layers(double fraction, int layers) {
+  if (!(fraction >= 0.0 && fraction <= 1.0))
+    throw RecipeError(fmt::format("coverage.last_fraction_bf16 must lie in [0, 1], got {}", fraction));
+  const double scaled = fraction * 1e6;
+  const long long ppm = std::llround(scaled);
+  // 0.15 * 1e6 is 150000.00000000003 in binary; anything within 1e-6 of an integer is that
+  // integer, anything further has more than 6 decimals and is refused rather than guessed.
+  if (std::fabs(scaled - double(ppm)) > 1e-6)
+    throw RecipeError(fmt::format(
+        "coverage.last_fraction_bf16 = {} has more than 6 decimal digits; give at most 6", fraction));
+  if (layers <= 0) return 0;
+  return int((ppm * layers + 999999) / 1000000);  // exact ceil(ppm * layers / 1e6)
+}
+
+void validate(const Recipe& r) {
+  const std::string where = "recipe '" + r.name + "': ";
+  if (r.name.empty()) throw RecipeError("a recipe needs a non-empty name");
+  validate_linear(r.linear, where);
+  for (const auto& [c, s] : r.modules)
+    validate_linear(s, where + "modules." + std::string(module_class_name(c)) + ".");
+  const Coverage& cv = r.coverage;
+  try {
+    bf16_tail_layers(cv.last_fraction_bf16, 1);
+  } catch (const RecipeError& e) {
+    throw RecipeError(where + e.what());
+  }
+  if (cv.first_n_bf16 < 0 || cv.last_n_bf16 < 0)
+    throw RecipeError(where + "coverage.first_n_bf16 and last_n_bf16 must be >= 0");
+  for (int l : cv.exclude_layers)
+    if (l < 0) throw RecipeError(where + fmt::format("coverage.exclude_layers has {} (< 0)", l));
+  for (size_t i = 0; i < cv.overrides.size(); ++i) {
+    const PatternOverride& o = cv.overrides[i];
+    const std::string ow = where + fmt::format("coverage.overrides[{}]", i);
+    if (o.pattern.empty()) throw RecipeError(ow + ": pattern is empty");
+    if (o.bf16 && !o.patch.empty())
+      throw RecipeError(ow + ": a bf16 override takes no fprop/dgrad/wgrad/backward_mode fields");
+    if (!o.patch.empty()) validate_linear(linear_from_json(o.patch, r.linear, ow), ow + ".");
+  }
+}
+
+std::optional<QuantSpec> to_quant_spec(const OperandSpec& op) {
+  if (op.format == Precision::kBf16) return std::nullopt;
+  QuantSpec q;
+  q.format = op.format == Precision::kNvfp4   ? Format::kNvfp4
+             : op.format == Precision::kMxfp8 ? Format::kMxfp8
+                                              : Format::kFp8;
+  q.scaling = op.scaling;
+  q.elem = op.elem;
+  q.block2d = op.block2d;
+  q.pow2 = op.pow2;
+  q.stochastic = op.stochastic;
+  q.hadamard = op.hadamard;
+  return q;
+}
+
+Precision gemm_precision(const GemmSpec& g) {
+  return kPrecisions[size_t(g.a.format)].rank <= kPrecisions[size_t(g.b.format)].rank ? g.a.format
+                                                                                        : g.b.format;
+}
+
+}  // namespace lockstep
