@@ -1,0 +1,45 @@
+// Philox4x32-10 counter-based RNG (Salmon et al., SC'11), the single source of randomness in
+// lockstep (CONTRACT.md section 5, DESIGN.md rule 5): the same (key, counter) gives the same
+// words on CPU and GPU whatever the launch shape.
+#pragma once
+
+#include <cstdint>
+
+#include "lockstep/numerics/hd.h"
+
+namespace lockstep::num {
+
+struct Philox4x32 {
+  uint32_t v[4];
+};
+
+LOCKSTEP_HD inline void philox_mulhilo(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
+  uint64_t p = uint64_t(a) * uint64_t(b);
+  hi = uint32_t(p >> 32);
+  lo = uint32_t(p);
+}
+
+LOCKSTEP_HD inline Philox4x32 philox4x32_10(Philox4x32 ctr, uint32_t k0, uint32_t k1) {
+  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
+  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k0 += kW0;
+      k1 += kW1;
+    }
+    uint32_t hi0, lo0, hi1, lo1;
+    philox_mulhilo(kM0, ctr.v[0], hi0, lo0);
+    philox_mulhilo(kM1, ctr.v[2], hi1, lo1);
+    ctr = Philox4x32{{hi1 ^ ctr.v[1] ^ k0, lo1, hi0 ^ ctr.v[3] ^ k1, lo0}};
+  }
+  return ctr;
+}
+
+// The random word CONTRACT.md section 5 assigns to one element: key = (seed low, seed high),
+// counter = (index low, index high, stream id, 0), first output word.
+LOCKSTEP_HD inline uint32_t philox_element_word(uint64_t seed, uint32_t stream, uint64_t index) {
+  Philox4x32 c{{uint32_t(index), uint32_t(index >> 32), stream, 0u}};
+  return philox4x32_10(c, uint32_t(seed), uint32_t(seed >> 32)).v[0];
+}
+
+}  // namespace lockstep::num

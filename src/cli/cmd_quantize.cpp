@@ -1,0 +1,174 @@
+// `lockstep quantize` and `lockstep dequantize`: whole safetensors files through the contract's
+// quantizers. Inputs are validated completely before anything is written; outputs are atomic.
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "lockstep/quant/format.h"
+#include "lockstep/quant/qtensor_io.h"
+#include "lockstep/quant/quantize.h"
+#include "lockstep/tensor/safetensors.h"
+
+namespace lockstep::cli {
+namespace {
+
+struct QuantizeArgs {
+  std::string input, output, format = "nvfp4", scaling, elem = "e4m3", scale_layout = "compact";
+  bool block2d = false, colwise = false, pow2 = false, allow_nonfinite = false, stochastic = false,
+       hadamard = false, json = false;
+  uint64_t seed = 0;
+  uint32_t stream = 0;
+  float eps = 0.0f;
+};
+
+bool is_quantizable(const Tensor& t) {
+  return t.dim() == 2 && (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16);
+}
+
+QuantSpec make_spec(const QuantizeArgs& a) {
+  QuantSpec s;
+  auto f = format_from_name(a.format);
+  if (!f) throw UsageError(fmt::format("unknown --format '{}' (choose nvfp4, mxfp8 or fp8)", a.format));
+  s.format = *f;
+  std::string sc = a.scaling;
+  if (sc.empty()) sc = s.format == Format::kMxfp8 ? "block_1x32" : "per_tensor";
+  auto scaling = scaling_from_name(sc);
+  if (!scaling || *scaling == Scaling::kPerGroup)
+    throw UsageError(fmt::format(
+        "unknown --scaling '{}' (choose per_tensor, per_row, block_1x32, block_1x128 or block_128x128)", sc));
+  s.scaling = *scaling;
+  if (a.elem != "e4m3" && a.elem != "e5m2") throw UsageError(fmt::format("unknown --elem '{}' (e4m3 or e5m2)", a.elem));
+  if (a.elem == "e5m2" && s.format == Format::kNvfp4) throw UsageError("--elem e5m2 applies to fp8 and mxfp8, not nvfp4");
+  s.elem = a.elem == "e5m2" ? ElemCodec::kE5M2 : ElemCodec::kE4M3;
+  s.block2d = a.block2d;
+  s.colwise = a.colwise;
+  s.pow2 = a.pow2;
+  s.eps = a.eps;
+  s.stochastic = a.stochastic;
+  s.seed = a.seed;
+  s.stream = a.stream;
+  s.hadamard = a.hadamard;
+  if (a.scale_layout != "compact" && a.scale_layout != "swizzled")
+    throw UsageError(fmt::format("unknown --scale-layout '{}' (compact or swizzled)", a.scale_layout));
+  s.scale_layout = a.scale_layout == "swizzled" ? ScaleLayout::kSwizzled : ScaleLayout::kCompact;
+  if (s.scale_layout == ScaleLayout::kSwizzled && s.format == Format::kFp8)
+    throw UsageError("--scale-layout swizzled applies to nvfp4 and mxfp8 block scales");
+  return s;
+}
+
+void run_quantize(const QuantizeArgs& a) {
+  const QuantSpec spec = make_spec(a);
+  SafetensorsFile in = read_safetensors(a.input);
+  // Validate every tensor before quantizing anything: non-finite values are refused unless
+  // --allow-nonfinite, and the first contract violation stops the command with no output file.
+  std::vector<std::vector<float>> widened(in.tensors.size());
+  std::vector<MatrixF32> mats(in.tensors.size());
+  int quantizable = 0;
+  for (size_t i = 0; i < in.tensors.size(); ++i) {
+    const NamedTensor& nt = in.tensors[i];
+    if (!is_quantizable(nt.tensor)) continue;
+    ++quantizable;
+    mats[i] = as_matrix_f32(nt.tensor, widened[i], nt.name);
+    if (!a.allow_nonfinite) {
+      int64_t bad = count_nonfinite(mats[i].values);
+      if (bad > 0)
+        throw QuantError(fmt::format("{}: tensor '{}' {} has {} non-finite value(s) (NaN or Inf); refusing to quantize "
+                                     "(pass --allow-nonfinite to apply the contract's NaN/Inf rules)",
+                                     a.input, nt.name, nt.tensor.describe(), bad));
+    }
+  }
+  if (quantizable == 0)
+    throw UsageError(fmt::format("{}: no 2-D F32, BF16 or F16 tensor to quantize", a.input));
+  SafetensorsFile out;
+  out.metadata = in.metadata;
+  nlohmann::json report = nlohmann::json::array();
+  for (size_t i = 0; i < in.tensors.size(); ++i) {
+    NamedTensor& nt = in.tensors[i];
+    if (!is_quantizable(nt.tensor)) {
+      out.tensors.push_back(std::move(nt));  // passed through unchanged
+      continue;
+    }
+    QTensor q = quantize(mats[i], spec);
+    add_qtensor(out, nt.name, q, nt.tensor.dtype());
+    report.push_back({{"name", nt.name}, {"shape", nt.tensor.shape()}, {"dtype", dtype_name(nt.tensor.dtype())}});
+  }
+  write_safetensors(a.output, out);
+  if (a.json) {
+    fmt::print("{}\n", nlohmann::json{{"output", a.output},
+                                      {"format", a.format},
+                                      {"scaling", std::string(scaling_name(spec.scaling))},
+                                      {"quantized", report}}
+                           .dump(2));
+  } else {
+    fmt::print("quantized {} tensor(s) to {} ({}) -> {}\n", report.size(), a.format, scaling_name(spec.scaling),
+               a.output);
+  }
+}
+
+void run_dequantize(const std::string& input, const std::string& output, const std::string& dtype_arg) {
+  SafetensorsFile in = read_safetensors(input);
+  const auto names = quantized_tensor_names(in);
+  if (names.empty()) throw UsageError(fmt::format("{}: no lockstep quantized tensors (no lockstep.*.format metadata)", input));
+  SafetensorsFile out;
+  for (const auto& [k, v] : in.metadata)
+    if (!k.starts_with("lockstep.")) out.metadata[k] = v;
+  for (const std::string& name : names) {
+    DType source = DType::kF32;
+    QTensor q = read_qtensor(in, name, &source);
+    std::vector<float> values = dequantize(q);
+    DType dt = DType::kF32;
+    if (dtype_arg == "bf16" || (dtype_arg == "source" && source == DType::kBF16)) dt = DType::kBF16;
+    out.tensors.push_back({name, from_f32(values, {q.rows, q.cols}, dt)});
+  }
+  for (NamedTensor& nt : in.tensors)
+    if (!is_qtensor_part(in, nt.name)) out.tensors.push_back(std::move(nt));
+  write_safetensors(output, out);
+  fmt::print("dequantized {} tensor(s) -> {}\n", names.size(), output);
+}
+
+}  // namespace
+
+void register_quantize_commands(CLI::App& app) {
+  auto a = std::make_shared<QuantizeArgs>();
+  CLI::App* q = app.add_subcommand(
+      "quantize",
+      "Quantize every 2-D F32/BF16/F16 tensor of a safetensors file per the lockstep contract.\n"
+      "Other tensors are copied unchanged. Writes NAME.qdata, NAME.block_scale, NAME.amax (nvfp4),\n"
+      "NAME.qdata[_colwise], NAME.block_scale[_colwise] (mxfp8), NAME.qdata, NAME.scale_inv (fp8).\n"
+      "Example: lockstep quantize model.safetensors -o model.nvfp4.safetensors --format nvfp4 --scaling per_row");
+  q->add_option("input", a->input, "input safetensors file")->required();
+  q->add_option("-o,--output", a->output, "output safetensors file (written atomically)")->required();
+  q->add_option("--format", a->format, "nvfp4, mxfp8 or fp8")->capture_default_str();
+  q->add_option("--scaling", a->scaling,
+                "per_tensor, per_row (nvfp4, fp8), block_1x32 (mxfp8), block_1x128, block_128x128 (fp8); "
+                "default per_tensor (block_1x32 for mxfp8)");
+  q->add_flag("--block2d", a->block2d, "nvfp4: 16x16 blocks (weights); needs rows % 16 == 0");
+  q->add_flag("--colwise", a->colwise, "mxfp8: also write the columnwise copy (blocks of 32 down columns)");
+  q->add_flag("--pow2", a->pow2, "fp8: round scales down to powers of two");
+  q->add_option("--eps", a->eps, "fp8: amax floor")->capture_default_str();
+  q->add_option("--elem", a->elem, "fp8/mxfp8 element type: e4m3 or e5m2")->capture_default_str();
+  q->add_flag("--stochastic", a->stochastic, "stochastic rounding of elements (Philox, CONTRACT section 5)");
+  q->add_option("--seed", a->seed, "Philox seed for --stochastic")->capture_default_str();
+  q->add_option("--stream", a->stream, "Philox stream id for --stochastic")->capture_default_str();
+  q->add_flag("--hadamard", a->hadamard, "random Hadamard transform along rows before quantizing (section 6)");
+  q->add_option("--scale-layout", a->scale_layout, "compact or swizzled (128x4 tiles) block scales")->capture_default_str();
+  q->add_flag("--allow-nonfinite", a->allow_nonfinite, "quantize NaN/Inf inputs by the contract's rules instead of refusing");
+  q->add_flag("--json", a->json, "machine-readable summary on stdout");
+  q->callback([a] { run_quantize(*a); });
+
+  auto in = std::make_shared<std::string>(), out = std::make_shared<std::string>(),
+       dt = std::make_shared<std::string>("f32");
+  CLI::App* d = app.add_subcommand(
+      "dequantize",
+      "Reconstruct the tensors of a file written by `lockstep quantize`; other tensors are copied.\n"
+      "Example: lockstep dequantize model.nvfp4.safetensors -o model.dq.safetensors --dtype f32");
+  d->add_option("input", *in, "quantized safetensors file")->required();
+  d->add_option("-o,--output", *out, "output safetensors file (written atomically)")->required();
+  d->add_option("--dtype", *dt, "f32 (exact), bf16, or source (the dtype the tensor was quantized from)")
+      ->check(CLI::IsMember({"f32", "bf16", "source"}))
+      ->capture_default_str();
+  d->callback([in, out, dt] { run_dequantize(*in, *out, *dt); });
+}
+
+}  // namespace lockstep::cli

@@ -1,0 +1,47 @@
+// Entry point of the `lockstep` command-line tool: builds the subcommand tree and turns errors
+// into a message on stderr and a non-zero exit code.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "commands.h"
+#include "lockstep/quant/quantize.h"
+#include "lockstep/tensor/safetensors.h"
+
+int main(int argc, char** argv) {
+  using namespace lockstep::cli;
+  CLI::App app{
+      "lockstep: one precision contract (NVFP4, MXFP8, FP8), bit-identical on CPU and GPU.\n"
+      "Example: lockstep sweep"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("lockstep 0.1.0 (") + LOCKSTEP_GIT_REV + ")");
+  register_quantize_commands(app);
+  register_inspect_command(app);
+  register_sweep_command(app);
+  register_bench_commands(app);
+  register_recipe_commands(app);
+  register_doctor_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitBadInput;
+  } catch (const UsageError& e) {
+    fmt::print(stderr, "lockstep: error: {}\n", e.what());
+    return kExitBadInput;
+  } catch (const lockstep::QuantError& e) {
+    fmt::print(stderr, "lockstep: error: {}\n", e.what());
+    return kExitBadInput;
+  } catch (const lockstep::SafetensorsError& e) {
+    fmt::print(stderr, "lockstep: error: {}\n", e.what());
+    return kExitBadInput;
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "lockstep: error: {}\n", e.what());
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "lockstep: failed: {}\n", e.what());
+    return kExitFailure;
+  }
+  return kExitOk;
+}
