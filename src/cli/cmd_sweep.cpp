@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "lockstep/diag/run_meta.h"
 #include "lockstep/quant/simulate.h"
 #include "lockstep/tensor/safetensors.h"
 
@@ -16,7 +17,8 @@ struct SweepArgs {
   std::string file, tensor, scaling = "per_tensor";
   int64_t rows = 256, cols = 4096;
   uint64_t seed = 0;
-  bool json = false;
+  bool json = false, dry_run = false;
+  std::string run_meta;
 };
 
 nlohmann::json opt_json(const std::optional<double>& v) {
@@ -40,6 +42,7 @@ void run_sweep(const SweepArgs& a) {
     std::vector<float> values;
     int64_t rows, cols;
   };
+  if (dry_run(a.dry_run, a.file.empty() ? "sweep the generated tensor" : "sweep " + a.file)) return;
   std::vector<Item> items;
   std::string source;
   if (a.file.empty()) {
@@ -97,6 +100,12 @@ void run_sweep(const SweepArgs& a) {
     js["tensors"].push_back({{"name", it.name}, {"shape", {it.rows, it.cols}}, {"results", jr}});
   }
   if (a.json) fmt::print("{}\n", js.dump(2));
+  if (!a.run_meta.empty()) {
+    Json meta = provenance("sweep", "cpu", Json{{"source", source}, {"outer_scaling", a.scaling}}, Json::object(),
+                           {{"generated_tensor", a.seed}});
+    meta["results"] = Json::parse(js.dump());
+    write_file_atomic(a.run_meta, meta.dump(2) + "\n");
+  }
 }
 
 }  // namespace
@@ -118,6 +127,8 @@ void register_sweep_command(CLI::App& app) {
   s->add_option("--cols", a->cols, "cols of the generated tensor")->capture_default_str();
   s->add_option("--seed", a->seed, "seed of the generated tensor")->capture_default_str();
   s->add_flag("--json", a->json, "machine-readable output");
+  s->add_option("--run-meta", a->run_meta, "write the results with their provenance (run_meta.json) to this file");
+  s->add_flag("--dry-run", a->dry_run, "print the resolved recipe, environment and command; run nothing");
   s->callback([a] { run_sweep(*a); });
 }
 

@@ -4,8 +4,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include "lockstep/recipe/selection.h"
+
+#include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace lockstep::cli {
 
@@ -20,11 +25,25 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The process's full command line (argv[0] first), recorded by main() for --dry-run and
+// run_meta.json provenance.
+const std::vector<std::string>& command_line();
+void set_command_line(int argc, char** argv);
+
+// Provenance (src/cli/provenance.cpp). Commands that run work take --dry-run: dry_run() prints
+// the resolved recipe, environment and command and returns true, and the command returns before
+// creating anything. Commands that produce results record provenance() in run_meta.json.
+SelectedRecipe environment_recipe();
+Json provenance(const std::string& command, const std::string& device, Json extra, Json layouts,
+                std::map<std::string, uint64_t> seeds);
+bool dry_run(bool requested, const std::string& what);
+
 void register_quantize_commands(CLI::App& app);  // quantize, dequantize
 void register_inspect_command(CLI::App& app);    // inspect
 void register_sweep_command(CLI::App& app);      // sweep
 void register_bench_commands(CLI::App& app);     // bench quantize, ...
 void register_recipe_commands(CLI::App& app);    // recipes, describe
 void register_doctor_command(CLI::App& app);     // doctor
+void register_gemm_command(CLI::App& app);       // gemm
 
 }  // namespace lockstep::cli

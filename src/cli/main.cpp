@@ -9,8 +9,20 @@
 #include "lockstep/quant/quantize.h"
 #include "lockstep/tensor/safetensors.h"
 
+namespace lockstep::cli {
+namespace {
+std::vector<std::string>& command_line_storage() {
+  static std::vector<std::string> v;
+  return v;
+}
+}  // namespace
+const std::vector<std::string>& command_line() { return command_line_storage(); }
+void set_command_line(int argc, char** argv) { command_line_storage().assign(argv, argv + argc); }
+}  // namespace lockstep::cli
+
 int main(int argc, char** argv) {
   using namespace lockstep::cli;
+  set_command_line(argc, argv);
   CLI::App app{
       "lockstep: one precision contract (NVFP4, MXFP8, FP8), bit-identical on CPU and GPU.\n"
       "Example: lockstep sweep"};
@@ -22,6 +34,7 @@ int main(int argc, char** argv) {
   register_bench_commands(app);
   register_recipe_commands(app);
   register_doctor_command(app);
+  register_gemm_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
