@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "lockstep/diag/run_meta.h"
 #include "lockstep/gemm/qgemm.h"
 #include "lockstep/quant/quantize.h"
 #include "lockstep/tensor/safetensors.h"
@@ -16,7 +17,9 @@ namespace {
 struct GemmArgs {
   std::string a_path, w_path, output, format = "nvfp4", a_format, w_format, scaling, a_scaling, w_scaling,
       device = "cpu";
-  bool deterministic = false, pow2 = false, oracle = false, json = false, allow_nonfinite = false;
+  bool deterministic = false, pow2 = false, oracle = false, json = false, allow_nonfinite = false,
+       dry_run = false;
+  std::string run_meta;
 };
 
 // The tensor called `name`, or the file's only tensor.
@@ -75,6 +78,9 @@ GemmOperand operand(const Side& s, const std::string& name) {
 }
 
 void run_gemm(const GemmArgs& a) {
+  if (dry_run(a.dry_run, fmt::format("quantize {} and {} ({}), multiply on {} -> {}", a.a_path, a.w_path, a.format,
+                                     a.device, a.output)))
+    return;
   if (a.device == "cuda")
     throw UsageError("lockstep gemm --device cuda: the quantized GEMM is not implemented for cuda yet (use --device cpu)");
   if (a.device != "cpu") throw UsageError(fmt::format("unknown --device '{}' (cpu or cuda)", a.device));
@@ -93,7 +99,15 @@ void run_gemm(const GemmArgs& a) {
   out.metadata["lockstep.gemm.a"] = fmt::format("{} {}", as.format, as.scaling);
   out.metadata["lockstep.gemm.w"] = fmt::format("{} {}", ws.format, ws.scaling);
   out.metadata["lockstep.gemm.path"] = a.oracle ? "cpu_oracle_f64" : "cpu_deterministic";
+  const Json meta = provenance("gemm", a.device,
+                               Json{{"a", a.a_path}, {"w", a.w_path}, {"output", a.output},
+                                    {"a_operand", out.metadata["lockstep.gemm.a"]},
+                                    {"w_operand", out.metadata["lockstep.gemm.w"]},
+                                    {"path", out.metadata["lockstep.gemm.path"]}},
+                               Json{{"accumulation", "fp32, ascending k, one RN per product and per add"}}, {});
+  out.metadata["lockstep.run_meta"] = meta.dump();
   write_safetensors(a.output, out);
+  if (!a.run_meta.empty()) write_file_atomic(a.run_meta, meta.dump(2) + "\n");
   if (a.json) {
     fmt::print("{}\n", nlohmann::json{{"output", a.output},
                                       {"m", r.rows},
@@ -138,6 +152,8 @@ void register_gemm_command(CLI::App& app) {
   g->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
   g->add_flag("--allow-nonfinite", a->allow_nonfinite, "quantize NaN/Inf inputs by the contract's rules instead of refusing");
   g->add_flag("--json", a->json, "machine-readable summary on stdout");
+  g->add_option("--run-meta", a->run_meta, "also write the run's provenance (run_meta.json) to this file");
+  g->add_flag("--dry-run", a->dry_run, "print the resolved recipe, environment and command; create nothing");
   g->callback([a] { run_gemm(*a); });
 }
 
