@@ -5,6 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "lockstep/backend/device.h"
+#include "lockstep/diag/run_meta.h"
+#include "lockstep/quant/dispatch.h"
 #include "lockstep/quant/format.h"
 #include "lockstep/quant/qtensor_io.h"
 #include "lockstep/quant/quantize.h"
@@ -16,7 +19,8 @@ namespace {
 struct QuantizeArgs {
   std::string input, output, format = "nvfp4", scaling, elem = "e4m3", scale_layout = "compact";
   bool block2d = false, colwise = false, pow2 = false, allow_nonfinite = false, stochastic = false,
-       hadamard = false, json = false;
+       hadamard = false, json = false, dry_run = false;
+  std::string device = "cpu", run_meta;
   uint64_t seed = 0;
   uint32_t stream = 0;
   float eps = 0.0f;
@@ -57,8 +61,19 @@ QuantSpec make_spec(const QuantizeArgs& a) {
   return s;
 }
 
+Device parse_device(const std::string& name) {
+  auto d = device_from_name(name);
+  if (!d) throw UsageError(fmt::format("unknown --device '{}' (cpu or cuda)", name));
+  return *d;
+}
+
 void run_quantize(const QuantizeArgs& a) {
   const QuantSpec spec = make_spec(a);
+  const Device device = parse_device(a.device);
+  if (dry_run(a.dry_run, fmt::format("{} {} of every 2-D float tensor of {} on {} -> {}", a.format,
+                                     scaling_name(spec.scaling), a.input, a.device, a.output)))
+    return;
+  require_device(device);
   SafetensorsFile in = read_safetensors(a.input);
   // Validate every tensor before quantizing anything: non-finite values are refused unless
   // --allow-nonfinite, and the first contract violation stops the command with no output file.
@@ -89,11 +104,22 @@ void run_quantize(const QuantizeArgs& a) {
       out.tensors.push_back(std::move(nt));  // passed through unchanged
       continue;
     }
-    QTensor q = quantize(mats[i], spec);
+    QTensor q = quantize_on(device, mats[i], spec);
     add_qtensor(out, nt.name, q, nt.tensor.dtype());
     report.push_back({{"name", nt.name}, {"shape", nt.tensor.shape()}, {"dtype", dtype_name(nt.tensor.dtype())}});
   }
+  const Json meta = provenance(
+      "quantize", a.device,
+      Json{{"input", a.input}, {"output", a.output}, {"format", a.format},
+           {"scaling", std::string(scaling_name(spec.scaling))}, {"block2d", a.block2d},
+           {"colwise", a.colwise}, {"pow2", a.pow2}, {"eps", a.eps}, {"elem", a.elem},
+           {"stochastic", a.stochastic}, {"hadamard", a.hadamard}, {"allow_nonfinite", a.allow_nonfinite}},
+      Json{{"block_scale", a.scale_layout}, {"fp4_packing", "two codes per byte, even column in the low nibble"}},
+      a.stochastic ? std::map<std::string, uint64_t>{{"stochastic_rounding", a.seed}, {"stream", a.stream}}
+                   : std::map<std::string, uint64_t>{});
+  out.metadata["lockstep.run_meta"] = meta.dump();
   write_safetensors(a.output, out);
+  if (!a.run_meta.empty()) write_file_atomic(a.run_meta, meta.dump(2) + "\n");
   if (a.json) {
     fmt::print("{}\n", nlohmann::json{{"output", a.output},
                                       {"format", a.format},
@@ -106,7 +132,18 @@ void run_quantize(const QuantizeArgs& a) {
   }
 }
 
-void run_dequantize(const std::string& input, const std::string& output, const std::string& dtype_arg) {
+struct DequantizeArgs {
+  std::string input, output, dtype = "f32", device = "cpu", run_meta;
+  bool dry_run = false;
+};
+
+void run_dequantize(const DequantizeArgs& a) {
+  const std::string &input = a.input, &output = a.output, &dtype_arg = a.dtype;
+  const Device device = parse_device(a.device);
+  if (dry_run(a.dry_run, fmt::format("dequantize every quantized tensor of {} on {} -> {} ({})", input,
+                                     a.device, output, dtype_arg)))
+    return;
+  require_device(device);
   SafetensorsFile in = read_safetensors(input);
   const auto names = quantized_tensor_names(in);
   if (names.empty()) throw UsageError(fmt::format("{}: no lockstep quantized tensors (no lockstep.*.format metadata)", input));
@@ -116,14 +153,19 @@ void run_dequantize(const std::string& input, const std::string& output, const s
   for (const std::string& name : names) {
     DType source = DType::kF32;
     QTensor q = read_qtensor(in, name, &source);
-    std::vector<float> values = dequantize(q);
+    std::vector<float> values = dequantize_on(device, q);
     DType dt = DType::kF32;
     if (dtype_arg == "bf16" || (dtype_arg == "source" && source == DType::kBF16)) dt = DType::kBF16;
     out.tensors.push_back({name, from_f32(values, {q.rows, q.cols}, dt)});
   }
   for (NamedTensor& nt : in.tensors)
     if (!is_qtensor_part(in, nt.name)) out.tensors.push_back(std::move(nt));
+  const Json meta = provenance("dequantize", a.device,
+                               Json{{"input", input}, {"output", output}, {"dtype", dtype_arg}},
+                               Json::object(), {});
+  out.metadata["lockstep.run_meta"] = meta.dump();
   write_safetensors(output, out);
+  if (!a.run_meta.empty()) write_file_atomic(a.run_meta, meta.dump(2) + "\n");
   fmt::print("dequantized {} tensor(s) -> {}\n", names.size(), output);
 }
 
@@ -155,20 +197,25 @@ void register_quantize_commands(CLI::App& app) {
   q->add_option("--scale-layout", a->scale_layout, "compact or swizzled (128x4 tiles) block scales")->capture_default_str();
   q->add_flag("--allow-nonfinite", a->allow_nonfinite, "quantize NaN/Inf inputs by the contract's rules instead of refusing");
   q->add_flag("--json", a->json, "machine-readable summary on stdout");
+  q->add_option("--device", a->device, "cpu or cuda (same bytes either way)")->capture_default_str();
+  q->add_option("--run-meta", a->run_meta, "also write the run's provenance (run_meta.json) to this file");
+  q->add_flag("--dry-run", a->dry_run, "print the resolved recipe, environment and command; create nothing");
   q->callback([a] { run_quantize(*a); });
 
-  auto in = std::make_shared<std::string>(), out = std::make_shared<std::string>(),
-       dt = std::make_shared<std::string>("f32");
+  auto da = std::make_shared<DequantizeArgs>();
   CLI::App* d = app.add_subcommand(
       "dequantize",
       "Reconstruct the tensors of a file written by `lockstep quantize`; other tensors are copied.\n"
       "Example: lockstep dequantize model.nvfp4.safetensors -o model.dq.safetensors --dtype f32");
-  d->add_option("input", *in, "quantized safetensors file")->required();
-  d->add_option("-o,--output", *out, "output safetensors file (written atomically)")->required();
-  d->add_option("--dtype", *dt, "f32 (exact), bf16, or source (the dtype the tensor was quantized from)")
+  d->add_option("input", da->input, "quantized safetensors file")->required();
+  d->add_option("-o,--output", da->output, "output safetensors file (written atomically)")->required();
+  d->add_option("--device", da->device, "cpu or cuda (same bytes either way)")->capture_default_str();
+  d->add_option("--run-meta", da->run_meta, "also write the run's provenance (run_meta.json) to this file");
+  d->add_flag("--dry-run", da->dry_run, "print the resolved recipe, environment and command; create nothing");
+  d->add_option("--dtype", da->dtype, "f32 (exact), bf16, or source (the dtype the tensor was quantized from)")
       ->check(CLI::IsMember({"f32", "bf16", "source"}))
       ->capture_default_str();
-  d->callback([in, out, dt] { run_dequantize(*in, *out, *dt); });
+  d->callback([da] { run_dequantize(*da); });
 }
 
 }  // namespace lockstep::cli
