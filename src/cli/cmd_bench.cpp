@@ -136,6 +136,7 @@ void register_bench_commands(CLI::App& app) {
   q->add_option("--cols", a->cols, "input columns (default: cpu 2048, cuda 8192)");
   q->add_option("--only", a->filter, "run only the ops whose name contains this text");
   q->callback([a] { run_bench_quantize(*a); });
+  register_bench_gemm_command(*bench);  // bench gemm (cmd_bench_gemm.cpp)
 }
 
 }  // namespace lockstep::cli

@@ -7,7 +7,11 @@
 
 #include "commands.h"
 #include "lockstep/diag/run_meta.h"
+#include "lockstep/backend/device.h"
 #include "lockstep/gemm/qgemm.h"
+#if defined(LOCKSTEP_HAVE_CUDA)
+#include "lockstep/gemm/qgemm_cuda.h"
+#endif
 #include "lockstep/quant/quantize.h"
 #include "lockstep/tensor/safetensors.h"
 
@@ -81,30 +85,48 @@ void run_gemm(const GemmArgs& a) {
   if (dry_run(a.dry_run, fmt::format("quantize {} and {} ({}), multiply on {} -> {}", a.a_path, a.w_path, a.format,
                                      a.device, a.output)))
     return;
-  if (a.device == "cuda")
-    throw UsageError("lockstep gemm --device cuda: the quantized GEMM is not implemented for cuda yet (use --device cpu)");
-  if (a.device != "cpu") throw UsageError(fmt::format("unknown --device '{}' (cpu or cuda)", a.device));
+  if (a.device != "cpu" && a.device != "cuda") throw UsageError(fmt::format("unknown --device '{}' (cpu or cuda)", a.device));
+  if (a.device == "cuda" && a.oracle) throw UsageError("--oracle (float64 accumulation) runs on --device cpu only");
+  if (a.device == "cuda") require_device(Device::kCuda);
   Side as, ws;
   prepare(as, a, a.a_path, "a", a.a_format.empty() ? a.format : a.a_format,
           a.a_scaling.empty() ? a.scaling : a.a_scaling);
   prepare(ws, a, a.w_path, "w", a.w_format.empty() ? a.format : a.w_format,
           a.w_scaling.empty() ? a.scaling : a.w_scaling);
   const GemmOperand ao = operand(as, "a"), wo = operand(ws, "w");
-  // The CPU path is always the deterministic (batch-invariant) one; --deterministic documents
-  // the intent and will select the deterministic CUDA kernel once one exists.
-  const GemmResult r = a.oracle ? qgemm_oracle_cpu(ao, wo) : qgemm_cpu(ao, wo);
+  // The CPU path is always the deterministic (batch-invariant) one; on cuda --deterministic picks
+  // the tiled kernel (its order depends on K only, whatever M).
+  GemmResult r;
+  std::string path = a.oracle ? "cpu_oracle_f64" : "cpu_deterministic";
+  if (a.device == "cuda") {
+#if defined(LOCKSTEP_HAVE_CUDA)
+    // --deterministic: the tiled kernel, whose order depends on K only (batch-invariant for every M);
+    // otherwise the decode kernel for M <= 16 (also batch-invariant within M <= 16), tiled above.
+    const cuda::QgemmKernel k = a.deterministic ? cuda::QgemmKernel::kTiled
+                                : (ao.n_rows() <= 16 && wo.q && ao.n_cols() % 128 == 0) ? cuda::QgemmKernel::kDecode
+                                                                                        : cuda::QgemmKernel::kTiled;
+    r = cuda::qgemm_cuda(ao, wo, {}, k);
+    path = cuda::qgemm_kernel_name(k);
+#endif
+  } else {
+    r = a.oracle ? qgemm_oracle_cpu(ao, wo) : qgemm_cpu(ao, wo);
+  }
   SafetensorsFile out;
   out.tensors.push_back({"d", from_f32(r.d, {r.rows, r.cols}, DType::kF32)});
   out.metadata["lockstep.contract"] = "1";
   out.metadata["lockstep.gemm.a"] = fmt::format("{} {}", as.format, as.scaling);
   out.metadata["lockstep.gemm.w"] = fmt::format("{} {}", ws.format, ws.scaling);
-  out.metadata["lockstep.gemm.path"] = a.oracle ? "cpu_oracle_f64" : "cpu_deterministic";
+  out.metadata["lockstep.gemm.path"] = path;
   const Json meta = provenance("gemm", a.device,
                                Json{{"a", a.a_path}, {"w", a.w_path}, {"output", a.output},
                                     {"a_operand", out.metadata["lockstep.gemm.a"]},
                                     {"w_operand", out.metadata["lockstep.gemm.w"]},
                                     {"path", out.metadata["lockstep.gemm.path"]}},
-                               Json{{"accumulation", "fp32, ascending k, one RN per product and per add"}}, {});
+                               Json{{"accumulation", a.device == "cuda"
+                                                         ? "bf16 tensor cores (exact inner values), fp32 accumulators, "
+                                                           "order fixed by K (docs/gemm.md CUDA order)"
+                                                         : "fp32, ascending k, one RN per product and per add"}},
+                               {});
   out.metadata["lockstep.run_meta"] = meta.dump();
   write_safetensors(a.output, out);
   if (!a.run_meta.empty()) write_file_atomic(a.run_meta, meta.dump(2) + "\n");
@@ -147,7 +169,7 @@ void register_gemm_command(CLI::App& app) {
   g->add_option("--w-scaling", a->w_scaling, "override --scaling for w");
   g->add_flag("--pow2", a->pow2, "fp8: power-of-two scales");
   g->add_flag("--deterministic", a->deterministic,
-              "batch-invariant accumulation order (always the case on the cpu)");
+              "batch-invariant accumulation order for every M (always the case on the cpu; cuda: the tiled kernel)");
   g->add_flag("--oracle", a->oracle, "use the float64-accumulation oracle instead of the fp32 path");
   g->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
   g->add_flag("--allow-nonfinite", a->allow_nonfinite, "quantize NaN/Inf inputs by the contract's rules instead of refusing");

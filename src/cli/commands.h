@@ -42,6 +42,7 @@ void register_quantize_commands(CLI::App& app);  // quantize, dequantize
 void register_inspect_command(CLI::App& app);    // inspect
 void register_sweep_command(CLI::App& app);      // sweep
 void register_bench_commands(CLI::App& app);     // bench quantize, ...
+void register_bench_gemm_command(CLI::App& bench);  // bench gemm (under `bench`)
 void register_recipe_commands(CLI::App& app);    // recipes, describe
 void register_doctor_command(CLI::App& app);     // doctor
 void register_gemm_command(CLI::App& app);       // gemm

@@ -1,0 +1,122 @@
+// CUDA backend of the quantized GEMMs of qgemm.h (docs/gemm.md): a tensor-core decode kernel for
+// small M (1..16 rows per group, memory-bandwidth bound, packed weights streamed with 16-byte
+// loads) and a tiled tensor-core kernel for any M. Both dequantize operands exactly into bf16,
+// accumulate in fp32 with a reduction order fixed by K alone (batch-invariant), and apply the outer
+// scales and the epilogue of docs/gemm.md section 4 last. Only with -DLOCKSTEP_CUDA=ON.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "lockstep/gemm/qgemm.h"
+#include "lockstep/tensor/device_buffer.h"
+
+namespace lockstep::cuda {
+
+// A GEMM operand [rows, K] in device memory (raw pointers; what the kernels read).
+struct GemmOperandView {
+  GemmFormat format = GemmFormat::kBf16;
+  ElemCodec elem = ElemCodec::kE4M3;     // fp8 / mxfp8 element codec
+  int64_t rows = 0;
+  int64_t cols = 0;                      // K
+  const void* data = nullptr;            // bf16 bits [rows, K] | nvfp4 [rows, K/2] | fp8, mxfp8 [rows, K]
+  const uint8_t* block_scale = nullptr;  // compact: nvfp4 E4M3 [rows, K/16], mxfp8 E8M0 [rows, K/32]
+  const float* outer = nullptr;          // [rows] outer scale (docs/gemm.md section 2); nullptr = 1
+};
+
+// An operand uploaded from a host GemmOperand: swizzled scales are made compact, the outer scale of
+// every row is expanded to [rows] (nvfp4 S_dec of the row's domain, fp8 scale_inv), dense values
+// are rounded to bf16. FP8 1x128 / 128x128 (chunk scales) is refused with a GemmError.
+struct DeviceGemmOperand {
+  GemmOperandView view;
+  DeviceBuffer data, block_scale, outer;
+  std::string name;
+};
+DeviceGemmOperand upload_gemm_operand(const GemmOperand& op, cudaStream_t stream = nullptr);
+
+// One group of a (grouped) GEMM as the kernels see it: A rows [a_row0, a_row0 + rows) times W
+// rows [w_row0, w_row0 + N); output rows = A rows. Rows at index >= tokens are padding: output +0.
+struct GemmGroupDesc {
+  int64_t a_row0 = 0;
+  int64_t w_row0 = 0;
+  int32_t rows = 0;
+  int32_t tokens = 0;
+};
+// Device table of groups, built once per grouping (kept out of the launch path so that launches
+// can be captured in a CUDA graph).
+struct DeviceGroupTable {
+  DeviceBuffer table;  // GemmGroupDesc[groups]
+  int groups = 0;
+  int64_t max_rows = 0;
+  int64_t total_rows = 0;
+};
+DeviceGroupTable make_group_table(std::span<const int64_t> offsets, int64_t n_per_group,
+                                  std::span<const int64_t> group_rows = {}, cudaStream_t stream = nullptr);
+DeviceGroupTable make_dense_table(int64_t m, cudaStream_t stream = nullptr);
+
+// Epilogue on the device (the same steps as GemmEpilogue; row amax is computed by the host wrapper).
+struct DeviceEpilogue {
+  float alpha = 1.0f;
+  const float* bias = nullptr;         // [groups * N] (group g uses [gN, gN + N)), or [N] dense
+  bool swiglu = false;
+  const float* router_prob = nullptr;  // [total rows]
+  bool out_bf16 = false;
+};
+// Output [total_rows, N] (N/2 with swiglu): exactly one of d_f32 / d_bf16.
+struct GemmOutView {
+  float* d_f32 = nullptr;
+  uint16_t* d_bf16 = nullptr;
+};
+
+enum class QgemmKernel : uint8_t {
+  kAuto,    // decode when every group has <= 16 rows and K % 128 == 0, else tiled
+  kDecode,  // small-M streaming kernel
+  kTiled,   // tiled tensor-core kernel (any M)
+};
+const char* qgemm_kernel_name(QgemmKernel k);
+// Which kernel kAuto picks.
+QgemmKernel qgemm_pick_kernel(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& g);
+
+// D = A W^T per group, asynchronous on `stream`. n: W rows per group (N). `workspace` is resized
+// as needed (decode split over fixed 2048-wide K slices keeps fp32 partials there). Throws
+// GemmError on shapes or formats the kernels do not take. Launches only kernels once `workspace`
+// is large enough (graph-capturable).
+void qgemm_device(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
+                  const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace,
+                  QgemmKernel kernel = QgemmKernel::kAuto, cudaStream_t stream = nullptr);
+
+// Host convenience with the CPU API's signatures: upload, run, download (row amax on the host).
+GemmResult qgemm_cuda(const GemmOperand& a, const GemmOperand& w, const GemmEpilogue& ep = {},
+                      QgemmKernel kernel = QgemmKernel::kAuto);
+GemmResult grouped_qgemm_cuda(const GemmOperand& a, std::span<const int64_t> offsets, const GemmOperand& w,
+                              const GemmEpilogue& ep = {}, std::span<const int64_t> group_rows = {},
+                              QgemmKernel kernel = QgemmKernel::kAuto);
+
+// ---- benchmark (lockstep bench gemm) -------------------------------------------------------
+struct GemmBenchRow {
+  std::string section;  // "decode", "moe-decode", "dense", "grouped"
+  std::string name;     // "nvfp4 w4a16 14336x4096 M=1"
+  double us = 0;        // median time per call
+  double bytes = 0;     // packed weight bytes (data + scales) that must be read
+  double gbps = 0;      // bytes / time
+  double ratio_copy = 0;      // gbps / device copy bandwidth (decode); 0 when not applicable
+  double tflops = 0;          // 2 M N K / time
+  double baseline_us = 0;     // cuBLAS bf16 (or per-expert loop) on the same shape, same run
+  double ratio_baseline = 0;  // baseline_us / us (> 1: faster than bf16)
+  double target = 0;          // the target for the ratio that matters (0: none)
+  bool target_is_copy = false;
+};
+struct GemmBenchResult {
+  std::string gpu;
+  double copy_gbps = 0;  // device-to-device copy, (read + write) bytes / time
+  bool have_cublas = false;
+  std::vector<GemmBenchRow> rows;
+};
+// filter: substring of section or name; quick: smaller shapes (CI smoke run).
+GemmBenchResult bench_gemm_cuda(const std::string& filter = "", bool quick = false, int iters = 20);
+
+}  // namespace lockstep::cuda

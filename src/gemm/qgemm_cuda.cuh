@@ -1,0 +1,143 @@
+// Device helpers shared by the CUDA GEMM kernels (qgemm_decode_cuda.cu, qgemm_tiled_cuda.cu):
+// exact operand decoding into bf16 through the numerics/ codecs, the bf16 mma.sync wrapper and the
+// epilogue of docs/gemm.md section 4. Internal to src/gemm.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "lockstep/gemm/qgemm_cuda.h"
+#include "lockstep/numerics/block_rules.h"
+#include "lockstep/numerics/codecs.h"
+#include "lockstep/numerics/hd.h"
+#include "lockstep/numerics/transcendental.h"
+
+namespace lockstep::cuda::gemm_detail {
+
+// Error messages without fmt (fmt's consteval format strings do not compile under nvcc).
+template <class... T>
+std::string cat(const T&... x) {
+  std::ostringstream os;
+  (os << ... << x);
+  return os.str();
+}
+
+// bf16 bits of a value that is exactly a bf16 (every inner value the kernels build is: docs/gemm.md
+// section 2); RNE otherwise, which the host wrappers rule out before launching.
+__device__ __forceinline__ uint16_t bf16_bits(float v) { return num::f32_to_bf16(v); }
+
+// Element code -> inner element value (no block scale), by the contract's codecs.
+__device__ __forceinline__ float decode_elem(GemmFormat f, ElemCodec e, uint32_t code) {
+  if (f == GemmFormat::kNvfp4) return num::decode_e2m1(uint8_t(code));
+  return e == ElemCodec::kE5M2 ? num::decode_e5m2(uint8_t(code)) : num::decode_e4m3(uint8_t(code));
+}
+
+// Block scale code -> its value (nvfp4 E4M3, mxfp8 E8M0); 1 for formats without block scales.
+__device__ __forceinline__ float decode_block_scale(GemmFormat f, uint8_t code) {
+  if (f == GemmFormat::kNvfp4) return num::decode_e4m3(code);
+  if (f == GemmFormat::kMxfp8) return num::decode_e8m0(code);
+  return 1.0f;
+}
+
+// The inner value of operand element (r, k) as bf16 bits (scalar path: A staging, tails).
+__device__ __forceinline__ uint16_t inner_bf16(const GemmOperandView& op, int64_t r, int64_t k) {
+  const int64_t K = op.cols;
+  switch (op.format) {
+    case GemmFormat::kBf16:
+      return static_cast<const uint16_t*>(op.data)[r * K + k];
+    case GemmFormat::kNvfp4: {
+      const uint8_t byte = static_cast<const uint8_t*>(op.data)[(r * K + k) >> 1];
+      const uint8_t code = (k & 1) ? (byte >> 4) : (byte & 0xF);
+      return bf16_bits(num::mul_rn(num::decode_e2m1(code), num::decode_e4m3(op.block_scale[r * (K / 16) + k / 16])));
+    }
+    case GemmFormat::kMxfp8: {
+      const uint8_t code = static_cast<const uint8_t*>(op.data)[r * K + k];
+      return bf16_bits(num::mx_dequant(decode_elem(op.format, op.elem, code), op.block_scale[r * (K / 32) + k / 32]));
+    }
+    case GemmFormat::kFp8:
+    default:
+      return bf16_bits(decode_elem(op.format, op.elem, static_cast<const uint8_t*>(op.data)[r * K + k]));
+  }
+}
+
+__device__ __forceinline__ float outer_of(const GemmOperandView& op, int64_t r) {
+  return op.outer ? op.outer[r] : 1.0f;
+}
+
+// Lookup tables in shared memory, filled by the block from the codecs (never re-derived):
+//   pair[b]  = bf16x2 {elem(b & 15), elem(b >> 4)} for nvfp4, {elem(b), 0} for 8-bit codes;
+//   scale[b] = bf16 bits of the block scale code b (E4M3 for nvfp4, E8M0 = 2^(b-127) for mxfp8).
+__device__ __forceinline__ uint32_t pair_entry(GemmFormat f, ElemCodec e, uint32_t b) {
+  if (f == GemmFormat::kNvfp4)
+    return uint32_t(bf16_bits(decode_elem(f, e, b & 15))) | (uint32_t(bf16_bits(decode_elem(f, e, b >> 4))) << 16);
+  if (f == GemmFormat::kBf16) return 0;
+  return uint32_t(bf16_bits(decode_elem(f, e, b)));
+}
+__device__ __forceinline__ uint16_t scale_entry(GemmFormat f, uint32_t b) {
+  return bf16_bits(decode_block_scale(f, uint8_t(b)));
+}
+
+// Exact bf16x2 product (both factors and the product are bf16 numbers: docs/gemm.md section 2).
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162*>(&a);
+  __nv_bfloat162 y = *reinterpret_cast<__nv_bfloat162*>(&b);
+  __nv_bfloat162 z = __hmul2(x, y);
+  return *reinterpret_cast<uint32_t*>(&z);
+}
+
+// D[16x8] += A[16x16] B[16x8], bf16 inputs, fp32 accumulators (PTX fragment layouts).
+__device__ __forceinline__ void mma_bf16_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Streaming 16-byte load of packed weights (read once: do not pollute L1).
+__device__ __forceinline__ uint4 ldg_stream16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// Epilogue steps 1-3 of docs/gemm.md section 4 for one element before SwiGLU:
+// v = RN(v0 + bias) with v0 = RN(alpha * RN(RN(oa * ow) * acc)).
+__device__ __forceinline__ float epilogue_value(float acc, float oa, float ow, const DeviceEpilogue& ep,
+                                                int64_t bias_idx) {
+  const float d = num::mul_rn(num::mul_rn(oa, ow), acc);
+  float v = num::mul_rn(ep.alpha, d);
+  if (ep.bias) v = num::add_rn(v, ep.bias[bias_idx]);
+  return v;
+}
+
+__device__ __forceinline__ void store_out(const GemmOutView& out, int64_t idx, float y) {
+  if (out.d_bf16)
+    out.d_bf16[idx] = num::f32_to_bf16(y);
+  else
+    out.d_f32[idx] = y;
+}
+
+// Raw fp32 D (or K-slice partials) -> output: sums `slices` partials [slices][rows_total][n] in
+// ascending slice order, applies outer scales and the epilogue (SwiGLU included). grid: x over
+// output columns, y over rows of a group, z over groups.
+void launch_epilogue(const float* ws, int slices, int64_t rows_total, const GemmOperandView& a,
+                     const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups, const DeviceEpilogue& ep,
+                     GemmOutView out, cudaStream_t stream);
+
+void launch_decode(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
+                   const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream);
+void launch_tiled(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
+                  const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream);
+
+constexpr int kDecodeSlice = 2048;  // K per decode slice: fixed, depends on nothing but K
+constexpr int kDecodeMaxRows = 16;  // rows per group the decode kernel takes
+
+}  // namespace lockstep::cuda::gemm_detail

@@ -1,0 +1,208 @@
+// The tiled (any M) deterministic CUDA GEMM: 128x128 output tiles, K walked in fixed 32-wide
+// steps from 0 to K (no split-K), both operands dequantized exactly into bf16 in shared memory
+// (double-buffered, next tile prefetched into registers), bf16 mma.sync with fp32 accumulators,
+// outer scales and epilogue last. Every output element's chain depends only on K, so row i's bits
+// do not depend on M, the other rows or their order (batch-invariant by construction).
+#include "qgemm_cuda.cuh"
+
+namespace lockstep::cuda::gemm_detail {
+namespace {
+
+constexpr int kBM = 128, kBN = 128, kBK = 32;
+constexpr int kThreads = 256;
+constexpr int kStride = kBK + 8;  // bf16 per smem row: 80 B, ldmatrix conflict-free
+
+// One operand's raw bytes for one thread's 16 k-values of one row (prefetched into registers).
+struct RawTile {
+  uint4 v[2];
+  uint32_t scale;
+  bool valid;
+};
+
+struct OperandLuts {
+  uint32_t pair[256];
+  uint16_t scale[256];
+};
+
+// Thread `tid` covers row tid / 2 and k [16 * (tid & 1), +16) of a 128 x 32 tile.
+__device__ __forceinline__ void load_raw(const GemmOperandView& op, int64_t row, bool valid, int64_t k, RawTile& r) {
+  r.valid = valid;
+  r.v[0] = r.v[1] = make_uint4(0, 0, 0, 0);
+  r.scale = 0;
+  if (!valid) return;
+  const int64_t K = op.cols;
+  const uint8_t* d = static_cast<const uint8_t*>(op.data);
+  switch (op.format) {
+    case GemmFormat::kBf16: {
+      const uint4* p = reinterpret_cast<const uint4*>(d + (row * K + k) * 2);
+      r.v[0] = __ldg(p);
+      r.v[1] = __ldg(p + 1);
+      break;
+    }
+    case GemmFormat::kNvfp4: {
+      const uint2 x = __ldg(reinterpret_cast<const uint2*>(d + (row * K + k) / 2));
+      r.v[0].x = x.x, r.v[0].y = x.y;
+      r.scale = __ldg(op.block_scale + row * (K / 16) + k / 16);
+      break;
+    }
+    default:
+      r.v[0] = __ldg(reinterpret_cast<const uint4*>(d + row * K + k));
+      if (op.format == GemmFormat::kMxfp8) r.scale = __ldg(op.block_scale + row * (K / 32) + k / 32);
+      break;
+  }
+}
+
+// Exact bf16 of the 16 values into smem (8 x bf16x2 words).
+__device__ __forceinline__ void store_tile(const GemmOperandView& op, const OperandLuts& lut, const RawTile& r,
+                                           uint16_t* dst) {
+  uint32_t o[8];
+  if (!r.valid || op.format == GemmFormat::kBf16) {
+    const uint32_t* s = reinterpret_cast<const uint32_t*>(r.v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i] = s[i];
+  } else if (op.format == GemmFormat::kNvfp4) {
+    const uint32_t sc = uint32_t(lut.scale[r.scale]) * 0x10001u;
+    const uint32_t w[2] = {r.v[0].x, r.v[0].y};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i] = bf16x2_mul(lut.pair[(w[i >> 2] >> ((i & 3) * 8)) & 0xFF], sc);
+  } else {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(r.v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t q = w[i >> 1] >> ((i & 1) * 16);
+      o[i] = __byte_perm(lut.pair[q & 0xFF], lut.pair[(q >> 8) & 0xFF], 0x5410);
+    }
+    if (op.format == GemmFormat::kMxfp8) {
+      const uint32_t sc = uint32_t(lut.scale[r.scale]) * 0x10001u;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) o[i] = bf16x2_mul(o[i], sc);
+    }
+  }
+  uint4* d4 = reinterpret_cast<uint4*>(dst);
+  d4[0] = make_uint4(o[0], o[1], o[2], o[3]);
+  d4[1] = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* p) {
+  const uint32_t addr = uint32_t(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// grid: x = W row tiles of a group, y = A row tiles of a group, z = group.
+__global__ void __launch_bounds__(kThreads) tiled_kernel(GemmOperandView a, GemmOperandView w, int64_t n,
+                                                         const GemmGroupDesc* groups, DeviceEpilogue ep,
+                                                         GemmOutView out, float* raw) {
+  __shared__ __align__(16) uint16_t As[2][kBM * kStride];
+  __shared__ __align__(16) uint16_t Ws[2][kBN * kStride];
+  __shared__ OperandLuts lut_a, lut_w;
+  const GemmGroupDesc G = groups[blockIdx.z];
+  const int64_t m0 = int64_t(blockIdx.y) * kBM;
+  if (m0 >= G.rows) return;
+  const int64_t n0 = int64_t(blockIdx.x) * kBN;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  lut_a.pair[tid] = pair_entry(a.format, a.elem, uint32_t(tid));
+  lut_w.pair[tid] = pair_entry(w.format, w.elem, uint32_t(tid));
+  lut_a.scale[tid] = scale_entry(a.format, uint32_t(tid));
+  lut_w.scale[tid] = scale_entry(w.format, uint32_t(tid));
+
+  const int64_t K = a.cols;
+  const int lr = tid >> 1, lk = (tid & 1) * 16;
+  const bool a_ok = m0 + lr < G.rows, w_ok = n0 + lr < n;
+  const int64_t a_row = G.a_row0 + m0 + lr, w_row = G.w_row0 + n0 + lr;
+  RawTile ra, rw;
+  load_raw(a, a_row, a_ok, lk, ra);
+  load_raw(w, w_row, w_ok, lk, rw);
+  __syncthreads();  // luts
+  store_tile(a, lut_a, ra, &As[0][lr * kStride + lk]);
+  store_tile(w, lut_w, rw, &Ws[0][lr * kStride + lk]);
+  __syncthreads();
+
+  const int wm = warp >> 1, wn = warp & 1;  // warp tile: A rows [32 wm, +32), W rows [64 wn, +64)
+  float acc[2][8][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+
+  const int ktiles = int(K / kBK);
+  for (int kt = 0; kt < ktiles; ++kt) {
+    const int cur = kt & 1;
+    if (kt + 1 < ktiles) {
+      load_raw(a, a_row, a_ok, int64_t(kt + 1) * kBK + lk, ra);
+      load_raw(w, w_row, w_ok, int64_t(kt + 1) * kBK + lk, rw);
+    }
+#pragma unroll
+    for (int ks = 0; ks < kBK; ks += 16) {
+      uint32_t af[2][4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        ldmatrix_x4(af[i], &As[cur][(wm * 32 + i * 16 + (lane & 15)) * kStride + ks + (lane >> 4) * 8]);
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        uint32_t bf[4];
+        ldmatrix_x4(bf, &Ws[cur][(wn * 64 + jj * 16 + (lane & 7) + ((lane >> 4) << 3)) * kStride + ks +
+                                 ((lane >> 3) & 1) * 8]);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          mma_bf16_16816(acc[i][2 * jj], af[i][0], af[i][1], af[i][2], af[i][3], bf[0], bf[1]);
+          mma_bf16_16816(acc[i][2 * jj + 1], af[i][0], af[i][1], af[i][2], af[i][3], bf[2], bf[3]);
+        }
+      }
+    }
+    if (kt + 1 < ktiles) {
+      store_tile(a, lut_a, ra, &As[cur ^ 1][lr * kStride + lk]);
+      store_tile(w, lut_w, rw, &Ws[cur ^ 1][lr * kStride + lk]);
+    }
+    __syncthreads();
+  }
+
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int64_t r = m0 + wm * 32 + i * 16 + g + (q >= 2 ? 8 : 0);
+      if (r >= G.rows) continue;
+      const int64_t orow = G.a_row0 + r;
+      const float oa = outer_of(a, orow);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int64_t c = n0 + wn * 64 + j * 8 + 2 * t + (q & 1);
+        if (c >= n) continue;
+        if (raw) {
+          raw[orow * n + c] = acc[i][j][q];
+        } else {
+          const float y = r < G.tokens ? epilogue_value(acc[i][j][q], oa, outer_of(w, G.w_row0 + c), ep, G.w_row0 + c)
+                                       : 0.0f;
+          store_out(out, orow * n + c, y);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void launch_tiled(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
+                  const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream) {
+  const int64_t K = a.cols;
+  if (K % kBK != 0)
+    throw GemmError(cat("qgemm tiled kernel: needs K % ", kBK, " == 0 (K = ", K, ")"));
+  if (groups.groups == 0 || groups.max_rows == 0 || n == 0) return;
+  if ((groups.max_rows + kBM - 1) / kBM > 65535)
+    throw GemmError(cat("qgemm tiled kernel: ", groups.max_rows, " rows per group is too many (max ", 65535 * kBM, ")"));
+  float* raw = nullptr;
+  if (ep.swiglu) {  // SwiGLU pairs columns c and N/2 + c, which live in different tiles
+    const size_t need = size_t(groups.total_rows) * size_t(n) * sizeof(float);
+    if (workspace.size() < need) workspace.resize(need);
+    raw = workspace.as<float>();
+  }
+  const dim3 grid(unsigned((n + kBN - 1) / kBN), unsigned((groups.max_rows + kBM - 1) / kBM), unsigned(groups.groups));
+  tiled_kernel<<<grid, kThreads, 0, stream>>>(a, w, n, groups.table.as<GemmGroupDesc>(), ep, out, raw);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+  if (raw) launch_epilogue(raw, 1, groups.total_rows, a, w, n, groups, ep, out, stream);
+}
+
+}  // namespace lockstep::cuda::gemm_detail
