@@ -300,3 +300,61 @@ TEST(CudaOracle, CodecsMatchCudaHostConversions) {
   EXPECT_GT(checked, 40000000);
 }
 #endif
+
+// ---- fast encoders (CUDA kernels) and the portable exp ----------------------------------------
+#include "lockstep/numerics/fast_codecs.h"
+#include "lockstep/numerics/transcendental.h"
+
+TEST(FastCodecs, E2M1FastEqualsReferenceOnDenseSample) {
+  for (uint64_t b = 0; b <= 0xFFFFFFFFull; b += 61) {
+    const float v = bits(uint32_t(b));
+    ASSERT_EQ(encode_e2m1_fast(v), encode_e2m1(v)) << std::hex << b;
+  }
+  for (float t : {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f})
+    for (float v : {t, std::nextafter(t, 0.0f), std::nextafter(t, 10.0f), -t}) EXPECT_EQ(encode_e2m1_fast(v), encode_e2m1(v)) << v;
+  EXPECT_EQ(encode_e2m1x2_fast(1.0f, -6.0f), 0xF2);
+}
+
+TEST(PortableExp, IsCloseToExpAndHandlesEdges) {
+  for (float x = -100.0f; x < 88.0f; x += 0.01234f) {
+    const double want = std::exp(double(x));
+    const float got = exp_f32(x);
+    if (want < 1.17549435e-38) continue;  // subnormal results: checked only to be finite below
+    EXPECT_NEAR(double(got), want, want * 4e-7) << x;  // ~3 ulp
+  }
+  EXPECT_EQ(exp_f32(0.0f), 1.0f);
+  EXPECT_TRUE(std::isinf(exp_f32(kInf)));
+  EXPECT_EQ(exp_f32(-kInf), 0.0f);
+  EXPECT_TRUE(std::isnan(exp_f32(kNaN)));
+  EXPECT_TRUE(std::isinf(exp_f32(89.0f)));
+  EXPECT_GE(exp_f32(-103.0f), 0.0f);
+  EXPECT_EQ(silu_f32(0.0f), 0.0f);
+  EXPECT_NEAR(silu_f32(1.0f), 1.0 / (1.0 + std::exp(-1.0)), 1e-6);
+}
+
+// encode_e2m1_arith (the kernels' branch-free E2M1 encoder) against the reference: a dense stride
+// over all 2^32 bit patterns (every sign, exponent and NaN class), then every pattern within 4096
+// ulps of each decision boundary, code value, power of two in [2^-3, 2^4], 0, inf and NaN edges.
+// (The GPU harness, `lockstep_test_backend --op codec`, checks all 2^32 inputs exhaustively.)
+TEST(FastCodecs, E2M1ArithEqualsReference) {
+  for (uint64_t b = 0; b <= 0xFFFFFFFFull; b += 37) {
+    const float v = bits(uint32_t(b));
+    ASSERT_EQ(encode_e2m1_arith(v), encode_e2m1(v)) << std::hex << b;
+  }
+  std::vector<float> centers = {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f,
+                                5.0f, 6.0f, 7.0f, 8.0f, 16.0f, 0.125f, kInf};
+  for (float c : centers) {
+    const uint32_t cb = f32_bits(c);
+    for (int64_t d = -4096; d <= 4096; ++d) {
+      const int64_t m = int64_t(cb) + d;
+      if (m < 0 || m > 0x7FFFFFFF) continue;
+      for (uint32_t sign : {0u, 0x80000000u}) {
+        const float v = bits(uint32_t(m) | sign);
+        ASSERT_EQ(encode_e2m1_arith(v), encode_e2m1(v)) << std::hex << (uint32_t(m) | sign);
+      }
+    }
+  }
+  for (uint32_t b : {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFFFFFFFFu, 0x00000001u, 0x80000001u, 0x7F7FFFFFu})
+    EXPECT_EQ(encode_e2m1_arith(bits(b)), encode_e2m1(bits(b))) << std::hex << b;
+  EXPECT_EQ(encode_e2m1_arith(bits(0xFFC00000u)), 0x7u);  // NaN: 0x7 whatever the sign
+}

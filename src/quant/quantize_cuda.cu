@@ -6,6 +6,8 @@
 #include "quantize_tiles_cuda.cuh"
 #include "lockstep/tensor/device_buffer.h"
 
+#include <type_traits>
+
 namespace lockstep::cuda::detail {
 namespace {
 
@@ -16,11 +18,57 @@ void with_loader(const InputRef& in, F&& f) {
   else f(LoadF32{static_cast<const float*>(in.p), in.cols, vec});
 }
 
+template <class Loader, RowFmt F, int Mode>
+void rows_fast(const Loader& ld, const RowParams& p, unsigned grid, int threads, cudaStream_t st) {
+  if (p.scale.swizzled) quantize_rows_fast_kernel<Loader, F, Mode, true><<<grid, threads, 0, st>>>(ld, p);
+  else quantize_rows_fast_kernel<Loader, F, Mode, false><<<grid, threads, 0, st>>>(ld, p);
+}
+
+// The specialized kernel where it applies (quantize_rows_fast_kernel's conditions); true if launched.
+template <class Loader>
+bool try_rows_fast(const Loader& ld, RowFmt f, const RowParams& p, unsigned grid, int threads, cudaStream_t st) {
+  constexpr bool plain = std::is_same_v<Loader, LoadBf16>;
+  constexpr bool gather = std::is_same_v<Loader, LoadGather<LoadBf16>>;
+  if constexpr (!plain && !gather) {
+    return false;
+  } else {
+    if (p.cols % 16 != 0 || p.sr.on || p.nchunks > kRegChunks * 256) return false;
+    if (f != RowFmt::kNvfp4 && p.e5m2) return false;
+    if constexpr (gather) {
+      if (f != RowFmt::kNvfp4 || p.amax_mode != kAmaxRow) return false;
+      rows_fast<Loader, RowFmt::kNvfp4, kAmaxRow>(ld, p, grid, threads, st);
+      return true;
+    } else {
+      switch (f) {
+        case RowFmt::kNvfp4:
+          if (p.amax_mode == kAmaxRow) rows_fast<Loader, RowFmt::kNvfp4, kAmaxRow>(ld, p, grid, threads, st);
+          else if (p.amax_mode == kAmaxDomain) rows_fast<Loader, RowFmt::kNvfp4, kAmaxDomain>(ld, p, grid, threads, st);
+          else return false;
+          return true;
+        case RowFmt::kMxfp8:
+          if (p.amax_mode != kAmaxDomain) return false;
+          rows_fast<Loader, RowFmt::kMxfp8, kAmaxDomain>(ld, p, grid, threads, st);
+          return true;
+        case RowFmt::kFp8:
+          if (p.amax_mode == kAmaxRow) quantize_rows_fast_kernel<Loader, RowFmt::kFp8, kAmaxRow, false><<<grid, threads, 0, st>>>(ld, p);
+          else if (p.amax_mode == kAmaxDomain) quantize_rows_fast_kernel<Loader, RowFmt::kFp8, kAmaxDomain, false><<<grid, threads, 0, st>>>(ld, p);
+          else quantize_rows_fast_kernel<Loader, RowFmt::kFp8, kAmaxLanes8, false><<<grid, threads, 0, st>>>(ld, p);
+          return true;
+      }
+      return false;
+    }
+  }
+}
+
 template <class Loader>
 void rows_with(const Loader& ld, RowFmt f, const RowParams& p, cudaStream_t st) {
   if (p.rows == 0 || p.nchunks == 0) return;
   const unsigned grid = unsigned(p.rows);
   const int threads = row_threads(p.nchunks);
+  if (try_rows_fast(ld, f, p, grid, threads, st)) {
+    LOCKSTEP_CUDA_CHECK_LAUNCH();
+    return;
+  }
   switch (f) {
     case RowFmt::kNvfp4: quantize_rows_kernel<Loader, RowFmt::kNvfp4><<<grid, threads, 0, st>>>(ld, p); break;
     case RowFmt::kMxfp8: quantize_rows_kernel<Loader, RowFmt::kMxfp8><<<grid, threads, 0, st>>>(ld, p); break;
@@ -37,6 +85,8 @@ __global__ void codec_check_kernel(unsigned long long* mismatches) {
     const float b = __uint_as_float(uint32_t(i + stride < (uint64_t(1) << 32) ? i + stride : i));
     bad[0] += num::encode_e2m1_fast(a) != num::encode_e2m1(a);
     bad[0] += num::encode_e2m1_fast(b) != num::encode_e2m1(b);
+    bad[0] += num::encode_e2m1_arith(a) != num::encode_e2m1(a);
+    bad[0] += num::encode_e2m1_arith(b) != num::encode_e2m1(b);
     const uint16_t e43 = num::encode_e4m3x2_fast(a, b);
     bad[1] += uint8_t(e43) != num::encode_e4m3(a);
     bad[1] += uint8_t(e43 >> 8) != num::encode_e4m3(b);

@@ -135,4 +135,155 @@ inline int row_threads(int64_t nchunks) {
   return int(t < 32 ? 32 : (t > 256 ? 256 : t));
 }
 
+// ---- the specialized row kernel ------------------------------------------------------------------
+// quantize_rows_kernel with every runtime choice made at compile time, for the common case: bf16
+// rows (plain or gathered), cols % 16 == 0, round to nearest, E4M3 elements (FP8/MXFP8), the whole
+// row in registers (nchunks <= kRegChunks * 256). The row is held as packed bf16 (8 registers per
+// 16-element chunk instead of 16), so the kernel fits 64 registers (8 CTAs of 128 threads per SM).
+// Same arithmetic as quantize_rows_kernel, element by element (the harness compares bytes).
+struct RawChunk {
+  uint4 a, b;
+};
+
+// Start of row r's bf16 elements, or nullptr for a zero row (a gather padding row).
+__device__ __forceinline__ const uint16_t* raw_row(const LoadBf16& ld, int64_t r) { return ld.p + r * ld.cols; }
+__device__ __forceinline__ const uint16_t* raw_row(const LoadGather<LoadBf16>& ld, int64_t r) {
+  const int32_t s = ld.src[r];
+  return s < 0 ? nullptr : ld.in.p + int64_t(s) * ld.in.cols;
+}
+
+__device__ __forceinline__ void unpack16(const RawChunk& x, float v[16]) {
+  const uint32_t w[8] = {x.a.x, x.a.y, x.a.z, x.a.w, x.b.x, x.b.y, x.b.z, x.b.w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    v[2 * i] = __uint_as_float(w[i] << 16);
+    v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+  }
+}
+
+// 16 scaled values v[i] * f to 8 E2M1 bytes, RNE (encode_e2m1_arith per element).
+__device__ __forceinline__ uint2 encode_e2m1x16_rn(const float v[16], float f) {
+  uint32_t w[2] = {0, 0};
+#pragma unroll
+  for (int i = 0; i < 16; ++i) w[i / 8] |= num::encode_e2m1_arith(num::mul_rn(v[i], f)) << (4 * (i % 8));
+  return make_uint2(w[0], w[1]);
+}
+
+__device__ __forceinline__ uint4 encode_e4m3x16_rn(const float v[16], float f) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    w[i] = uint32_t(num::encode_e4m3x2_fast(num::mul_rn(v[4 * i], f), num::mul_rn(v[4 * i + 1], f))) |
+           (uint32_t(num::encode_e4m3x2_fast(num::mul_rn(v[4 * i + 2], f), num::mul_rn(v[4 * i + 3], f))) << 16);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+template <bool Swz>
+__device__ __forceinline__ void store_scale(const ScaleOut& s, int64_t r, int64_t c, uint8_t code) {
+  s.p[Swz ? swizzled_offset_d(r, c, s.padded_cols) : r * s.cols + c] = code;
+}
+
+// F and Mode: (kNvfp4, kAmaxRow | kAmaxDomain), (kMxfp8, kAmaxDomain), (kFp8, kAmaxRow | kAmaxDomain |
+// kAmaxLanes8). Swz: swizzled block scales (NVFP4 / MXFP8).
+template <class Loader, RowFmt F, int Mode, bool Swz>
+__global__ void __launch_bounds__(256, 4) quantize_rows_fast_kernel(Loader ld, RowParams p) {
+  __shared__ float red[33];
+  const int64_t r = blockIdx.x;
+  const int t = threadIdx.x, T = blockDim.x;
+  const uint16_t* rowp = raw_row(ld, r);
+  RawChunk x[kRegChunks];
+#pragma unroll
+  for (int i = 0; i < kRegChunks; ++i) {
+    const int b = t + i * T;
+    if (rowp != nullptr && b < p.nchunks) {
+      const uint4* q = reinterpret_cast<const uint4*>(rowp + int64_t(b) * 16);
+      x[i].a = q[0];
+      x[i].b = q[1];
+    } else {
+      x[i].a = make_uint4(0, 0, 0, 0);
+      x[i].b = make_uint4(0, 0, 0, 0);
+    }
+  }
+  float cam[kRegChunks];
+  float acc = num::amax_empty();
+#pragma unroll
+  for (int i = 0; i < kRegChunks; ++i) {
+    cam[i] = num::amax_empty();
+    if (t + i * T < p.nchunks) {
+      float v[16];
+      unpack16(x[i], v);
+      cam[i] = amax16(v);
+      acc = num::fmax_f32(acc, cam[i]);
+    }
+  }
+  float rowA = 0.0f;
+  if constexpr (Mode == kAmaxRow) {
+    rowA = block_fmax(acc, red);
+    if (t == 0) {
+      if constexpr (F == RowFmt::kNvfp4) p.amax_out[r] = rowA;
+      if constexpr (F == RowFmt::kFp8)
+        p.scale_inv_out[r] = num::fp8_scale_inv(num::fp8_scale(rowA, p.elem_max, p.eps, p.type_max, p.pow2));
+    }
+  } else if constexpr (F == RowFmt::kNvfp4) {
+    int64_t d = 0;
+    if (p.dom_kind == kDomGroup) d = group_of_row(p.offsets, p.groups, r);
+    rowA = p.dom_val[d];
+  }
+  if constexpr (F == RowFmt::kNvfp4) {
+    const num::TwoLevelOuter outer = num::two_level_outer(rowA, num::kE2M1Max);
+#pragma unroll
+    for (int i = 0; i < kRegChunks; ++i) {
+      const int b = t + i * T;
+      if (b >= p.nchunks) continue;
+      const int64_t c0 = int64_t(b) * 16;
+      const uint8_t s = num::two_level_block_scale_fast(cam[i], outer);
+      const float enc = num::two_level_encode_factor(s, outer);
+      float v[16];
+      unpack16(x[i], v);
+      *reinterpret_cast<uint2*>(p.data + (r * p.cols + c0) / 2) = encode_e2m1x16_rn(v, enc);
+      store_scale<Swz>(p.scale, r, b, s);
+    }
+  } else if constexpr (F == RowFmt::kMxfp8) {
+    const float inv_max = num::div_rn(1.0f, p.elem_max);
+#pragma unroll
+    for (int i = 0; i < kRegChunks; ++i) {
+      const int b = t + i * T;
+      const float bam = num::fmax_f32(cam[i], __shfl_xor_sync(0xFFFFFFFFu, cam[i], 1));  // block of 32 = 2 chunks
+      if (b >= p.nchunks) continue;
+      const uint8_t e = num::encode_e8m0(num::mul_rn(bam, inv_max));  // num::mx_block_exponent
+      float v[16];
+      unpack16(x[i], v);
+      *reinterpret_cast<uint4*>(p.data + r * p.cols + int64_t(b) * 16) = encode_e4m3x16_rn(v, num::mx_encode_factor(e));
+      if ((b & 1) == 0) store_scale<Swz>(p.scale, r, b / 2, e);
+    }
+  } else {
+    const int lane = t & 31;
+#pragma unroll
+    for (int i = 0; i < kRegChunks; ++i) {
+      const int b = t + i * T;
+      float scale;
+      if constexpr (Mode == kAmaxLanes8) {
+        float a = cam[i];  // 1x128: chunks b .. b+7 of an aligned group of 8 lanes
+        for (int o = 1; o < 8; o <<= 1) a = num::fmax_f32(a, __shfl_xor_sync(0xFFFFFFFFu, a, o));
+        if (b >= p.nchunks) continue;
+        a = num::is_nan(a) ? nan_f32() : a;
+        scale = num::fp8_scale(a, p.elem_max, p.eps, p.type_max, p.pow2);
+        if ((lane & 7) == 0) p.scale_inv_out[r * p.tile_cols + b / 8] = num::fp8_scale_inv(scale);
+      } else if constexpr (Mode == kAmaxRow) {
+        if (b >= p.nchunks) continue;
+        scale = num::fp8_scale(rowA, p.elem_max, p.eps, p.type_max, p.pow2);
+      } else {
+        if (b >= p.nchunks) continue;
+        int64_t d = 0;
+        if (p.dom_kind == kDomGroup) d = group_of_row(p.offsets, p.groups, r);
+        else if (p.dom_kind == kDomTile128) d = (r / 128) * p.tile_cols + b / 8;
+        scale = p.dom_val[d];
+      }
+      float v[16];
+      unpack16(x[i], v);
+      *reinterpret_cast<uint4*>(p.data + r * p.cols + int64_t(b) * 16) = encode_e4m3x16_rn(v, scale);
+    }
+  }
+}
+
 }  // namespace lockstep::cuda::detail

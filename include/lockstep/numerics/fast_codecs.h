@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "lockstep/numerics/block_rules.h"
 #include "lockstep/numerics/codecs.h"
 #include "lockstep/numerics/hd.h"
 
@@ -21,6 +22,23 @@ LOCKSTEP_HD inline uint8_t encode_e2m1_fast(float v) {
   uint32_t code = uint32_t(a > 0.25f) + uint32_t(a >= 0.75f) + uint32_t(a > 1.25f) + uint32_t(a >= 1.75f) +
                   uint32_t(a > 2.5f) + uint32_t(a >= 3.5f) + uint32_t(a > 5.0f);
   return uint8_t(((b >> 31) << 3) | code);
+}
+
+// E2M1 by arithmetic on the fp32 bits, branch-free (about 12 instructions, no compare chain); the
+// same code as encode_e2m1 for every fp32 input. |v| >= 1: integer RNE of the bit pattern to one
+// mantissa bit (adding 0x1FFFFF plus the kept bit carries into the exponent exactly when RNE rounds
+// up), so bits >> 22 is 254 for 1.0 .. 259 for 6.0, saturated at code 7 (inf and NaN give >= 7 too).
+// |v| < 1: |v| + 2^22 rounds |v| to a multiple of 0.5 with RNE (the fp32 ulp there is 0.5), and the
+// low bits are the code 0..2. NaN gives 0x7 whatever its sign, as encode_e2m1.
+LOCKSTEP_HD inline uint32_t encode_e2m1_arith(float v) {
+  const uint32_t b = f32_bits(v);
+  const uint32_t m = b & 0x7FFFFFFFu;
+  const uint32_t big = (m + 0x1FFFFFu + ((m >> 22) & 1u)) >> 22;  // 254 (1.0) .. 259 (6.0) .. 512
+  const uint32_t big_code = (big < 259u ? big : 259u) - 252u;
+  const uint32_t small_code = f32_bits(add_rn(f32_from_bits(m), 4194304.0f)) - 0x4A800000u;
+  const uint32_t code = m < 0x3F800000u ? small_code : big_code;
+  const uint32_t sign = m <= 0x7F800000u ? (b >> 28) & 8u : 0u;
+  return code | sign;
 }
 
 // Two E2M1 codes packed in one byte, `lo` in the low nibble (the even column).
@@ -63,6 +81,12 @@ LOCKSTEP_HD inline float amax_fold_fast(float acc, float x) {
 #else
   return amax_fold(acc, x);
 #endif
+}
+
+// two_level_block_scale (block_rules.h) with the E4M3 encode done by encode_e4m3x2_fast, which is
+// the same code as encode_e4m3 for every fp32 input.
+LOCKSTEP_HD inline uint8_t two_level_block_scale_fast(float block_amax, const TwoLevelOuter& o) {
+  return uint8_t(encode_e4m3x2_fast(fmin_f32(mul_rn(block_amax, o.s_enc_x_inv_max), kFltMax), 0.0f));
 }
 
 }  // namespace lockstep::num
