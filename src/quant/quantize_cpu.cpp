@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "lockstep/numerics/block_rules.h"
+#include "lockstep/numerics/hadamard.h"
 #include "lockstep/numerics/philox.h"
 #include "lockstep/quant/layout.h"
 #include "lockstep/quant/quantize.h"
@@ -408,23 +409,9 @@ std::vector<QTensor> quantize_nvfp4_joint(std::span<const MatrixF32> xs, const Q
 std::vector<float> hadamard16_rows(const MatrixF32& x) {
   if (x.cols % 16 != 0) throw QuantError(fmt::format("{}: the Hadamard transform needs cols % 16 == 0", where(x)));
   std::vector<float> out(x.values.size());
-  constexpr uint32_t kSigns = 0xD7E8u;  // s_i = -1 where bit i is set
   const int64_t chunks = x.rows * x.cols / 16;
 #pragma omp parallel for schedule(static)
-  for (int64_t k = 0; k < chunks; ++k) {
-    const float* in = x.values.data() + k * 16;
-    float* o = out.data() + k * 16;
-    for (int j = 0; j < 16; ++j) {
-      // y_j = (sum_i s_i H[i][j] x_i) / 4, summed in ascending i starting from the i = 0 term.
-      float acc = 0.0f;
-      for (int i = 0; i < 16; ++i) {
-        const bool neg = (((kSigns >> i) & 1u) != 0) != ((__builtin_popcount(unsigned(i & j)) & 1) != 0);
-        const float term = neg ? -in[i] : in[i];
-        acc = i == 0 ? term : num::add_rn(acc, term);
-      }
-      o[j] = num::bf16_to_f32(num::f32_to_bf16(num::mul_rn(acc, 0.25f)));
-    }
-  }
+  for (int64_t k = 0; k < chunks; ++k) num::hadamard16_chunk(x.values.data() + k * 16, out.data() + k * 16);
   return out;
 }
 

@@ -3,6 +3,7 @@
 // 16x16 (2-D) blocks, MXFP8 rowwise + columnwise in one pass, and the Hadamard transform.
 #pragma once
 
+#include "lockstep/numerics/hadamard.h"
 #include "quantize_cuda.cuh"
 
 namespace lockstep::cuda::detail {
@@ -178,20 +179,7 @@ __global__ void __launch_bounds__(256) quantize_mxfp8_tile_kernel(Loader ld, MxT
 }
 
 // ---- Hadamard transform of each 16-chunk (CONTRACT.md section 6), out bf16 or fp32 ------------
-__device__ __forceinline__ void hadamard16(const float in[16], float out[16]) {
-  constexpr uint32_t kSigns = 0xD7E8u;
-#pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const bool neg = (((kSigns >> i) & 1u) != 0) != ((__popc(unsigned(i & j)) & 1) != 0);
-      const float term = neg ? -in[i] : in[i];
-      acc = i == 0 ? term : num::add_rn(acc, term);
-    }
-    out[j] = num::bf16_to_f32(num::f32_to_bf16(num::mul_rn(acc, 0.25f)));
-  }
-}
+__device__ __forceinline__ void hadamard16(const float in[16], float out[16]) { num::hadamard16_chunk(in, out); }
 
 template <class Loader, class Out>
 __global__ void hadamard16_kernel(Loader ld, int64_t rows, int64_t cols, Out* out) {
