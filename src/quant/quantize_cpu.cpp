@@ -61,11 +61,19 @@ float amax_rows(const MatrixF32& x, int64_t r0, int64_t r1) {
   return acc;  // n > 0, so the sentinel survives only if every element was NaN (-> NaN)
 }
 
-std::string where(const MatrixF32& x) { return fmt::format("tensor '{}' [{}, {}]", x.name, x.rows, x.cols); }
+struct QuantShape {
+  const std::string& name;
+  int64_t rows, cols;
+};
+std::string where(const QuantShape& x) { return fmt::format("tensor '{}' [{}, {}]", x.name, x.rows, x.cols); }
+std::string where(const MatrixF32& x) { return where(QuantShape{x.name, x.rows, x.cols}); }
 
-void validate(const MatrixF32& x, std::span<const int64_t> offsets, const QuantSpec& spec) {
-  if (x.rows < 0 || x.cols < 0 || int64_t(x.values.size()) != x.rows * x.cols)
-    throw QuantError(fmt::format("{}: {} values do not match the shape", where(x), x.values.size()));
+}  // namespace
+
+void validate_quant_input(const std::string& name, int64_t rows, int64_t cols, std::span<const int64_t> offsets,
+                          const QuantSpec& spec) {
+  const QuantShape x{name, rows, cols};
+  if (x.rows < 0 || x.cols < 0) throw QuantError(fmt::format("{}: negative shape", where(x)));
   const auto fmt_name = format_name(spec.format);
   const auto sc_name = scaling_name(spec.scaling);
   auto bad_combo = [&](const char* why) {
@@ -115,6 +123,14 @@ void validate(const MatrixF32& x, std::span<const int64_t> offsets, const QuantS
         throw QuantError(fmt::format("{}: group {} has {} rows; blocks spanning rows need groups padded to a multiple of {}",
                                      where(x), g, offsets[g + 1] - offsets[g], need));
   }
+}
+
+namespace {
+
+void validate(const MatrixF32& x, std::span<const int64_t> offsets, const QuantSpec& spec) {
+  if (int64_t(x.values.size()) != x.rows * x.cols)
+    throw QuantError(fmt::format("{}: {} values do not match the shape", where(x), x.values.size()));
+  validate_quant_input(x.name, x.rows, x.cols, offsets, spec);
 }
 
 // Maps each row to its outer-scale domain.

@@ -17,50 +17,9 @@ using namespace detail;
 
 std::string where(const DeviceMatrix& x) { return fmt::format("tensor '{}' [{}, {}]", x.name, x.rows, x.cols); }
 
-// The CPU reference's validation (quantize_cpu.cpp), rule for rule, so both backends refuse the same inputs.
+// The same validation as the CPU reference, so both backends refuse the same inputs.
 void validate(const DeviceMatrix& x, std::span<const int64_t> offsets, const QuantSpec& spec) {
-  if (x.rows < 0 || x.cols < 0) throw QuantError(fmt::format("{}: negative shape", where(x)));
-  const auto fmt_name = format_name(spec.format);
-  const auto sc_name = scaling_name(spec.scaling);
-  auto bad_combo = [&](const char* why) {
-    throw QuantError(fmt::format("{}: format {} with scaling {}: {}", where(x), fmt_name, sc_name, why));
-  };
-  switch (spec.format) {
-    case Format::kNvfp4:
-      if (spec.scaling != Scaling::kPerTensor && spec.scaling != Scaling::kPerRow && spec.scaling != Scaling::kPerGroup)
-        bad_combo("nvfp4 takes per_tensor, per_row or per_group");
-      if (x.cols % 16 != 0) throw QuantError(fmt::format("{}: nvfp4 needs cols % 16 == 0 (blocks of 16 along the row); pad the tensor", where(x)));
-      if (spec.block2d && x.rows % 16 != 0) throw QuantError(fmt::format("{}: nvfp4 2-D (16x16) blocks need rows % 16 == 0; pad the tensor", where(x)));
-      if (spec.block2d && spec.scaling == Scaling::kPerRow) bad_combo("2-D 16x16 blocks span 16 rows, so they cannot use per-row outer scales");
-      if (spec.pow2) bad_combo("power-of-two scales are an fp8 option");
-      if (spec.colwise) bad_combo("a columnwise copy is an mxfp8 option");
-      break;
-    case Format::kMxfp8:
-      if (spec.scaling != Scaling::kBlock1x32) bad_combo("mxfp8 takes block_1x32 only");
-      if (spec.rowwise && x.cols % 32 != 0) throw QuantError(fmt::format("{}: mxfp8 rowwise needs cols % 32 == 0 (blocks of 32 along the row); pad the tensor", where(x)));
-      if (spec.colwise && x.rows % 32 != 0) throw QuantError(fmt::format("{}: mxfp8 columnwise needs rows % 32 == 0 (blocks of 32 down a column); pad the tensor", where(x)));
-      if (!spec.rowwise && !spec.colwise) bad_combo("neither a rowwise nor a columnwise copy was asked for");
-      if (spec.block2d || spec.pow2) bad_combo("block2d and pow2 do not apply to mxfp8");
-      break;
-    case Format::kFp8:
-      if (spec.scaling == Scaling::kBlock1x32) bad_combo("fp8 takes per_tensor, per_row, per_group, block_1x128 or block_128x128");
-      if (spec.block2d || spec.colwise) bad_combo("block2d and colwise do not apply to fp8");
-      break;
-    case Format::kCount: bad_combo("unknown format");
-  }
-  if (spec.scaling == Scaling::kPerGroup && offsets.empty()) bad_combo("per_group needs group offsets (a grouped buffer)");
-  if (spec.hadamard && x.cols % 16 != 0) throw QuantError(fmt::format("{}: the Hadamard transform needs cols % 16 == 0", where(x)));
-  if (!offsets.empty()) {
-    check_group_offsets(offsets, x.rows);
-    int64_t need = 1;
-    if (spec.format == Format::kNvfp4 && spec.block2d) need = 16;
-    if (spec.format == Format::kMxfp8 && spec.colwise) need = 32;
-    if (spec.format == Format::kFp8 && spec.scaling == Scaling::kBlock128x128) need = 128;
-    for (size_t g = 0; g + 1 < offsets.size(); ++g)
-      if ((offsets[g + 1] - offsets[g]) % need != 0)
-        throw QuantError(fmt::format("{}: group {} has {} rows; blocks spanning rows need groups padded to a multiple of {}",
-                                     where(x), g, offsets[g + 1] - offsets[g], need));
-  }
+  validate_quant_input(x.name, x.rows, x.cols, offsets, spec);
 }
 
 InputRef ref_of(const DeviceMatrix& x) { return InputRef{x.data, x.type == InputType::kBF16, x.cols}; }

@@ -75,6 +75,12 @@ std::vector<float> dequantize_colwise(const QTensor& q);
 // rounded to bf16 and widened back to fp32.
 std::vector<float> hadamard16_rows(const MatrixF32& x);
 
+// The shape and option rules every backend enforces before quantizing a [rows, cols] tensor
+// called `name` (offsets: group offsets, empty when ungrouped). Throws QuantError naming the
+// tensor, its shape and the rule broken.
+void validate_quant_input(const std::string& name, int64_t rows, int64_t cols, std::span<const int64_t> offsets,
+                          const QuantSpec& spec);
+
 // Count of NaN and +-inf values.
 int64_t count_nonfinite(std::span<const float> values);
 
