@@ -1,6 +1,7 @@
 // `lockstep bench quantize [--device cpu|cuda] [--json] [--rows R --cols C]`: bytes moved per
 // second by each quantizer. CPU: a small default shape so it finishes in seconds. CUDA: a >= 256 MB
 // bf16 input and the ratio to a device-to-device copy measured in the same run (bench/RESULTS.md).
+#include "lockstep/version.h"
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -104,7 +105,7 @@ void run_bench_quantize(const BenchArgs& a) {
     j["rows"] = r;
     j["cols"] = c;
     j["input_dtype"] = *dev == Device::kCpu ? "f32" : "bf16";
-    j["revision"] = LOCKSTEP_GIT_REV;
+    j["revision"] = lockstep_source_revision();
     for (const Row& x : rows)
       j["results"].push_back({{"op", x.name}, {"us", x.us}, {"bytes", x.bytes}, {"gbps", x.gbps}, {"ratio_to_copy", x.ratio},
                               {"target_ratio", x.target}, {"meets_target", x.target == 0 || x.ratio >= x.target}});

@@ -1,6 +1,7 @@
 // `lockstep bench gemm [--json] [--only TEXT] [--quick]`: the CUDA GEMMs' bandwidth (decode, MoE
 // decode) and TFLOP/s (dense, grouped) with cuBLAS bf16 baselines and the device copy bandwidth
 // measured in the same run (bench/RESULTS.md, GEMM). Registered under `bench` by cmd_bench.cpp.
+#include "lockstep/version.h"
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -27,7 +28,7 @@ void run_bench_gemm(const BenchGemmArgs& a) {
   if (a.json) {
     nlohmann::json j;
     j["gpu"] = r.gpu;
-    j["revision"] = LOCKSTEP_GIT_REV;
+    j["revision"] = lockstep_source_revision();
     j["copy_gbps"] = r.copy_gbps;
     j["cublas"] = r.have_cublas;
     j["results"] = nlohmann::json::array();

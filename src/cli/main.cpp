@@ -1,5 +1,6 @@
 // Entry point of the `lockstep` command-line tool: builds the subcommand tree and turns errors
 // into a message on stderr and a non-zero exit code.
+#include "lockstep/version.h"
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -27,7 +28,7 @@ int main(int argc, char** argv) {
       "lockstep: one precision contract (NVFP4, MXFP8, FP8), bit-identical on CPU and GPU.\n"
       "Example: lockstep sweep"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("lockstep 0.1.0 (") + LOCKSTEP_GIT_REV + ")");
+  app.set_version_flag("--version", std::string("lockstep 0.1.0 (") + lockstep_source_revision() + ")");
   register_quantize_commands(app);
   register_inspect_command(app);
   register_sweep_command(app);

@@ -1,5 +1,6 @@
 // run_meta.json (written atomically) and the --dry-run block: what a run used and why, so any
 // result can be traced to its recipe, its sources, the build and the machine.
+#include "lockstep/version.h"
 #include "lockstep/diag/run_meta.h"
 
 #include <fmt/format.h>
@@ -19,9 +20,6 @@ extern char** environ;
 namespace lockstep {
 namespace {
 
-#ifndef LOCKSTEP_GIT_REV
-#define LOCKSTEP_GIT_REV "unknown"
-#endif
 #ifndef LOCKSTEP_BUILD_TYPE
 #define LOCKSTEP_BUILD_TYPE "unknown"
 #endif
@@ -100,7 +98,7 @@ Json relevant_environment() {
 
 Json build_info() {
   Json j;
-  j["source_revision"] = LOCKSTEP_GIT_REV;
+  j["source_revision"] = lockstep_source_revision();
   j["build_type"] = LOCKSTEP_BUILD_TYPE;
   j["cxx_flags"] = LOCKSTEP_CXX_FLAGS;
 #if defined(LOCKSTEP_HAVE_CUDA)
