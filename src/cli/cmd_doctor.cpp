@@ -100,6 +100,12 @@ void run_doctor(DoctorArgs& a) {
              b["build_type"].get<std::string>(), b["cxx_flags"].get<std::string>(),
              dev.cuda_compiled ? "on, archs " + dev.compiled_archs : std::string("off"));
   fmt::print("cpu:    {}, {} OpenMP threads\n", cpu_model(), dev.omp_threads);
+  if (dev.cuda_compiled) {
+    // cudaRuntimeGetVersion / cudaDriverGetVersion encode 1000 * major + 10 * minor.
+    auto version = [](int v) { return v == 0 ? std::string("none") : fmt::format("{}.{}", v / 1000, v % 1000 / 10); };
+    fmt::print("cuda:   runtime {}, driver supports up to {}\n", version(dev.cuda_runtime_version),
+               version(dev.cuda_driver_version));
+  }
   if (dev.gpus.empty()) fmt::print("gpu:    none ({})\n", dev.error);
   for (const GpuInfo& g : dev.gpus)
     fmt::print("gpu {}:  {} (sm_{}{}), {:.1f} GiB, {} SMs\n", g.index, g.name, g.cc_major, g.cc_minor,
