@@ -101,10 +101,13 @@ void run_gemm(const GemmArgs& a) {
   if (a.device == "cuda") {
 #if defined(LOCKSTEP_HAVE_CUDA)
     // --deterministic: the tiled kernel, whose order depends on K only (batch-invariant for every M);
-    // otherwise the decode kernel for M <= 16 (also batch-invariant within M <= 16), tiled above.
+    // otherwise the decode kernel for M <= 16 (also batch-invariant within M <= 16) and above that
+    // the cuBLAS fast path (not batch-invariant; the tiled kernel when libcublas is missing).
+    const bool decode = ao.n_rows() <= 16 && wo.q && ao.n_cols() % 128 == 0;
     const cuda::QgemmKernel k = a.deterministic ? cuda::QgemmKernel::kTiled
-                                : (ao.n_rows() <= 16 && wo.q && ao.n_cols() % 128 == 0) ? cuda::QgemmKernel::kDecode
-                                                                                        : cuda::QgemmKernel::kTiled;
+                                : decode        ? cuda::QgemmKernel::kDecode
+                                : cuda::qgemm_cublas_available() ? cuda::QgemmKernel::kCublas
+                                                                 : cuda::QgemmKernel::kTiled;
     r = cuda::qgemm_cuda(ao, wo, {}, k);
     path = cuda::qgemm_kernel_name(k);
 #endif
@@ -122,7 +125,10 @@ void run_gemm(const GemmArgs& a) {
                                     {"a_operand", out.metadata["lockstep.gemm.a"]},
                                     {"w_operand", out.metadata["lockstep.gemm.w"]},
                                     {"path", out.metadata["lockstep.gemm.path"]}},
-                               Json{{"accumulation", a.device == "cuda"
+                               Json{{"accumulation", path == "cuda_cublas"
+                                                         ? "cuBLAS bf16 GEMM on the exact inner values, fp32 "
+                                                           "accumulation in cuBLAS's order (not batch-invariant)"
+                                                     : a.device == "cuda"
                                                          ? "bf16 tensor cores (exact inner values), fp32 accumulators, "
                                                            "order fixed by K (docs/gemm.md CUDA order)"
                                                          : "fp32, ascending k, one RN per product and per add"}},
@@ -169,7 +175,8 @@ void register_gemm_command(CLI::App& app) {
   g->add_option("--w-scaling", a->w_scaling, "override --scaling for w");
   g->add_flag("--pow2", a->pow2, "fp8: power-of-two scales");
   g->add_flag("--deterministic", a->deterministic,
-              "batch-invariant accumulation order for every M (always the case on the cpu; cuda: the tiled kernel)");
+              "batch-invariant accumulation order for every M (always the case on the cpu; cuda: the tiled kernel "
+              "instead of the cuBLAS fast path for M > 16)");
   g->add_flag("--oracle", a->oracle, "use the float64-accumulation oracle instead of the fp32 path");
   g->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
   g->add_flag("--allow-nonfinite", a->allow_nonfinite, "quantize NaN/Inf inputs by the contract's rules instead of refusing");

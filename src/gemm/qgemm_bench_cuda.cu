@@ -3,8 +3,6 @@
 // 8 experts, CUDA graphs) against a per-expert cuBLAS bf16 loop, and the tiled kernel's TFLOP/s
 // against cuBLAS bf16 (dense and per-expert loop). cuBLAS is loaded with dlopen, so the library
 // does not link it; without it the baselines are reported as missing.
-#include <cublas_v2.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <functional>
@@ -15,39 +13,17 @@ namespace lockstep::cuda {
 namespace {
 
 using gemm_detail::cat;
+constexpr int kDecodeBatch = 20;  // decode GEMMs timed back to back, as a decode step runs them
 
+// cuBLAS bf16 (the baseline), through the library's dlopen'ed cuBLAS (qgemm_cublas_cuda.cu).
 struct Cublas {
-  void* lib = nullptr;
-  cublasHandle_t h = nullptr;
-  decltype(&cublasCreate_v2) create = nullptr;
-  decltype(&cublasDestroy_v2) destroy = nullptr;
-  decltype(&cublasSetStream_v2) set_stream = nullptr;
-  using GemmExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
-                                      const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
-                                      cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
-  GemmExFn gemm = nullptr;
-  Cublas() {
-    for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"})
-      if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
-    if (!lib) return;
-    create = reinterpret_cast<decltype(create)>(dlsym(lib, "cublasCreate_v2"));
-    destroy = reinterpret_cast<decltype(destroy)>(dlsym(lib, "cublasDestroy_v2"));
-    set_stream = reinterpret_cast<decltype(set_stream)>(dlsym(lib, "cublasSetStream_v2"));
-    gemm = reinterpret_cast<decltype(gemm)>(dlsym(lib, "cublasGemmEx"));
-    if (!create || !destroy || !set_stream || !gemm || create(&h) != CUBLAS_STATUS_SUCCESS) h = nullptr;
-  }
-  ~Cublas() {
-    if (h) destroy(h);
-  }
-  bool ok() const { return h != nullptr; }
-  // D [M, N] (row-major, bf16) = A [M, K] (row-major bf16) W [N, K]^T (row-major bf16), fp32 accumulate.
+  bool ok() const { return gemm_detail::cublas_available(); }
   void gemm_bf16(const void* a, const void* w, void* d, int64_t m, int64_t n, int64_t k, cudaStream_t s) {
-    const float one = 1.0f, zero = 0.0f;
-    set_stream(h, s);
-    const cublasStatus_t st = gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &one, w, CUDA_R_16BF, int(k), a,
-                                   CUDA_R_16BF, int(k), &zero, d, CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
-                                   CUBLAS_GEMM_DEFAULT);
-    if (st != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(cat("cublasGemmEx failed: status ", int(st)));
+    gemm_detail::cublas_gemm_bf16(a, w, d, false, m, n, k, s);
+  }
+  void gemm_bf16_strided(const void* a, const void* w, void* d, int64_t batch, int64_t m, int64_t n, int64_t k,
+                         cudaStream_t s) {
+    gemm_detail::cublas_gemm_bf16(a, w, d, false, m, n, k, s, int(batch), m * k, n * k, m * n);
   }
 };
 
@@ -71,21 +47,25 @@ void fill(DeviceBuffer& b, size_t bytes, uint32_t seed, int kind) {
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
-// Median time of fn(iteration) in microseconds, events around each call, after warm-up.
-double time_us(const std::function<void(int)>& fn, int iters, cudaStream_t s) {
+// Median over `samples` of the time per call in microseconds: events around `batch` back-to-back
+// calls fn(i) (i counts every call, for rotating buffers), after warm-up. Back-to-back calls keep
+// the launch latency of one call hidden behind the previous one, as in a decode loop; batch = 1
+// times a single call including its launch.
+double time_us(const std::function<void(int)>& fn, int samples, cudaStream_t s, int batch = 1) {
   for (int i = 0; i < 3; ++i) fn(i);
   cudaEvent_t e0, e1;
   LOCKSTEP_CUDA_CHECK(cudaEventCreate(&e0));
   LOCKSTEP_CUDA_CHECK(cudaEventCreate(&e1));
   std::vector<double> t;
-  for (int i = 0; i < iters; ++i) {
+  int call = 0;
+  for (int i = 0; i < samples; ++i) {
     LOCKSTEP_CUDA_CHECK(cudaEventRecord(e0, s));
-    fn(i);
+    for (int b = 0; b < batch; ++b) fn(call++);
     LOCKSTEP_CUDA_CHECK(cudaEventRecord(e1, s));
     LOCKSTEP_CUDA_CHECK(cudaEventSynchronize(e1));
     float ms = 0;
     LOCKSTEP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    t.push_back(double(ms) * 1e3);
+    t.push_back(double(ms) * 1e3 / batch);
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
@@ -203,7 +183,7 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
         r.section = "decode";
         r.name = name;
         r.us = time_us([&](int i) { qgemm_device(a, w[i % copies].view, sh.n, t, {}, ov, ws, QgemmKernel::kDecode, s); },
-                       iters, s);
+                       iters, s, kDecodeBatch);
         r.bytes = w[0].bytes;
         r.gbps = r.bytes / r.us * 1e-3;
         r.ratio_copy = r.gbps / res.copy_gbps;
@@ -212,7 +192,7 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
         r.target_is_copy = true;
         if (cb.ok()) {
           r.baseline_us = time_us([&](int i) { cb.gemm_bf16(act.get(), bf[i % 2].data.get(), out.get(), m, sh.n, sh.k, s); },
-                                  iters, s);
+                                  iters, s, kDecodeBatch);
           r.ratio_baseline = r.baseline_us / r.us;
         }
         res.rows.push_back(r);
@@ -294,10 +274,16 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
     res.rows.push_back(r);
   }
 
-  // ---- large M: dense and grouped, the tiled deterministic kernel vs cuBLAS bf16 --------------
-  auto large = [&](const std::string& sec, const std::string& name, GemmFormat f, int64_t groups, int64_t rows,
+  // ---- large M: dense and grouped; the tiled deterministic kernel and the cuBLAS fast path vs
+  // cuBLAS bf16 (dense: one call; grouped: the faster of a per-expert loop in a graph and one
+  // strided batched call) ------------------------------------------------------------------------
+  auto large = [&](const std::string& sec, const std::string& label, GemmFormat f, int64_t groups, int64_t rows,
                    int64_t n, int64_t k) {
-    if (!want(sec, name)) return;
+    const std::string det_name = label + " (deterministic tiled)", wg_name = label + " (deterministic wgmma)",
+                      fast_name = label + " (fast, cuBLAS)";
+    const bool want_det = want(sec, det_name), want_fast = cb.ok() && want(sec, fast_name),
+               want_wg = qgemm_wgmma_available(k) && want(sec, wg_name);
+    if (!want_det && !want_fast && !want_wg) return;
     const int64_t M = groups * rows;
     PackedW a, w;
     make_packed(a, f, M, k, 500);
@@ -310,41 +296,58 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
     ov.d_bf16 = out.as<uint16_t>();
     DeviceEpilogue ep;
     ep.out_bf16 = true;
-    GemmBenchRow r;
-    r.section = sec;
-    r.name = name;
     const int it = std::max(3, iters / 4);
-    r.us = time_us([&](int) { qgemm_device(a.view, w.view, n, t, ep, ov, ws, QgemmKernel::kTiled, s); }, it, s);
-    r.bytes = a.bytes + w.bytes;
-    r.gbps = r.bytes / r.us * 1e-3;
-    r.tflops = 2.0 * double(M) * double(n) * double(k) / r.us * 1e-6;
-    r.target = 0.75;  // deterministic path vs the bf16 baseline
+    double base_us = 0;
     if (cb.ok()) {
       PackedW ab, wb;
       make_packed(ab, GemmFormat::kBf16, M, k, 600);
       make_packed(wb, GemmFormat::kBf16, groups * n, k, 601);
-      auto base = [&] {
+      auto loop = [&] {
         for (int64_t e = 0; e < groups; ++e)
           cb.gemm_bf16(ab.data.as<uint8_t>() + size_t(e * rows * k * 2), wb.data.as<uint8_t>() + size_t(e * n * k * 2),
                        out.as<uint8_t>() + size_t(e * rows * n * 2), rows, n, k, s);
       };
       if (groups == 1) {
-        r.baseline_us = time_us([&](int) { base(); }, it, s);
+        base_us = time_us([&](int) { loop(); }, it, s);
       } else {
-        base();
+        loop();
         LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
         GraphExec gb;
-        capture(gb, s, base);
-        r.baseline_us = time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(gb.exec, s)); }, it, s);
+        capture(gb, s, loop);
+        base_us = time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(gb.exec, s)); }, it, s);
+        base_us = std::min(base_us, time_us([&](int) { cb.gemm_bf16_strided(ab.data.get(), wb.data.get(), out.get(), groups, rows, n, k, s); }, it, s));
       }
-      r.ratio_baseline = r.baseline_us / r.us;
     }
-    res.rows.push_back(r);
+    auto row = [&](const std::string& name, QgemmKernel kernel, double target) {
+      GemmBenchRow r;
+      r.section = sec;
+      r.name = name;
+      auto call = [&] { qgemm_device(a.view, w.view, n, t, ep, ov, ws, kernel, s); };
+      if (groups == 1) {
+        r.us = time_us([&](int) { call(); }, it, s);
+      } else {  // in a graph, as the baseline's per-expert loop (the fast path loops when groups differ)
+        call();
+        LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
+        GraphExec g;
+        capture(g, s, call);
+        r.us = time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(g.exec, s)); }, it, s);
+      }
+      r.bytes = a.bytes + w.bytes;
+      r.gbps = r.bytes / r.us * 1e-3;
+      r.tflops = 2.0 * double(M) * double(n) * double(k) / r.us * 1e-6;
+      r.target = target;
+      r.baseline_us = base_us;
+      r.ratio_baseline = base_us > 0 ? base_us / r.us : 0;
+      res.rows.push_back(r);
+    };
+    if (want_det) row(det_name, QgemmKernel::kTiled, 0.75);
+    if (want_wg) row(wg_name, QgemmKernel::kWgmma, 0.75);
+    if (want_fast) row(fast_name, QgemmKernel::kCublas, 0.9);
   };
   const std::vector<int64_t> dense = quick ? std::vector<int64_t>{4096} : std::vector<int64_t>{4096, 8192};
   for (int64_t d : dense)
-    for (GemmFormat f : {GemmFormat::kNvfp4, GemmFormat::kMxfp8, GemmFormat::kBf16})
-      large("dense", cat(fmt_name(f), " x ", fmt_name(f), " ", d, "^3 (deterministic tiled)"), f, 1, d, d, d);
+    for (GemmFormat f : {GemmFormat::kNvfp4, GemmFormat::kMxfp8, GemmFormat::kFp8, GemmFormat::kBf16})
+      large("dense", cat(fmt_name(f), " x ", fmt_name(f), " ", d, "^3"), f, 1, d, d, d);
   const std::vector<int64_t> per = quick ? std::vector<int64_t>{128} : std::vector<int64_t>{128, 512, 1024};
   for (int64_t rows : per) {
     large("grouped", cat("nvfp4 FC1 128 experts x ", rows, " rows, K=2048 N=1536"), GemmFormat::kNvfp4, 128, rows, 1536, 2048);

@@ -137,6 +137,100 @@ void launch_decode(const GemmOperandView& a, const GemmOperandView& w, int64_t n
 void launch_tiled(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
                   const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream);
 
+// ---- operand tiles shared by the tiled and wgmma kernels ------------------------------------
+// One operand's raw bytes for one thread's 16 k-values of one row (prefetched into registers).
+struct RawTile {
+  uint4 v[2];
+  uint32_t scale;
+  bool valid;
+};
+
+struct OperandLuts {
+  uint32_t pair[256];
+  uint16_t scale[256];
+};
+
+// Thread `tid` covers row tid / 2 and k [16 * (tid & 1), +16) of a 128 x 32 tile.
+__device__ __forceinline__ void load_raw(const GemmOperandView& op, int64_t row, bool valid, int64_t k, RawTile& r) {
+  r.valid = valid;
+  r.v[0] = r.v[1] = make_uint4(0, 0, 0, 0);
+  r.scale = 0;
+  if (!valid) return;
+  const int64_t K = op.cols;
+  const uint8_t* d = static_cast<const uint8_t*>(op.data);
+  switch (op.format) {
+    case GemmFormat::kBf16: {
+      const uint4* p = reinterpret_cast<const uint4*>(d + (row * K + k) * 2);
+      r.v[0] = __ldg(p);
+      r.v[1] = __ldg(p + 1);
+      break;
+    }
+    case GemmFormat::kNvfp4: {
+      const uint2 x = __ldg(reinterpret_cast<const uint2*>(d + (row * K + k) / 2));
+      r.v[0].x = x.x, r.v[0].y = x.y;
+      r.scale = __ldg(op.block_scale + row * (K / 16) + k / 16);
+      break;
+    }
+    default:
+      r.v[0] = __ldg(reinterpret_cast<const uint4*>(d + row * K + k));
+      if (op.format == GemmFormat::kMxfp8) r.scale = __ldg(op.block_scale + row * (K / 32) + k / 32);
+      break;
+  }
+}
+
+// Exact bf16 of the 16 values (8 x bf16x2 words, k ascending).
+__device__ __forceinline__ void dequant16(const GemmOperandView& op, const OperandLuts& lut, const RawTile& r,
+                                          uint32_t (&o)[8]) {
+  if (!r.valid || op.format == GemmFormat::kBf16) {
+    const uint32_t* s = reinterpret_cast<const uint32_t*>(r.v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i] = s[i];
+  } else if (op.format == GemmFormat::kNvfp4) {
+    const uint32_t sc = uint32_t(lut.scale[r.scale]) * 0x10001u;
+    const uint32_t w[2] = {r.v[0].x, r.v[0].y};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i] = bf16x2_mul(lut.pair[(w[i >> 2] >> ((i & 3) * 8)) & 0xFF], sc);
+  } else {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(r.v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t q = w[i >> 1] >> ((i & 1) * 16);
+      o[i] = __byte_perm(lut.pair[q & 0xFF], lut.pair[(q >> 8) & 0xFF], 0x5410);
+    }
+    if (op.format == GemmFormat::kMxfp8) {
+      const uint32_t sc = uint32_t(lut.scale[r.scale]) * 0x10001u;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) o[i] = bf16x2_mul(o[i], sc);
+    }
+  }
+}
+
+// dequant16 into 32 contiguous bytes of shared memory.
+__device__ __forceinline__ void store_tile(const GemmOperandView& op, const OperandLuts& lut, const RawTile& r,
+                                           uint16_t* dst) {
+  uint32_t o[8];
+  dequant16(op, lut, r, o);
+  uint4* d4 = reinterpret_cast<uint4*>(dst);
+  d4[0] = make_uint4(o[0], o[1], o[2], o[3]);
+  d4[1] = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+
+// The Hopper wgmma kernel (qgemm_wgmma_cuda.cu): usable when the GPU is sm_90 and K % 64 == 0.
+bool wgmma_supported(int64_t k);
+void launch_wgmma(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
+                  const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream);
+
+// The cuBLAS fast path (qgemm_cublas_cuda.cu).
+void launch_cublas(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
+                   const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream);
+bool cublas_available();
+// Row-major D [m, n] (fp32 or bf16) = A [m, k] W [n, k]^T, bf16 operands, fp32 accumulation;
+// batch > 1: strided batched with the given element strides.
+void cublas_gemm_bf16(const void* a, const void* w, void* d, bool d_f32, int64_t m, int64_t n, int64_t k,
+                      cudaStream_t stream, int batch = 1, int64_t stride_a = 0, int64_t stride_w = 0,
+                      int64_t stride_d = 0);
+
 constexpr int kDecodeSlice = 2048;  // K per decode slice: fixed, depends on nothing but K
 constexpr int kDecodeMaxRows = 16;  // rows per group the decode kernel takes
 

@@ -96,6 +96,7 @@ DeviceGroupTable make_group_table(std::span<const int64_t> offsets, int64_t n_pe
     t.max_rows = std::max(t.max_rows, rows);
   }
   t.total_rows = offsets.back();
+  t.host = host;
   t.table.upload(std::span<const GemmGroupDesc>(host.data(), host.size()), s);
   LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
   return t;
@@ -106,10 +107,15 @@ DeviceGroupTable make_dense_table(int64_t m, cudaStream_t s) {
   return make_group_table(off, 0, {}, s);
 }
 
+bool qgemm_cublas_available() { return gemm_detail::cublas_available(); }
+bool qgemm_wgmma_available(int64_t k) { return gemm_detail::wgmma_supported(k); }
+
 const char* qgemm_kernel_name(QgemmKernel k) {
   switch (k) {
     case QgemmKernel::kDecode: return "cuda_decode";
     case QgemmKernel::kTiled: return "cuda_tiled";
+    case QgemmKernel::kCublas: return "cuda_cublas";
+    case QgemmKernel::kWgmma: return "cuda_wgmma";
     default: return "cuda_auto";
   }
 }
@@ -118,7 +124,7 @@ QgemmKernel qgemm_pick_kernel(const GemmOperandView& a, const GemmOperandView& w
   (void)a;
   if (g.max_rows <= gemm_detail::kDecodeMaxRows && w.cols % 128 == 0 && w.format != GemmFormat::kBf16)
     return QgemmKernel::kDecode;
-  return QgemmKernel::kTiled;
+  return gemm_detail::wgmma_supported(w.cols) ? QgemmKernel::kWgmma : QgemmKernel::kTiled;
 }
 
 void qgemm_device(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
@@ -131,6 +137,10 @@ void qgemm_device(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
   if (kernel == QgemmKernel::kAuto) kernel = qgemm_pick_kernel(a, w, groups);
   if (kernel == QgemmKernel::kDecode)
     gemm_detail::launch_decode(a, w, n, groups, ep, out, workspace, stream);
+  else if (kernel == QgemmKernel::kWgmma)
+    gemm_detail::launch_wgmma(a, w, n, groups, ep, out, workspace, stream);
+  else if (kernel == QgemmKernel::kCublas)
+    gemm_detail::launch_cublas(a, w, n, groups, ep, out, workspace, stream);
   else
     gemm_detail::launch_tiled(a, w, n, groups, ep, out, workspace, stream);
 }

@@ -151,6 +151,8 @@ std::vector<Pairing> pairings() {
 std::vector<QgemmKernel> kernels_for(const Pairing& p, int64_t M, int64_t K) {
   std::vector<QgemmKernel> ks = {QgemmKernel::kTiled};
   if (!p.w.bf16 && M <= 16 && K % 128 == 0) ks.push_back(QgemmKernel::kDecode);
+  if (cuda::qgemm_wgmma_available(K)) ks.push_back(QgemmKernel::kWgmma);
+  if (cuda::qgemm_cublas_available()) ks.push_back(QgemmKernel::kCublas);  // fast path: exact on grid, bound on random
   return ks;
 }
 
@@ -212,8 +214,11 @@ void test_batch_invariance() {
   for (const Pairing& p : {pairings()[0], pairings()[4], pairings()[5], pairings()[6], pairings()[7]})
     for (const auto& [M, kernel] : {std::pair<int64_t, QgemmKernel>{16, QgemmKernel::kDecode},
                                     std::pair<int64_t, QgemmKernel>{13, QgemmKernel::kDecode},
-                                    std::pair<int64_t, QgemmKernel>{150, QgemmKernel::kTiled}}) {
+                                    std::pair<int64_t, QgemmKernel>{150, QgemmKernel::kTiled},
+                                    std::pair<int64_t, QgemmKernel>{150, QgemmKernel::kWgmma},
+                                    std::pair<int64_t, QgemmKernel>{13, QgemmKernel::kWgmma}}) {
       const int64_t N = 136, K = 2304;
+      if (kernel == QgemmKernel::kWgmma && !cuda::qgemm_wgmma_available(K)) continue;
       const std::string what = p.a.label + " x " + p.w.label + " M=" + std::to_string(M) + " " + cuda::qgemm_kernel_name(kernel);
       const std::vector<float> xa = random_values(M * K, g_seed + 5, 1.5f), xw = random_values(N * K, g_seed + 6, 0.1f);
       Held w = make(p.w, xw, N, K);
@@ -248,8 +253,15 @@ void test_batch_invariance() {
 // on grid inputs, and == per-expert dense CUDA GEMMs.
 void test_grouped() {
   const int64_t E = 4, N = 256, K = 256;
-  for (const auto& [rows, kernel] : {std::pair<std::vector<int64_t>, QgemmKernel>{{1, 0, 3, 1}, QgemmKernel::kDecode},
-                                     std::pair<std::vector<int64_t>, QgemmKernel>{{40, 0, 131, 7}, QgemmKernel::kTiled}}) {
+  std::vector<std::pair<std::vector<int64_t>, QgemmKernel>> cases = {{{1, 0, 3, 1}, QgemmKernel::kDecode},
+                                                                      {{40, 0, 131, 7}, QgemmKernel::kTiled},
+                                                                      {{40, 0, 131, 7}, QgemmKernel::kWgmma}};
+  if (cuda::qgemm_cublas_available()) {
+    cases.push_back({{40, 0, 131, 7}, QgemmKernel::kCublas});  // per-group cuBLAS calls
+    cases.push_back({{24, 24, 24, 24}, QgemmKernel::kCublas});  // equal groups: one strided batched call
+  }
+  for (const auto& [rows, kernel] : cases) {
+    if (kernel == QgemmKernel::kWgmma && !cuda::qgemm_wgmma_available(K)) continue;
     std::vector<int64_t> off = {0};
     for (int64_t r : rows) off.push_back(off.back() + r);
     std::vector<int64_t> group_rows = rows;
@@ -276,7 +288,9 @@ void test_grouped() {
     } else {
       ++g_skip;
     }
-    // Per-expert dense on random inputs: bit-identical to the grouped rows.
+    // Per-expert dense on random inputs: bit-identical to the grouped rows (deterministic kernels;
+    // the cuBLAS fast path may pick other cuBLAS kernels for other shapes).
+    if (kernel == QgemmKernel::kCublas) continue;
     Held ar = make(p.a, random_values(M * K, g_seed + 9, 1.0f), M, K);
     const std::vector<float> xw = random_values(E * N * K, g_seed + 10, 0.1f);
     Held wr = make(p.w, xw, E * N, K);

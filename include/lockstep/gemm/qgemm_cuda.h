@@ -53,6 +53,7 @@ struct DeviceGroupTable {
   int groups = 0;
   int64_t max_rows = 0;
   int64_t total_rows = 0;
+  std::vector<GemmGroupDesc> host;  // the same table on the host (the cuBLAS path loops over it)
 };
 DeviceGroupTable make_group_table(std::span<const int64_t> offsets, int64_t n_per_group,
                                   std::span<const int64_t> group_rows = {}, cudaStream_t stream = nullptr);
@@ -73,10 +74,16 @@ struct GemmOutView {
 };
 
 enum class QgemmKernel : uint8_t {
-  kAuto,    // decode when every group has <= 16 rows and K % 128 == 0, else tiled
+  kAuto,    // decode when every group has <= 16 rows and K % 128 == 0, else wgmma where available, else tiled
   kDecode,  // small-M streaming kernel
   kTiled,   // tiled tensor-core kernel (any M)
+  kWgmma,   // Hopper wgmma kernel (sm_90, K % 64 == 0), batch-invariant like kTiled
+  kCublas,  // fast path, NOT batch-invariant: exact bf16 dequantize + cuBLAS (fp32 accumulate) + epilogue
 };
+// Whether libcublas was found (dlopen) for QgemmKernel::kCublas.
+bool qgemm_cublas_available();
+// Whether QgemmKernel::kWgmma runs here for reduction length k (an sm_90 GPU, k % 64 == 0).
+bool qgemm_wgmma_available(int64_t k);
 const char* qgemm_kernel_name(QgemmKernel k);
 // Which kernel kAuto picks.
 QgemmKernel qgemm_pick_kernel(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& g);
