@@ -1,42 +1,99 @@
 // The small-M (decode) CUDA GEMM: 1..16 rows of A per group against packed NVFP4 / MXFP8 / FP8
-// weights, limited by the bandwidth of streaming W. Each warp owns 16 rows of W and a fixed
-// 2048-wide K slice, streams its packed bytes with 16-byte loads, dequantizes them exactly into
+// weights, limited by the bandwidth of streaming W. A block owns 128 rows of W (8 warps x 16) and
+// one K slice (decode_slice_blocks: a function of K alone); each warp streams its rows' packed
+// bytes with 16-byte loads through a rolling ring of registers (8 k-blocks of 128 deep for nvfp4,
+// 4 for 8-bit codes: a slot is refilled as soon as it is consumed), dequantizes them exactly into
 // bf16 (shared-memory lookup tables built from the codecs) and runs bf16 mma.sync with fp32
-// accumulators; slices are summed in ascending order by the epilogue kernel. The order depends on
-// K only (docs/gemm.md "CUDA decode order"), so row i's bits do not depend on M or the other rows.
+// accumulators. The slices of one row tile form one thread-block cluster: partials stay in shared
+// memory and are summed in ascending slice order through distributed shared memory, then the
+// epilogue (SwiGLU x router prob included: a block owns gate rows and the matching up rows) is
+// applied in the same kernel: one launch, no workspace. Launched with programmatic dependent
+// launch: a kernel builds its tables while the previous kernel in the stream finishes, and reads
+// W and A and writes D only after griddepcontrol.wait. The order depends
+// on K only (docs/gemm.md "CUDA decode order"), so row i's bits do not depend on M or the other
+// rows.
+#include <cooperative_groups.h>
+
 #include "qgemm_cuda.cuh"
 
 namespace lockstep::cuda::gemm_detail {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kRowsPerBlock = kWarps * 16;  // W rows per block
-constexpr int kAStride = kDecodeSlice + 8;  // staged A row stride in bf16 (+16 B against bank conflicts)
-constexpr int kUnroll = 4;                  // 128-wide k blocks loaded ahead by each warp
-constexpr int kLutBytes = 256 * 32 * 4;     // pair table, one copy per lane (conflict-free lookups)
-constexpr int kSmemFixed = kLutBytes + 512;
+namespace cg = cooperative_groups;
 
+constexpr int kWarps = 8;
+constexpr int kRowsPerBlock = kWarps * 16;  // W rows per block (swiglu: 64 gate + the 64 matching up)
+// Pair table: entry b at byte offset 128 b holds one copy per lane (word 32 b + lane: conflict-free
+// lookups); address = (code byte << 7) | (lane << 2), one shift and one LOP3.
+constexpr int kLutBytes = 256 * 32 * 4;
+constexpr int kSmemFixed = kLutBytes + 1024;  // + scale table: bf16x2 {s, s} per scale code
+constexpr int kMaxSlices = 8;               // cluster size (portable)
+constexpr int kMinBlocksPerSm = 2;          // register cap 128: the rings below fit
+
+// 128-wide k blocks per slice, a function of K alone (nb = K / 128 blocks): K <= 2048: 8 (1024-wide
+// slices: MoE experts get two slices, more blocks); else max(16, ceil(nb / 8)): 4096 -> 2 x 2048,
+// 8192 -> 4 x 2048, 14336 -> 7 x 2048. At most 8 slices (one portable cluster).
+__host__ __device__ constexpr int decode_slice_blocks(int64_t K) {
+  const int64_t nb = K / 128;
+  if (nb <= 16) return 8;
+  const int64_t b = (nb + kMaxSlices - 1) / kMaxSlices;
+  return int(b < 16 ? 16 : b);
+}
+// Staged A row stride in bf16: slice + 16 (row stride = 8 words mod 32 banks: conflict-free).
+__host__ __device__ constexpr int a_stride(int slice_blocks) { return slice_blocks * 128 + 16; }
 template <int kNT>
-constexpr int decode_smem_bytes() {
-  return kSmemFixed + kNT * 8 * kAStride * 2;
+constexpr int decode_smem_bytes(int slice_blocks) {
+  return kSmemFixed + kNT * 8 * a_stride(slice_blocks) * 2 + kRowsPerBlock * kNT * 8 * 4;
 }
 
-// One block: W rows [bx*128, bx*128 + 128) of group z, K slice y; kNT n-tiles of 8 A rows.
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+
+// One block: tile bx of group z (W rows [bx*128, +128); swiglu: gate rows [bx*64, +64) and up rows
+// [I + bx*64, +64)), K slice y (cluster rank y of the cluster (1, slices, 1)); kNT n-tiles of 8 A rows.
 template <bool kNvfp4, int kNT>
-__global__ void __launch_bounds__(kWarps * 32) decode_kernel(GemmOperandView a, GemmOperandView w, int64_t n,
-                                                             const GemmGroupDesc* groups, DeviceEpilogue ep,
-                                                             GemmOutView out, float* ws, int64_t rows_total,
-                                                             bool direct) {
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocksPerSm) decode_kernel(GemmOperandView a, GemmOperandView w, int64_t n,
+                                                                const GemmGroupDesc* groups, DeviceEpilogue ep,
+                                                                GemmOutView out, int slice_blocks) {
   extern __shared__ __align__(16) uint8_t smem[];
-  uint32_t* lut = reinterpret_cast<uint32_t*>(smem);                  // [256][32]
-  uint16_t* slut = reinterpret_cast<uint16_t*>(smem + kLutBytes);     // [256]
-  uint16_t* As = reinterpret_cast<uint16_t*>(smem + kSmemFixed);      // [kNT * 8][kAStride]
+  constexpr int kM = kNT * 8;
+  constexpr int kRing = kNvfp4 ? 8 : 4;              // k blocks in flight per warp (64 registers)
+  constexpr int kVec = kNvfp4 ? 1 : 2;               // 16-byte loads per row per thread per k block
+  constexpr int kBytesPerBlock = kNvfp4 ? 64 : 128;  // per row per 128-wide k block
+  constexpr int kScaleStep = kNvfp4 ? 8 : 4;         // scale bytes per row per k block
+  const int AS = a_stride(slice_blocks);
+  uint32_t* lut = reinterpret_cast<uint32_t*>(smem);                      // [256][32]
+  uint32_t* slut = reinterpret_cast<uint32_t*>(smem + kLutBytes);         // [256]
+  uint16_t* As = reinterpret_cast<uint16_t*>(smem + kSmemFixed);          // [kM][AS], permuted k
+  float* part = reinterpret_cast<float*>(smem + kSmemFixed + kM * AS * 2);  // [128][kM]
+
+  pdl_launch_dependents();  // the next kernel may start its prologue (it waits before touching data)
   const GemmGroupDesc G = groups[blockIdx.z];
-  if (G.rows == 0) return;
+  if (G.rows == 0) return;  // the whole cluster (same group) returns
+  const int slices = gridDim.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
   const int64_t K = w.cols;
-  const int64_t k0 = int64_t(blockIdx.y) * kDecodeSlice;
-  const int ks = int(K - k0 < kDecodeSlice ? K - k0 : kDecodeSlice);
+  const int64_t k0 = int64_t(blockIdx.y) * slice_blocks * 128;
+  const int nblk = int((K - k0) / 128 < slice_blocks ? (K - k0) / 128 : slice_blocks);
+  const int ks = nblk * 128;
+
+  // This warp's 16 W rows (local rows lr0 = warp*16 + g, lr1 = lr0 + 8 of the tile).
+  const int64_t oc = ep.swiglu ? n / 2 : n;  // output columns
+  int64_t j0, j1;
+  bool v0, v1;
+  if (ep.swiglu) {
+    const int64_t c0 = int64_t(blockIdx.x) * 64 + (warp & 3) * 16 + g;
+    const int64_t base = (warp >> 2) * oc;
+    v0 = c0 < oc, v1 = c0 + 8 < oc;
+    j0 = base + c0, j1 = base + c0 + 8;
+  } else {
+    j0 = int64_t(blockIdx.x) * kRowsPerBlock + warp * 16 + g, j1 = j0 + 8;
+    v0 = j0 < n, v1 = j1 < n;
+  }
+  const int64_t wr0 = G.w_row0 + (v0 ? j0 : 0), wr1 = G.w_row0 + (v1 ? j1 : 0);  // clamped; discarded
+  const bool mx = w.format == GemmFormat::kMxfp8;
+  const uint8_t* wd = static_cast<const uint8_t*>(w.data);
 
   {  // one codec call per thread (256 threads = 256 codes), then 32 replicas; the rotation keeps
      // the 32 lanes of a store on 32 different banks
@@ -44,35 +101,10 @@ __global__ void __launch_bounds__(kWarps * 32) decode_kernel(GemmOperandView a, 
     const uint32_t v = pair_entry(w.format, w.elem, uint32_t(tid));
 #pragma unroll 8
     for (int c = 0; c < 32; ++c) lut[tid * 32 + ((c + tid) & 31)] = v;
-    slut[tid] = scale_entry(w.format, uint32_t(tid));
+    slut[tid] = uint32_t(scale_entry(w.format, uint32_t(tid))) * 0x10001u;
   }
-  // Stage A[rows of the group, k0 .. k0 + ks) as exact bf16; rows past the group are zero.
-  constexpr int kM = kNT * 8;
-  if (a.format == GemmFormat::kBf16) {
-    const int vec = ks / 8;  // 16-byte vectors per row
-    for (int i = tid; i < kM * vec; i += kWarps * 32) {
-      const int r = i / vec, c = i % vec;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (r < G.rows)
-        v = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(a.data) + (G.a_row0 + r) * K + k0 + c * 8);
-      *reinterpret_cast<uint4*>(As + r * kAStride + c * 8) = v;
-    }
-  } else {
-    for (int i = tid; i < kM * ks; i += kWarps * 32) {
-      const int r = i / ks, c = i % ks;
-      As[r * kAStride + c] = r < G.rows ? inner_bf16(a, G.a_row0 + r, k0 + c) : uint16_t(0);
-    }
-  }
-  __syncthreads();
+  pdl_wait();  // the previous kernel's writes (A, and anything it wrote to W or D) are visible now
 
-  const int g = lane >> 2, t = lane & 3;
-  const int64_t jr = int64_t(blockIdx.x) * kRowsPerBlock + warp * 16;
-  if (jr >= n) return;
-  const int64_t j0 = jr + g, j1 = jr + g + 8;
-  const bool v0 = j0 < n, v1 = j1 < n;
-  const int64_t wr0 = G.w_row0 + (v0 ? j0 : jr), wr1 = G.w_row0 + (v1 ? j1 : jr);  // clamped; discarded
-  const bool mx = w.format == GemmFormat::kMxfp8;
-  const uint8_t* wd = static_cast<const uint8_t*>(w.data);
   // Thread (g, t) reads elements [k + 32t, k + 32t + 32) of rows j0 and j1 for each 128-wide k.
   const uint8_t* p0;
   const uint8_t* p1;
@@ -89,48 +121,91 @@ __global__ void __launch_bounds__(kWarps * 32) decode_kernel(GemmOperandView a, 
     s0p = mx ? w.block_scale + wr0 * (K / 32) + (k0 + 32 * t) / 32 : nullptr;
     s1p = mx ? w.block_scale + wr1 * (K / 32) + (k0 + 32 * t) / 32 : nullptr;
   }
-  constexpr int kBytesPerBlock = kNvfp4 ? 64 : 128;  // per row per 128-wide k block
-  constexpr int kVec = kNvfp4 ? 1 : 2;               // 16-byte loads per row per thread
-  constexpr int kScaleStep = kNvfp4 ? 8 : 4;         // scale bytes per row per k block
+  uint4 x0[kRing][kVec], x1[kRing][kVec];
+  uint32_t sc0[kRing], sc1[kRing];
+  auto load_block = [&](int u, int b) {
+    const int64_t off = int64_t(b) * kBytesPerBlock;
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) {
+      x0[u][v] = ldg_stream16(p0 + off + 16 * v);
+      x1[u][v] = ldg_stream16(p1 + off + 16 * v);
+    }
+    if constexpr (kNvfp4) {
+      sc0[u] = __ldg(reinterpret_cast<const uint16_t*>(s0p + b * kScaleStep));
+      sc1[u] = __ldg(reinterpret_cast<const uint16_t*>(s1p + b * kScaleStep));
+    } else if (mx) {
+      sc0[u] = __ldg(s0p + b * kScaleStep);
+      sc1[u] = __ldg(s1p + b * kScaleStep);
+    } else {
+      sc0[u] = sc1[u] = 0;
+    }
+  };
+#pragma unroll
+  for (int u = 0; u < kRing; ++u)
+    if (u < nblk) load_block(u, u);
+
+  // Stage A[rows of the group, k0 .. k0 + ks) as exact bf16, permuted so that lane (g, t) of mma
+  // step s of k block b reads its 4 elements 128b + 32t + 4s + {0..3} from one 8-byte word at
+  // b*128 + s*16 + t*4 (conflict-free). Rows past the group are zero.
+  const int rows_here = G.rows < kM ? G.rows : kM;
+  {
+    const int vec = ks / 8;  // 8-element vectors per row
+    if (a.format == GemmFormat::kBf16) {
+      const uint16_t* ad = static_cast<const uint16_t*>(a.data);
+      // Vector c (8 elements) of rows r0 .. r0 + 7: the 8 loads first, then the stores.
+      for (int c = tid; c < vec; c += kWarps * 32) {
+        const int e = c * 8;  // element e..e+7: block e/128, t (e/32)%4, steps s, s+1
+        const int off = (e >> 7) * 128 + ((e >> 2) & 7) * 16 + ((e >> 5) & 3) * 4;
+#pragma unroll
+        for (int r0 = 0; r0 < kM; r0 += 8) {
+          uint4 v[8];
+#pragma unroll
+          for (int r = 0; r < 8; ++r) {
+            v[r] = make_uint4(0, 0, 0, 0);
+            if (r0 + r < rows_here) v[r] = *reinterpret_cast<const uint4*>(ad + (G.a_row0 + r0 + r) * K + k0 + e);
+          }
+#pragma unroll
+          for (int r = 0; r < 8; ++r) {
+            uint16_t* dst = As + (r0 + r) * AS + off;
+            *reinterpret_cast<uint2*>(dst) = make_uint2(v[r].x, v[r].y);
+            *reinterpret_cast<uint2*>(dst + 16) = make_uint2(v[r].z, v[r].w);
+          }
+        }
+      }
+    } else {
+      for (int i = tid; i < kM * ks; i += kWarps * 32) {
+        const int r = i / ks, e = i % ks;
+        const int b = e >> 7, tt = (e >> 5) & 3, s = (e >> 2) & 7;
+        As[r * AS + b * 128 + s * 16 + tt * 4 + (e & 3)] =
+            r < rows_here ? inner_bf16(a, G.a_row0 + r, k0 + e) : uint16_t(0);
+      }
+    }
+  }
+  __syncthreads();
 
   float acc[kNT][4];
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-  const int nblk = ks / 128;
-  const uint32_t* my_lut = lut + lane;
-  for (int b0 = 0; b0 < nblk; b0 += kUnroll) {
-    uint4 x0[kUnroll][kVec], x1[kUnroll][kVec];
-    uint32_t sc0[kUnroll], sc1[kUnroll];
+  const uint32_t lane4 = uint32_t(lane) << 2;
+  // Table word for byte k (0..3) of x: LDS at (x.byte[k] << 7) | lane << 2.
+#define LS_LUT(x, k)                                                                                    \
+  (*reinterpret_cast<const uint32_t*>(                                                                \
+      smem + ((((k) == 0 ? ((x) << 7) : ((x) >> (8 * (k) - 7))) & 0x7F80u) | lane4)))
+  const uint16_t* abase = As + g * AS + t * 4;
+  for (int b0 = 0; b0 < nblk; b0 += kRing) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (b0 + u < nblk) {
-        const int64_t off = int64_t(b0 + u) * kBytesPerBlock;
-#pragma unroll
-        for (int v = 0; v < kVec; ++v) {
-          x0[u][v] = ldg_stream16(p0 + off + 16 * v);
-          x1[u][v] = ldg_stream16(p1 + off + 16 * v);
-        }
-        if constexpr (kNvfp4) {
-          sc0[u] = __ldg(reinterpret_cast<const uint16_t*>(s0p + (b0 + u) * kScaleStep));
-          sc1[u] = __ldg(reinterpret_cast<const uint16_t*>(s1p + (b0 + u) * kScaleStep));
-        } else if (mx) {
-          sc0[u] = __ldg(s0p + (b0 + u) * kScaleStep);
-          sc1[u] = __ldg(s1p + (b0 + u) * kScaleStep);
-        }
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (b0 + u >= nblk) break;
-      const uint16_t* arow = As + (b0 + u) * 128 + 32 * t;
+    for (int u = 0; u < kRing; ++u) {
+      const int b = b0 + u;
+      if (b >= nblk) break;
+      const uint16_t* arow = abase + b * 128;
       const uint32_t* w0 = reinterpret_cast<const uint32_t*>(&x0[u][0]);
       const uint32_t* w1 = reinterpret_cast<const uint32_t*>(&x1[u][0]);
       uint32_t sA = 0, sB = 0, sA2 = 0, sB2 = 0;
       if constexpr (kNvfp4) {
-        sA = uint32_t(slut[sc0[u] & 0xFF]) * 0x10001u, sA2 = uint32_t(slut[sc0[u] >> 8]) * 0x10001u;
-        sB = uint32_t(slut[sc1[u] & 0xFF]) * 0x10001u, sB2 = uint32_t(slut[sc1[u] >> 8]) * 0x10001u;
+        sA = slut[sc0[u] & 0xFF], sA2 = slut[sc0[u] >> 8];
+        sB = slut[sc1[u] & 0xFF], sB2 = slut[sc1[u] >> 8];
       } else if (mx) {
-        sA = uint32_t(slut[sc0[u]]) * 0x10001u, sB = uint32_t(slut[sc1[u]]) * 0x10001u;
+        sA = slut[sc0[u]], sB = slut[sc1[u]];
       }
 #pragma unroll
       for (int s = 0; s < 8; ++s) {
@@ -138,18 +213,19 @@ __global__ void __launch_bounds__(kWarps * 32) decode_kernel(GemmOperandView a, 
         // A (activations) uses the same permutation, so the sum over k is unchanged.
         uint32_t a0, a1, a2, a3;
         if constexpr (kNvfp4) {
-          const uint32_t q0 = w0[s >> 1] >> ((s & 1) * 16), q1 = w1[s >> 1] >> ((s & 1) * 16);
+          const uint32_t q0 = w0[s >> 1], q1 = w1[s >> 1];
+          const int k = (s & 1) * 2;  // bytes k, k+1 of the word: elements 4s .. 4s+3
           const uint32_t m0 = s < 4 ? sA : sA2, m1 = s < 4 ? sB : sB2;
-          a0 = bf16x2_mul(my_lut[(q0 & 0xFF) * 32], m0);
-          a2 = bf16x2_mul(my_lut[((q0 >> 8) & 0xFF) * 32], m0);
-          a1 = bf16x2_mul(my_lut[(q1 & 0xFF) * 32], m1);
-          a3 = bf16x2_mul(my_lut[((q1 >> 8) & 0xFF) * 32], m1);
+          a0 = bf16x2_mul(LS_LUT(q0, k), m0);
+          a2 = bf16x2_mul(LS_LUT(q0, k + 1), m0);
+          a1 = bf16x2_mul(LS_LUT(q1, k), m1);
+          a3 = bf16x2_mul(LS_LUT(q1, k + 1), m1);
         } else {
           const uint32_t q0 = w0[s], q1 = w1[s];
-          a0 = __byte_perm(my_lut[(q0 & 0xFF) * 32], my_lut[((q0 >> 8) & 0xFF) * 32], 0x5410);
-          a2 = __byte_perm(my_lut[((q0 >> 16) & 0xFF) * 32], my_lut[(q0 >> 24) * 32], 0x5410);
-          a1 = __byte_perm(my_lut[(q1 & 0xFF) * 32], my_lut[((q1 >> 8) & 0xFF) * 32], 0x5410);
-          a3 = __byte_perm(my_lut[((q1 >> 16) & 0xFF) * 32], my_lut[(q1 >> 24) * 32], 0x5410);
+          a0 = __byte_perm(LS_LUT(q0, 0), LS_LUT(q0, 1), 0x5410);
+          a2 = __byte_perm(LS_LUT(q0, 2), LS_LUT(q0, 3), 0x5410);
+          a1 = __byte_perm(LS_LUT(q1, 0), LS_LUT(q1, 1), 0x5410);
+          a3 = __byte_perm(LS_LUT(q1, 2), LS_LUT(q1, 3), 0x5410);
           if (mx) {
             a0 = bf16x2_mul(a0, sA), a2 = bf16x2_mul(a2, sA);
             a1 = bf16x2_mul(a1, sB), a3 = bf16x2_mul(a3, sB);
@@ -157,34 +233,88 @@ __global__ void __launch_bounds__(kWarps * 32) decode_kernel(GemmOperandView a, 
         }
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
-          const uint2 bv = *reinterpret_cast<const uint2*>(arow + (nt * 8 + g) * kAStride + 4 * s);
+          const uint2 bv = *reinterpret_cast<const uint2*>(arow + nt * 8 * AS + s * 16);
           mma_bf16_16816(acc[nt], a0, a1, a2, a3, bv.x, bv.y);
         }
       }
+      // The ring slot is consumed: refill it with block b + kRing (keeps kRing blocks in flight).
+      if (b + kRing < nblk) load_block(u, b + kRing);
     }
   }
 
+#undef LS_LUT
+
   // acc[nt][q]: W row (q < 2 ? j0 : j1), A row nt * 8 + 2t + (q & 1).
+  if (slices == 1 && !ep.swiglu) {  // direct
 #pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) {
+    for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int tok = nt * 8 + 2 * t + (q & 1);
-      const int64_t j = q < 2 ? j0 : j1;
-      if (!(q < 2 ? v0 : v1) || tok >= G.rows) continue;
-      const int64_t orow = G.a_row0 + tok;
-      if (direct) {
+      for (int q = 0; q < 4; ++q) {
+        const int tok = nt * 8 + 2 * t + (q & 1);
+        const int64_t j = q < 2 ? j0 : j1;
+        if (!(q < 2 ? v0 : v1) || tok >= G.rows) continue;
+        const int64_t orow = G.a_row0 + tok;
         const float y = tok < G.tokens
                             ? epilogue_value(acc[nt][q], outer_of(a, orow), outer_of(w, G.w_row0 + j), ep, G.w_row0 + j)
                             : 0.0f;
         store_out(out, orow * n + j, y);
-      } else {
-        ws[(int64_t(blockIdx.y) * rows_total + orow) * n + j] = acc[nt][q];
       }
     }
+    return;
   }
+  // Partials of this slice -> shared memory part[local row][token].
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int lr = warp * 16 + g + (q < 2 ? 0 : 8);
+      part[lr * kM + nt * 8 + 2 * t + (q & 1)] = acc[nt][q];
+    }
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  if (slices > 1)
+    cluster.sync();
+  else
+    __syncthreads();
+  const int rank = int(blockIdx.y);
+  const float* parts[kMaxSlices];
+#pragma unroll
+  for (int s = 0; s < kMaxSlices; ++s) parts[s] = s < slices ? (slices > 1 ? cluster.map_shared_rank(part, s) : part) : part;
+  // value(lr, tok): slices summed in ascending order, then steps 1-3 of the epilogue.
+  auto value = [&](int lr, int tok, int64_t j) {
+    const int idx = lr * kM + tok;
+    float s = parts[0][idx];
+#pragma unroll
+    for (int q = 1; q < kMaxSlices; ++q)
+      if (q < slices) s = num::add_rn(s, parts[q][idx]);
+    const int64_t orow = G.a_row0 + tok;
+    return epilogue_value(s, outer_of(a, orow), outer_of(w, G.w_row0 + j), ep, G.w_row0 + j);
+  };
+  if (ep.swiglu) {
+    const float* prob = ep.router_prob;
+    for (int i = rank * kWarps * 32 + tid; i < 64 * kM; i += slices * kWarps * 32) {
+      const int cl = i / kM, tok = i % kM;
+      const int64_t c = int64_t(blockIdx.x) * 64 + cl;
+      if (tok >= rows_here || c >= oc) continue;
+      const int64_t orow = G.a_row0 + tok;
+      float y = 0.0f;
+      if (tok < G.tokens)
+        y = num::swiglu_weighted_f32(value(cl, tok, c), value(64 + cl, tok, oc + c), prob ? prob[orow] : 1.0f);
+      store_out(out, orow * oc + c, y);
+    }
+  } else {
+    for (int i = rank * kWarps * 32 + tid; i < kRowsPerBlock * kM; i += slices * kWarps * 32) {
+      const int lr = i / kM, tok = i % kM;
+      const int64_t j = int64_t(blockIdx.x) * kRowsPerBlock + lr;
+      if (tok >= rows_here || j >= n) continue;
+      const int64_t orow = G.a_row0 + tok;
+      store_out(out, orow * n + j, tok < G.tokens ? value(lr, tok, j) : 0.0f);
+    }
+  }
+  if (slices > 1) cluster.sync();  // keep this block's partials alive until every rank has read them
 }
 
+// Raw fp32 D -> output (used by the tiled and cuBLAS paths): see qgemm_cuda.cuh.
 __global__ void epilogue_kernel(const float* ws, int slices, int64_t rows_total, GemmOperandView a,
                                 GemmOperandView w, int64_t n, const GemmGroupDesc* groups, DeviceEpilogue ep,
                                 GemmOutView out) {
@@ -208,17 +338,31 @@ __global__ void epilogue_kernel(const float* ws, int slices, int64_t rows_total,
 }
 
 template <bool kNvfp4, int kNT>
-void launch_decode_t(dim3 grid, cudaStream_t stream, const GemmOperandView& a, const GemmOperandView& w, int64_t n,
-                     const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out, float* ws,
-                     bool direct) {
-  static bool attr_set = false;  // once per instantiation (per process; one device)
-  constexpr int smem = decode_smem_bytes<kNT>();
-  if (!attr_set) {
+void launch_decode_t(dim3 grid, int slice_blocks, cudaStream_t stream, const GemmOperandView& a,
+                     const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups, const DeviceEpilogue& ep,
+                     GemmOutView out) {
+  static int attr_smem = 0;  // per instantiation (per process; one device)
+  const int smem = decode_smem_bytes<kNT>(slice_blocks);
+  if (smem > attr_smem) {
     LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<kNvfp4, kNT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    attr_set = true;
+    attr_smem = smem;
   }
-  decode_kernel<kNvfp4, kNT><<<grid, kWarps * 32, smem, stream>>>(
-      a, w, n, groups.table.as<GemmGroupDesc>(), ep, out, ws, groups.total_rows, direct);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kWarps * 32);
+  cfg.dynamicSmemBytes = size_t(smem);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = 1;
+  attr[1].val.clusterDim.y = grid.y;
+  attr[1].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = grid.y > 1 ? 2 : 1;
+  LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_kernel<kNvfp4, kNT>, a, w, n, groups.table.as<GemmGroupDesc>(),
+                                         ep, out, slice_blocks));
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
@@ -238,26 +382,25 @@ void launch_epilogue(const float* ws, int slices, int64_t rows_total, const Gemm
 
 void launch_decode(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
                    const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream) {
+  (void)workspace;  // partials live in shared memory (one cluster per row tile)
   const int64_t K = w.cols;
   if (K % 128 != 0 || groups.max_rows > kDecodeMaxRows || w.format == GemmFormat::kBf16)
     throw GemmError(cat("qgemm decode kernel: needs K % 128 == 0 (K = ", K, "), <= ", kDecodeMaxRows, " rows per group (max ", groups.max_rows, ") and packed W (nvfp4, mxfp8, fp8)"));
-  if (groups.groups == 0 || groups.max_rows == 0 || n == 0) return;
-  const int slices = int((K + kDecodeSlice - 1) / kDecodeSlice);
-  const bool direct = slices == 1 && !ep.swiglu;
-  float* ws = nullptr;
-  if (!direct) {
-    const size_t need = size_t(slices) * size_t(groups.total_rows) * size_t(n) * sizeof(float);
-    if (workspace.size() < need) workspace.resize(need);
-    ws = workspace.as<float>();
-  }
-  const dim3 grid(unsigned((n + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(slices), unsigned(groups.groups));
+  if (ep.swiglu && n % 2 != 0) throw GemmError(cat("qgemm decode kernel: SwiGLU needs an even N (N = ", n, ")"));
+  if (groups.groups == 0 || groups.max_rows == 0 || n == 0 || K == 0) return;
+  const int sb = decode_slice_blocks(K);
+  const int smem = groups.max_rows > 8 ? decode_smem_bytes<2>(sb) : decode_smem_bytes<1>(sb);
+  if (smem > 227 * 1024)
+    throw GemmError(cat("qgemm decode kernel: K = ", K, " needs ", smem, " bytes of shared memory per block (max 227 KiB)"));
+  const int slices = int((K / 128 + sb - 1) / sb);
+  const int64_t tiles = ep.swiglu ? (n / 2 + 63) / 64 : (n + kRowsPerBlock - 1) / kRowsPerBlock;
+  const dim3 grid(unsigned(tiles), unsigned(slices), unsigned(groups.groups));
   const bool four = w.format == GemmFormat::kNvfp4;
   const bool two = groups.max_rows > 8;
-  if (four && !two) launch_decode_t<true, 1>(grid, stream, a, w, n, groups, ep, out, ws, direct);
-  if (four && two) launch_decode_t<true, 2>(grid, stream, a, w, n, groups, ep, out, ws, direct);
-  if (!four && !two) launch_decode_t<false, 1>(grid, stream, a, w, n, groups, ep, out, ws, direct);
-  if (!four && two) launch_decode_t<false, 2>(grid, stream, a, w, n, groups, ep, out, ws, direct);
-  if (!direct) launch_epilogue(ws, slices, groups.total_rows, a, w, n, groups, ep, out, stream);
+  if (four && !two) launch_decode_t<true, 1>(grid, sb, stream, a, w, n, groups, ep, out);
+  if (four && two) launch_decode_t<true, 2>(grid, sb, stream, a, w, n, groups, ep, out);
+  if (!four && !two) launch_decode_t<false, 1>(grid, sb, stream, a, w, n, groups, ep, out);
+  if (!four && two) launch_decode_t<false, 2>(grid, sb, stream, a, w, n, groups, ep, out);
 }
 
 }  // namespace lockstep::cuda::gemm_detail
