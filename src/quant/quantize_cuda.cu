@@ -20,8 +20,13 @@ void with_loader(const InputRef& in, F&& f) {
 
 template <class Loader, RowFmt F, int Mode>
 void rows_fast(const Loader& ld, const RowParams& p, unsigned grid, int threads, cudaStream_t st) {
-  if (p.scale.swizzled) quantize_rows_fast_kernel<Loader, F, Mode, true><<<grid, threads, 0, st>>>(ld, p);
-  else quantize_rows_fast_kernel<Loader, F, Mode, false><<<grid, threads, 0, st>>>(ld, p);
+  if constexpr (F == RowFmt::kNvfp4) {
+    if (p.scale.swizzled) quantize_rows_nvfp4_kernel<Loader, Mode, true><<<grid, threads, 0, st>>>(ld, p);
+    else quantize_rows_nvfp4_kernel<Loader, Mode, false><<<grid, threads, 0, st>>>(ld, p);
+  } else {
+    if (p.scale.swizzled) quantize_rows_fast_kernel<Loader, F, Mode, true><<<grid, threads, 0, st>>>(ld, p);
+    else quantize_rows_fast_kernel<Loader, F, Mode, false><<<grid, threads, 0, st>>>(ld, p);
+  }
 }
 
 // The specialized kernel where it applies (quantize_rows_fast_kernel's conditions); true if launched.
@@ -87,6 +92,12 @@ __global__ void codec_check_kernel(unsigned long long* mismatches) {
     bad[0] += num::encode_e2m1_fast(b) != num::encode_e2m1(b);
     bad[0] += num::encode_e2m1_arith(a) != num::encode_e2m1(a);
     bad[0] += num::encode_e2m1_arith(b) != num::encode_e2m1(b);
+    bad[0] += num::encode_e2m1_fma(a) != num::encode_e2m1(a);
+    bad[0] += num::encode_e2m1_fma(b) != num::encode_e2m1(b);
+    if (i < 256) {  // every E4M3 code: the cvt decode equals the reference (NaN codes: any NaN)
+      const float d = num::decode_e4m3_fast(uint8_t(i)), r = num::decode_e4m3(uint8_t(i));
+      bad[1] += num::is_nan(r) ? !num::is_nan(d) : __float_as_uint(d) != __float_as_uint(r);
+    }
     const uint16_t e43 = num::encode_e4m3x2_fast(a, b);
     bad[1] += uint8_t(e43) != num::encode_e4m3(a);
     bad[1] += uint8_t(e43 >> 8) != num::encode_e4m3(b);

@@ -145,11 +145,13 @@ struct RawChunk {
   uint4 a, b;
 };
 
-// Start of row r's bf16 elements, or nullptr for a zero row (a gather padding row).
+// Start of row r's bf16 elements; a gather padding row reads a row of zeros (never a null pointer,
+// so the kernels load unconditionally and keep no zero-filled copy).
+static __device__ const uint16_t kZeroRow[kRegChunks * 256 * 16] = {};
 __device__ __forceinline__ const uint16_t* raw_row(const LoadBf16& ld, int64_t r) { return ld.p + r * ld.cols; }
 __device__ __forceinline__ const uint16_t* raw_row(const LoadGather<LoadBf16>& ld, int64_t r) {
   const int32_t s = ld.src[r];
-  return s < 0 ? nullptr : ld.in.p + int64_t(s) * ld.in.cols;
+  return s < 0 ? kZeroRow : ld.in.p + int64_t(s) * ld.in.cols;
 }
 
 __device__ __forceinline__ void unpack16(const RawChunk& x, float v[16]) {
@@ -159,6 +161,48 @@ __device__ __forceinline__ void unpack16(const RawChunk& x, float v[16]) {
     v[2 * i] = __uint_as_float(w[i] << 16);
     v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
   }
+}
+
+// |x| max of 16 packed bf16 as bf16 bits: per-halfword unsigned max of the magnitudes (for
+// non-negative bf16 the bit order is the value order). A result above 0x7F80 (inf) means the chunk
+// holds a NaN, which the amax must ignore: the caller then takes the fp32 path.
+__device__ __forceinline__ uint32_t absmax_bits16(const RawChunk& x) {
+  constexpr uint32_t m = 0x7FFF7FFFu;
+  const uint32_t a = __vmaxu2(x.a.x & m, x.a.y & m), b = __vmaxu2(x.a.z & m, x.a.w & m);
+  const uint32_t c = __vmaxu2(x.b.x & m, x.b.y & m), d = __vmaxu2(x.b.z & m, x.b.w & m);
+  const uint32_t e = __vmaxu2(__vmaxu2(a, b), __vmaxu2(c, d));
+  return max(e & 0xFFFFu, e >> 16);
+}
+
+// The sign bits of 8 bf16 (packed in w0..w3) at bit 3 of nibbles 0..7 (an E2M1 word's sign bits).
+__device__ __forceinline__ uint32_t e2m1_signs8(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
+  const uint32_t g01 = __byte_perm(w0, w1, 0x7531), g23 = __byte_perm(w2, w3, 0x7531);  // high bytes
+  uint32_t ev, od;  // byte j: 0xFF where element 2j (ev) / 2j+1 (od) is negative (prmt sign replication)
+  asm("prmt.b32 %0, %1, %2, 0xECA8;" : "=r"(ev) : "r"(g01), "r"(g23));
+  asm("prmt.b32 %0, %1, %2, 0xFDB9;" : "=r"(od) : "r"(g01), "r"(g23));
+  return (ev & 0x08080808u) | (od & 0x80808080u);
+}
+
+// 8 packed bf16 (w0..w3) times f to one word of E2M1 codes, RNE, for inputs without NaN: the
+// magnitude codes by num::e2m1_code_magic (2^23 + code), packed by shift-adds (Horner, nibble 7
+// first; the 2^23 parts add up to the constant kMagic8 modulo 2^32), the sign bits from the inputs
+// (RN(x f) has the sign of x: f > 0). Per element: 4 FMA-pipe ops (FMUL, 2 FFMA, FADD), 2 integer
+// mins, about 2 more integer ops for unpacking, packing and signs.
+__device__ __forceinline__ uint32_t encode_e2m1x8_bf16(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, float f) {
+  constexpr uint32_t kMagic8 = 0x4B000000u + (0x4B000000u << 4);  // the rest shift out
+  const uint32_t w[4] = {w3, w2, w1, w0};
+  uint32_t acc = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t hi = num::e2m1_code_magic(num::mul_rn(__uint_as_float(w[j] & 0xFFFF0000u), f));
+    const uint32_t lo = num::e2m1_code_magic(num::mul_rn(__uint_as_float(w[j] << 16), f));
+    acc = (acc * 16u + hi) * 16u + lo;
+  }
+  return acc - kMagic8 + e2m1_signs8(w0, w1, w2, w3);  // the sign bits are free in the codes: + is |
+}
+
+__device__ __forceinline__ uint2 encode_e2m1x16_bf16(const RawChunk& x, float f) {
+  return make_uint2(encode_e2m1x8_bf16(x.a.x, x.a.y, x.a.z, x.a.w, f), encode_e2m1x8_bf16(x.b.x, x.b.y, x.b.z, x.b.w, f));
 }
 
 // 16 scaled values v[i] * f to 8 E2M1 bytes, RNE (encode_e2m1_arith per element).
@@ -183,8 +227,8 @@ __device__ __forceinline__ void store_scale(const ScaleOut& s, int64_t r, int64_
   s.p[Swz ? swizzled_offset_d(r, c, s.padded_cols) : r * s.cols + c] = code;
 }
 
-// F and Mode: (kNvfp4, kAmaxRow | kAmaxDomain), (kMxfp8, kAmaxDomain), (kFp8, kAmaxRow | kAmaxDomain |
-// kAmaxLanes8). Swz: swizzled block scales (NVFP4 / MXFP8).
+// F and Mode: (kMxfp8, kAmaxDomain), (kFp8, kAmaxRow | kAmaxDomain | kAmaxLanes8). Swz: swizzled
+// block scales (MXFP8). NVFP4 has its own kernel below.
 template <class Loader, RowFmt F, int Mode, bool Swz>
 __global__ void __launch_bounds__(256, 4) quantize_rows_fast_kernel(Loader ld, RowParams p) {
   __shared__ float red[33];
@@ -195,7 +239,7 @@ __global__ void __launch_bounds__(256, 4) quantize_rows_fast_kernel(Loader ld, R
 #pragma unroll
   for (int i = 0; i < kRegChunks; ++i) {
     const int b = t + i * T;
-    if (rowp != nullptr && b < p.nchunks) {
+    if (b < p.nchunks) {
       const uint4* q = reinterpret_cast<const uint4*>(rowp + int64_t(b) * 16);
       x[i].a = q[0];
       x[i].b = q[1];
@@ -219,31 +263,10 @@ __global__ void __launch_bounds__(256, 4) quantize_rows_fast_kernel(Loader ld, R
   float rowA = 0.0f;
   if constexpr (Mode == kAmaxRow) {
     rowA = block_fmax(acc, red);
-    if (t == 0) {
-      if constexpr (F == RowFmt::kNvfp4) p.amax_out[r] = rowA;
-      if constexpr (F == RowFmt::kFp8)
-        p.scale_inv_out[r] = num::fp8_scale_inv(num::fp8_scale(rowA, p.elem_max, p.eps, p.type_max, p.pow2));
-    }
-  } else if constexpr (F == RowFmt::kNvfp4) {
-    int64_t d = 0;
-    if (p.dom_kind == kDomGroup) d = group_of_row(p.offsets, p.groups, r);
-    rowA = p.dom_val[d];
+    if constexpr (F == RowFmt::kFp8)
+      if (t == 0) p.scale_inv_out[r] = num::fp8_scale_inv(num::fp8_scale(rowA, p.elem_max, p.eps, p.type_max, p.pow2));
   }
-  if constexpr (F == RowFmt::kNvfp4) {
-    const num::TwoLevelOuter outer = num::two_level_outer(rowA, num::kE2M1Max);
-#pragma unroll
-    for (int i = 0; i < kRegChunks; ++i) {
-      const int b = t + i * T;
-      if (b >= p.nchunks) continue;
-      const int64_t c0 = int64_t(b) * 16;
-      const uint8_t s = num::two_level_block_scale_fast(cam[i], outer);
-      const float enc = num::two_level_encode_factor(s, outer);
-      float v[16];
-      unpack16(x[i], v);
-      *reinterpret_cast<uint2*>(p.data + (r * p.cols + c0) / 2) = encode_e2m1x16_rn(v, enc);
-      store_scale<Swz>(p.scale, r, b, s);
-    }
-  } else if constexpr (F == RowFmt::kMxfp8) {
+  if constexpr (F == RowFmt::kMxfp8) {
     const float inv_max = num::div_rn(1.0f, p.elem_max);
 #pragma unroll
     for (int i = 0; i < kRegChunks; ++i) {
@@ -284,6 +307,108 @@ __global__ void __launch_bounds__(256, 4) quantize_rows_fast_kernel(Loader ld, R
       *reinterpret_cast<uint4*>(p.data + r * p.cols + int64_t(b) * 16) = encode_e4m3x16_rn(v, scale);
     }
   }
+}
+
+// ---- the NVFP4 row kernel --------------------------------------------------------------------
+// quantize_rows_fast_kernel's conditions, NVFP4 (kAmaxRow: per row; kAmaxDomain: per tensor / group /
+// joint amax given), with the element work cut to what an H200 can issue at copy speed:
+// - chunk amax on packed bf16 (absmax_bits16); a chunk holding a NaN takes the fp32 path (amax16,
+//   encode_e2m1_arith), the rest encode 8 elements at a time with encode_e2m1x8_bf16;
+// - the encode factor of each scale code from a per-row table, the block scale without NaN checks;
+template <int Mode, bool Swz, class Loader>
+__device__ __forceinline__ void nvfp4_row(const Loader& ld, const RowParams& p, int64_t r) {
+  __shared__ float red[34];
+  __shared__ float enc_of[128];
+  const int t = threadIdx.x, T = blockDim.x, lane = t & 31, warp = t >> 5;
+  const uint16_t* rowp = raw_row(ld, r);
+  RawChunk x[kRegChunks];
+#pragma unroll
+  for (int i = 0; i < kRegChunks; ++i)
+    if (t + i * T < p.nchunks) {  // chunks past the row end are never used
+      const uint4* q = reinterpret_cast<const uint4*>(rowp + int64_t(t + i * T) * 16);
+      x[i].a = q[0];
+      x[i].b = q[1];
+    }
+  // Chunk amax on packed bf16. A thread whose chunks hold a NaN takes the fp32 path for all of them.
+  float cam[kRegChunks];
+  uint32_t mmax = 0;
+#pragma unroll
+  for (int i = 0; i < kRegChunks; ++i) {
+    const uint32_t m = t + i * T < p.nchunks ? absmax_bits16(x[i]) : 0u;
+    cam[i] = __uint_as_float(m << 16);
+    mmax = max(mmax, m);
+  }
+  const bool nan_path = mmax > 0x7F80u;
+  if (__builtin_expect(nan_path, 0)) {
+#pragma unroll
+    for (int i = 0; i < kRegChunks; ++i) {
+      float v[16];
+      unpack16(x[i], v);
+      cam[i] = t + i * T < p.nchunks ? amax16(v) : num::amax_empty();
+    }
+  }
+  float acc = num::amax_empty();
+#pragma unroll
+  for (int i = 0; i < kRegChunks; ++i) acc = fmaxf(acc, cam[i]);  // maxNum, as amax_fold_fast
+  // Row (or domain) amax, then warp 0 computes the outer scales and the encode factor of every scale
+  // code a chunk without NaN can get (0 .. 0x7E) into shared memory, once per row instead of a
+  // decode and a division per chunk; one more barrier publishes them.
+  // fmaxf (maxNum, one FMNMX) where fmax_f32 spells the same rule out; all-NaN is made canonical below.
+  auto warp_max = [](float a) {
+    for (int o = 1; o < 32; o <<= 1) a = fmaxf(a, __shfl_xor_sync(0xFFFFFFFFu, a, o));
+    return a;
+  };
+  if constexpr (Mode == kAmaxRow) {
+    acc = warp_max(acc);
+    if (lane == 0) red[warp] = acc;
+    __syncthreads();
+  }
+  if (warp == 0) {
+    float a;
+    if constexpr (Mode == kAmaxRow) {
+      a = warp_max(lane < (T >> 5) ? red[lane] : nan_f32());
+      a = num::is_nan(a) ? nan_f32() : a;
+      if (lane == 0) p.amax_out[r] = a;
+    } else {
+      int64_t d = 0;
+      if (p.dom_kind == kDomGroup) d = group_of_row(p.offsets, p.groups, r);
+      a = p.dom_val[d];
+    }
+    const num::TwoLevelOuter o = num::two_level_outer_e2m1(a);
+    for (int k = lane; k < 128; k += 32) enc_of[k] = num::two_level_encode_factor_fast(uint8_t(k), o);
+    if (lane == 0) red[32] = a, red[33] = o.s_enc_x_inv_max;
+  }
+  __syncthreads();
+  uint8_t* const drow = p.data + r * (p.cols / 2);
+  if (__builtin_expect(nan_path, 0)) {
+    const num::TwoLevelOuter outer = num::two_level_outer_e2m1(red[32]);
+#pragma unroll
+    for (int i = 0; i < kRegChunks; ++i) {
+      const int b = t + i * T;
+      if (b >= p.nchunks) continue;
+      const uint8_t s = num::two_level_block_scale_fast(cam[i], outer);
+      float v[16];
+      unpack16(x[i], v);
+      *reinterpret_cast<uint2*>(drow + int64_t(b) * 8) = encode_e2m1x16_rn(v, num::two_level_encode_factor(s, outer));
+      store_scale<Swz>(p.scale, r, b, s);
+    }
+  } else {
+    num::TwoLevelOuter outer{};
+    outer.s_enc_x_inv_max = red[33];
+#pragma unroll
+    for (int i = 0; i < kRegChunks; ++i) {
+      const int b = t + i * T;
+      if (b >= p.nchunks) continue;
+      const uint8_t s = num::two_level_block_scale_nonan(cam[i], outer);
+      *reinterpret_cast<uint2*>(drow + int64_t(b) * 8) = encode_e2m1x16_bf16(x[i], enc_of[s]);
+      store_scale<Swz>(p.scale, r, b, s);
+    }
+  }
+}
+
+template <class Loader, int Mode, bool Swz>
+__global__ void __launch_bounds__(256, 4) quantize_rows_nvfp4_kernel(Loader ld, RowParams p) {
+  nvfp4_row<Mode, Swz>(ld, p, blockIdx.x);
 }
 
 }  // namespace lockstep::cuda::detail

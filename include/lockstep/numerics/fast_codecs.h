@@ -6,6 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#endif
+#if !defined(__CUDA_ARCH__)
+#include <cmath>
+#endif
 
 #include "lockstep/numerics/block_rules.h"
 #include "lockstep/numerics/codecs.h"
@@ -39,6 +45,44 @@ LOCKSTEP_HD inline uint32_t encode_e2m1_arith(float v) {
   const uint32_t code = m < 0x3F800000u ? small_code : big_code;
   const uint32_t sign = m <= 0x7F800000u ? (b >> 28) & 8u : 0u;
   return code | sign;
+}
+
+// One rounding of a * b + c (IEEE fma). Used only where CONTRACT.md asks for the fused value: the
+// callers below feed it products that are exact (scaling by powers of two, small integers), so the
+// single rounding is the contract's RN of an exact sum.
+LOCKSTEP_HD inline float fma_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+// The E2M1 magnitude code of v as 0x4B000000 + code (the bits of 2^23 + code): three fp32
+// operations on the FMA pipe and an integer min,
+//   code(t) = min(RNE(2t), RNE(t) + 2, RNE(t/2) + 4, 7),  t = |v|,
+// the concave piecewise-linear E2M1 grid (step 0.5 below 2, 1 below 4, 2 up to 6, saturating at 6).
+// Each term is one rounding of an exact value (the products by 2, 1, 1/2 are exact inside the fma)
+// plus 2^23, where the fp32 step is 1: RN is RNE to an integer, and the even offsets 2 and 4 keep
+// the tie parity (0.25 -> 0, 0.75 -> 1.0, 1.25 -> 1.0, 2.5 -> 2, 3.5 -> 4, 5 -> 4). A term past
+// 2^24 only loses the min (the bits of a positive float grow with its value); +inf gives 7, NaN 7.
+LOCKSTEP_HD inline uint32_t e2m1_code_magic(float v) {
+#if defined(__CUDA_ARCH__)
+  const float t = fabsf(v);  // an operand modifier of the fmas below, not an instruction
+#else
+  const float t = abs_f32(v);
+#endif
+  const uint32_t c1 = f32_bits(fma_rn(t, 2.0f, 0x1p23f));         // 2^23 + RNE(2t)
+  const uint32_t c2 = f32_bits(add_rn(t, 0x1p23f + 2.0f));        // 2^23 + RNE(t) + 2
+  const uint32_t c3 = f32_bits(fma_rn(t, 0.5f, 0x1p23f + 4.0f));  // 2^23 + RNE(t/2) + 4
+  const uint32_t m = c1 < c2 ? c1 : c2, m3 = c3 < 0x4B000007u ? c3 : 0x4B000007u;
+  return m < m3 ? m : m3;
+}
+
+// encode_e2m1 through e2m1_code_magic (the kernels apply sign and NaN to 8 codes at a time instead).
+LOCKSTEP_HD inline uint32_t encode_e2m1_fma(float v) {
+  if (is_nan(v)) return 0x7u;
+  return (e2m1_code_magic(v) - 0x4B000000u) | ((f32_bits(v) >> 28) & 8u);
 }
 
 // Two E2M1 codes packed in one byte, `lo` in the low nibble (the even column).
@@ -87,6 +131,43 @@ LOCKSTEP_HD inline float amax_fold_fast(float acc, float x) {
 // the same code as encode_e4m3 for every fp32 input.
 LOCKSTEP_HD inline uint8_t two_level_block_scale_fast(float block_amax, const TwoLevelOuter& o) {
   return uint8_t(encode_e4m3x2_fast(fmin_f32(mul_rn(block_amax, o.s_enc_x_inv_max), kFltMax), 0.0f));
+}
+
+// two_level_block_scale for a block amax that is not NaN (inf allowed), with o from two_level_outer:
+// o.s_enc_x_inv_max is finite and > 0, so the product is never NaN, and satfinite maps +inf and
+// FLT_MAX alike to 0x7E, which makes the fmin with FLT_MAX redundant. One FMUL and one cvt.
+LOCKSTEP_HD inline uint8_t two_level_block_scale_nonan(float block_amax, const TwoLevelOuter& o) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint16_t r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(mul_rn(block_amax, o.s_enc_x_inv_max)));
+  return uint8_t(r);
+#else
+  return two_level_block_scale(block_amax, o);
+#endif
+}
+
+// decode_e4m3 by the hardware cvt (E4M3 -> f16 is exact, f16 -> f32 too); NaN codes give a NaN.
+LOCKSTEP_HD inline float decode_e4m3_fast(uint8_t code) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t h2;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(uint16_t(code)));
+  return __half2float(__ushort_as_half(uint16_t(h2)));
+#else
+  return decode_e4m3(code);
+#endif
+}
+
+// two_level_outer(amax, kE2M1Max) with RN(1/6) as a constant (0x3E2AAAAB) instead of a division.
+LOCKSTEP_HD inline TwoLevelOuter two_level_outer_e2m1(float amax) {
+  float s_enc = fmin_f32(div_rn(2688.0f, amax), kFltMax);
+  if (amax == 0.0f || s_enc == 0.0f) s_enc = 1.0f;
+  return TwoLevelOuter{s_enc, div_rn(1.0f, s_enc), mul_rn(s_enc, 0x1.555556p-3f)};
+}
+
+// two_level_encode_factor with decode_e4m3_fast (the same value for every code; a NaN code gives a
+// NaN of another payload, which no caller distinguishes).
+LOCKSTEP_HD inline float two_level_encode_factor_fast(uint8_t scale_code, const TwoLevelOuter& o) {
+  return fmin_f32(div_rn(1.0f, mul_rn(decode_e4m3_fast(scale_code), o.s_dec)), kFltMax);
 }
 
 }  // namespace lockstep::num
