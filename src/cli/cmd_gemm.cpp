@@ -100,14 +100,17 @@ void run_gemm(const GemmArgs& a) {
   std::string path = a.oracle ? "cpu_oracle_f64" : "cpu_deterministic";
   if (a.device == "cuda") {
 #if defined(LOCKSTEP_HAVE_CUDA)
-    // --deterministic: the tiled kernel, whose order depends on K only (batch-invariant for every M);
-    // otherwise the decode kernel for M <= 16 (also batch-invariant within M <= 16) and above that
-    // the cuBLAS fast path (not batch-invariant; the tiled kernel when libcublas is missing).
+    // --deterministic: the wgmma kernel (the tiled one where wgmma does not run: not sm_90, K % 64),
+    // whose order depends on K only (batch-invariant for every M); otherwise the decode kernel for
+    // M <= 16 (also batch-invariant within M <= 16) and above that the cuBLAS fast path (not
+    // batch-invariant; the deterministic kernel when libcublas is missing).
     const bool decode = ao.n_rows() <= 16 && wo.q && ao.n_cols() % 128 == 0;
-    const cuda::QgemmKernel k = a.deterministic ? cuda::QgemmKernel::kTiled
-                                : decode        ? cuda::QgemmKernel::kDecode
+    const cuda::QgemmKernel det =
+        cuda::qgemm_wgmma_available(ao.n_cols()) ? cuda::QgemmKernel::kWgmma : cuda::QgemmKernel::kTiled;
+    const cuda::QgemmKernel k = a.deterministic                    ? det
+                                : decode                           ? cuda::QgemmKernel::kDecode
                                 : cuda::qgemm_cublas_available() ? cuda::QgemmKernel::kCublas
-                                                                 : cuda::QgemmKernel::kTiled;
+                                                                   : det;
     r = cuda::qgemm_cuda(ao, wo, {}, k);
     path = cuda::qgemm_kernel_name(k);
 #endif
@@ -175,8 +178,8 @@ void register_gemm_command(CLI::App& app) {
   g->add_option("--w-scaling", a->w_scaling, "override --scaling for w");
   g->add_flag("--pow2", a->pow2, "fp8: power-of-two scales");
   g->add_flag("--deterministic", a->deterministic,
-              "batch-invariant accumulation order for every M (always the case on the cpu; cuda: the tiled kernel "
-              "instead of the cuBLAS fast path for M > 16)");
+              "batch-invariant accumulation order for every M (always the case on the cpu; cuda: the wgmma "
+              "kernel instead of the decode kernel or the cuBLAS fast path)");
   g->add_flag("--oracle", a->oracle, "use the float64-accumulation oracle instead of the fp32 path");
   g->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
   g->add_flag("--allow-nonfinite", a->allow_nonfinite, "quantize NaN/Inf inputs by the contract's rules instead of refusing");

@@ -178,30 +178,48 @@ __device__ __forceinline__ void load_raw(const GemmOperandView& op, int64_t row,
   }
 }
 
-// Exact bf16 of the 16 values (8 x bf16x2 words, k ascending).
-__device__ __forceinline__ void dequant16(const GemmOperandView& op, const OperandLuts& lut, const RawTile& r,
-                                          uint32_t (&o)[8]) {
-  if (!r.valid || op.format == GemmFormat::kBf16) {
+// Exact bf16 of the 16 values (8 x bf16x2 words, k ascending), format known at compile time.
+// `pair(b)` is the pair table entry of byte b (plain or lane-replicated table).
+template <GemmFormat F, class Pair>
+__device__ __forceinline__ void dequant16_p(const Pair& pair, const uint16_t* scale, const RawTile& r,
+                                           uint32_t (&o)[8]) {
+  if constexpr (F == GemmFormat::kBf16) {
     const uint32_t* s = reinterpret_cast<const uint32_t*>(r.v);
 #pragma unroll
     for (int i = 0; i < 8; ++i) o[i] = s[i];
-  } else if (op.format == GemmFormat::kNvfp4) {
-    const uint32_t sc = uint32_t(lut.scale[r.scale]) * 0x10001u;
+  } else if constexpr (F == GemmFormat::kNvfp4) {
+    const uint32_t sc = uint32_t(scale[r.scale]) * 0x10001u;
     const uint32_t w[2] = {r.v[0].x, r.v[0].y};
 #pragma unroll
-    for (int i = 0; i < 8; ++i) o[i] = bf16x2_mul(lut.pair[(w[i >> 2] >> ((i & 3) * 8)) & 0xFF], sc);
+    for (int i = 0; i < 8; ++i) o[i] = bf16x2_mul(pair((w[i >> 2] >> ((i & 3) * 8)) & 0xFF), sc);
   } else {
-    const uint32_t* w = reinterpret_cast<const uint32_t*>(r.v);
+    const uint32_t w[4] = {r.v[0].x, r.v[0].y, r.v[0].z, r.v[0].w};
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const uint32_t q = w[i >> 1] >> ((i & 1) * 16);
-      o[i] = __byte_perm(lut.pair[q & 0xFF], lut.pair[(q >> 8) & 0xFF], 0x5410);
+      o[i] = __byte_perm(pair(q & 0xFF), pair((q >> 8) & 0xFF), 0x5410);
     }
-    if (op.format == GemmFormat::kMxfp8) {
-      const uint32_t sc = uint32_t(lut.scale[r.scale]) * 0x10001u;
+    if constexpr (F == GemmFormat::kMxfp8) {
+      const uint32_t sc = uint32_t(scale[r.scale]) * 0x10001u;
 #pragma unroll
       for (int i = 0; i < 8; ++i) o[i] = bf16x2_mul(o[i], sc);
     }
+  }
+}
+
+template <GemmFormat F>
+__device__ __forceinline__ void dequant16_f(const OperandLuts& lut, const RawTile& r, uint32_t (&o)[8]) {
+  dequant16_p<F>([&](uint32_t b) { return lut.pair[b]; }, lut.scale, r, o);
+}
+
+// The same with the format read at run time; an invalid (out of range) piece is zero.
+__device__ __forceinline__ void dequant16(const GemmOperandView& op, const OperandLuts& lut, const RawTile& r,
+                                          uint32_t (&o)[8]) {
+  switch (r.valid ? op.format : GemmFormat::kBf16) {  // load_raw zeroes invalid pieces
+    case GemmFormat::kNvfp4: dequant16_f<GemmFormat::kNvfp4>(lut, r, o); break;
+    case GemmFormat::kMxfp8: dequant16_f<GemmFormat::kMxfp8>(lut, r, o); break;
+    case GemmFormat::kFp8: dequant16_f<GemmFormat::kFp8>(lut, r, o); break;
+    default: dequant16_f<GemmFormat::kBf16>(lut, r, o); break;
   }
 }
 
@@ -231,7 +249,6 @@ void cublas_gemm_bf16(const void* a, const void* w, void* d, bool d_f32, int64_t
                       cudaStream_t stream, int batch = 1, int64_t stride_a = 0, int64_t stride_w = 0,
                       int64_t stride_d = 0);
 
-constexpr int kDecodeSlice = 2048;  // K per decode slice: fixed, depends on nothing but K
 constexpr int kDecodeMaxRows = 16;  // rows per group the decode kernel takes
 
 }  // namespace lockstep::cuda::gemm_detail

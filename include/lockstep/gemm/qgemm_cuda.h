@@ -1,8 +1,8 @@
 // CUDA backend of the quantized GEMMs of qgemm.h (docs/gemm.md): a tensor-core decode kernel for
-// small M (1..16 rows per group, memory-bandwidth bound, packed weights streamed with 16-byte
-// loads) and a tiled tensor-core kernel for any M. Both dequantize operands exactly into bf16,
-// accumulate in fp32 with a reduction order fixed by K alone (batch-invariant), and apply the outer
-// scales and the epilogue of docs/gemm.md section 4 last. Only with -DLOCKSTEP_CUDA=ON.
+// small M (1..16 rows per group, packed weights streamed), a Hopper wgmma kernel and an mma.sync
+// tiled kernel for any M, all dequantizing exactly into bf16 with an fp32 reduction order fixed by
+// K alone (batch-invariant), and a cuBLAS fast path (not batch-invariant). Outer scales and the
+// epilogue of docs/gemm.md section 4 come last. Only with -DLOCKSTEP_CUDA=ON.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -89,7 +89,7 @@ const char* qgemm_kernel_name(QgemmKernel k);
 QgemmKernel qgemm_pick_kernel(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& g);
 
 // D = A W^T per group, asynchronous on `stream`. n: W rows per group (N). `workspace` is resized
-// as needed (decode split over fixed 2048-wide K slices keeps fp32 partials there). Throws
+// as needed (fp32 results before a SwiGLU epilogue, the cuBLAS path's bf16 operands). Throws
 // GemmError on shapes or formats the kernels do not take. Launches only kernels once `workspace`
 // is large enough (graph-capturable).
 void qgemm_device(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
