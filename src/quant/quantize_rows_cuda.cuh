@@ -334,8 +334,11 @@ __device__ __forceinline__ void nvfp4_row(const Loader& ld, const RowParams& p, 
   uint32_t mmax = 0;
 #pragma unroll
   for (int i = 0; i < kRegChunks; ++i) {
-    const uint32_t m = t + i * T < p.nchunks ? absmax_bits16(x[i]) : 0u;
-    cam[i] = __uint_as_float(m << 16);
+    // A chunk past the row end has seen nothing: the amax sentinel (NaN, ignored by fmaxf), not 0,
+    // or an all-NaN row would reduce to 0 instead of NaN.
+    const bool has = t + i * T < p.nchunks;
+    const uint32_t m = has ? absmax_bits16(x[i]) : 0u;
+    cam[i] = has ? __uint_as_float(m << 16) : num::amax_empty();
     mmax = max(mmax, m);
   }
   const bool nan_path = mmax > 0x7F80u;
