@@ -174,8 +174,12 @@ TEST(Gemm, GridInputsFastEqualsOracleEqualsExactSum) {
     const std::string what = p.a.label + " x " + p.w.label;
     Held a = make(p.a, grid_values(p.a, M, K, seed, /*amax_col=*/3), M, K);
     Held w = make(p.w, grid_values(p.w, N, K, seed + 1, /*amax_col=*/5), N, K);
-    if (a.q) ASSERT_EQ(dequantize(*a.q), a.x) << what << ": test input not lossless";
-    if (w.q) ASSERT_EQ(dequantize(*w.q), w.x) << what << ": test input not lossless";
+    if (a.q) {
+      ASSERT_EQ(dequantize(*a.q), a.x) << what << ": test input not lossless";
+    }
+    if (w.q) {
+      ASSERT_EQ(dequantize(*w.q), w.x) << what << ": test input not lossless";
+    }
     ASSERT_TRUE(sums_are_exact(decode_gemm_operand(a.op("a")), decode_gemm_operand(w.op("w")))) << what;
     const GemmResult fast = qgemm_cpu(a.op("a"), w.op("w"));
     const GemmResult oracle = qgemm_oracle_cpu(a.op("a"), w.op("w"));

@@ -166,7 +166,9 @@ TEST(BF16, RoundsToNearestEven) {
   EXPECT_EQ(f32_to_bf16(bits(0x7F7FFFFF)), 0x7F80);  // FLT_MAX rounds to inf
   for (uint32_t h = 0; h < 0x10000; ++h) {
     float v = bf16_to_f32(uint16_t(h));
-    if (!std::isnan(v)) EXPECT_EQ(f32_to_bf16(v), h);
+    if (!std::isnan(v)) {
+      EXPECT_EQ(f32_to_bf16(v), h);
+    }
   }
 }
 
@@ -287,8 +289,9 @@ TEST(CudaOracle, CodecsMatchCudaHostConversions) {
       ASSERT_EQ(encode_e5m2(v), uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E5M2))) << std::hex << b;
       ASSERT_EQ(encode_e2m1(v), uint8_t(__nv_cvt_float_to_fp4(v, __NV_E2M1, cudaRoundNearest))) << std::hex << b;
     }
-    if (!(b >> 31))
+    if (!(b >> 31)) {
       ASSERT_EQ(encode_e8m0(v), uint8_t(__nv_cvt_float_to_e8m0(v, __NV_SATFINITE, cudaRoundPosInf))) << std::hex << b;
+    }
     ++checked;
   };
   for (uint64_t b = 0; b <= 0xFFFFFFFFull; b += 97) check(uint32_t(b));

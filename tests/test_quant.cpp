@@ -262,7 +262,9 @@ TEST(Grouped, EachGroupMatchesQuantizingItAlone) {
                                spec_of(Format::kNvfp4, s == Scaling::kPerGroup ? Scaling::kPerTensor : s));
       EXPECT_TRUE(std::equal(alone.data.begin(), alone.data.end(), g.data.begin() + r0 * 16)) << "group " << k << " seed " << seed;
       EXPECT_TRUE(std::equal(alone.block_scale.begin(), alone.block_scale.end(), g.block_scale.begin() + r0 * 2));
-      if (s == Scaling::kPerGroup) EXPECT_EQ(num::f32_bits(alone.amax[0]), num::f32_bits(g.amax[k]));
+      if (s == Scaling::kPerGroup) {
+        EXPECT_EQ(num::f32_bits(alone.amax[0]), num::f32_bits(g.amax[k]));
+      }
     }
   }
 }

@@ -234,6 +234,20 @@ __device__ __forceinline__ void store_tile(const GemmOperandView& op, const Oper
 }
 
 
+// Shared by the tiled and wgmma launchers: the row-tile count must fit gridDim.y, and a SwiGLU
+// epilogue (pairing columns c and N/2 + c, which live in different tiles) needs the fp32 results
+// in `workspace` first; returns that buffer, or nullptr without SwiGLU.
+inline float* tile_grid_checks(const char* kernel, int bm, const DeviceGroupTable& groups, int64_t n,
+                               const DeviceEpilogue& ep, DeviceBuffer& workspace) {
+  if ((groups.max_rows + bm - 1) / bm > 65535)
+    throw GemmError(cat("qgemm ", kernel, " kernel: ", groups.max_rows, " rows per group is too many (max ",
+                        int64_t(65535) * bm, ")"));
+  if (!ep.swiglu) return nullptr;
+  const size_t need = size_t(groups.total_rows) * size_t(n) * sizeof(float);
+  if (workspace.size() < need) workspace.resize(need);
+  return workspace.as<float>();
+}
+
 // The Hopper wgmma kernel (qgemm_wgmma_cuda.cu): usable when the GPU is sm_90 and K % 64 == 0.
 bool wgmma_supported(int64_t k);
 void launch_wgmma(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,

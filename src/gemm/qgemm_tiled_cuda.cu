@@ -120,14 +120,7 @@ void launch_tiled(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
   if (K % kBK != 0)
     throw GemmError(cat("qgemm tiled kernel: needs K % ", kBK, " == 0 (K = ", K, ")"));
   if (groups.groups == 0 || groups.max_rows == 0 || n == 0) return;
-  if ((groups.max_rows + kBM - 1) / kBM > 65535)
-    throw GemmError(cat("qgemm tiled kernel: ", groups.max_rows, " rows per group is too many (max ", 65535 * kBM, ")"));
-  float* raw = nullptr;
-  if (ep.swiglu) {  // SwiGLU pairs columns c and N/2 + c, which live in different tiles
-    const size_t need = size_t(groups.total_rows) * size_t(n) * sizeof(float);
-    if (workspace.size() < need) workspace.resize(need);
-    raw = workspace.as<float>();
-  }
+  float* raw = tile_grid_checks("tiled", kBM, groups, n, ep, workspace);
   const dim3 grid(unsigned((n + kBN - 1) / kBN), unsigned((groups.max_rows + kBM - 1) / kBM), unsigned(groups.groups));
   tiled_kernel<<<grid, kThreads, 0, stream>>>(a, w, n, groups.table.as<GemmGroupDesc>(), ep, out, raw);
   LOCKSTEP_CUDA_CHECK_LAUNCH();

@@ -369,14 +369,7 @@ void launch_wgmma(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
   if (!wgmma_supported(K))
     throw GemmError(cat("qgemm wgmma kernel: needs an sm_90 GPU and K % ", kBK, " == 0 (K = ", K, ")"));
   if (groups.groups == 0 || groups.max_rows == 0 || n == 0) return;
-  if ((groups.max_rows + kBM - 1) / kBM > 65535)
-    throw GemmError(cat("qgemm wgmma kernel: ", groups.max_rows, " rows per group is too many (max ", 65535 * kBM, ")"));
-  float* raw = nullptr;
-  if (ep.swiglu) {  // SwiGLU pairs columns c and N/2 + c, which live in different tiles
-    const size_t need = size_t(groups.total_rows) * size_t(n) * sizeof(float);
-    if (workspace.size() < need) workspace.resize(need);
-    raw = workspace.as<float>();
-  }
+  float* raw = tile_grid_checks("wgmma", kBM, groups, n, ep, workspace);
   launch_wgmma_bn<128>(a, w, n, groups, ep, out, raw, stream);
   if (raw) launch_epilogue(raw, 1, groups.total_rows, a, w, n, groups, ep, out, stream);
 }
