@@ -1,10 +1,12 @@
-// The Hopper tensor-core CUDA GEMM (QgemmKernel::kWgmma, sm_90a): 128 x kBN output tiles, K walked
-// from 0 to K in fixed 64-wide steps (four k16 wgmma steps each, ascending), no split-K, so every
-// output element's fp32 chain depends on K only: batch-invariant for every M, like the tiled
-// kernel (but a different chain from it). Both operands are dequantized exactly into bf16 (the
-// tiles' decode of qgemm_cuda.cuh) into 128-byte-swizzled shared memory, two stages: while the
-// asynchronous wgmma of stage k runs, the threads load and dequantize stage k + 1. Two warpgroups,
-// each owning 64 rows of the tile. Outer scales and the epilogue are applied last, as everywhere.
+// The Hopper tensor-core CUDA GEMM (QgemmKernel::kWgmma, sm_90a): 128 x 128 output tiles, two
+// warpgroups of 64 rows, K walked from 0 to K in fixed 64-wide steps (four k16 wgmma steps each,
+// ascending) with no split-K, so every output element's fp32 chain depends on K only:
+// batch-invariant for every M, like the tiled kernel (but a different chain from it). The packed
+// bytes of each step are copied by cp.async into a ring of shared-memory stages (as many steps in
+// flight as fit), then dequantized exactly into bf16 (the tiles' decode of qgemm_cuda.cuh, with
+// lane-replicated tables) into two 128-byte-swizzled tiles; the dequantization of step k + 1 runs
+// while the asynchronous wgmma of step k does. Formats are template parameters. Outer scales and
+// the epilogue are applied last, as everywhere.
 #include "qgemm_cuda.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
