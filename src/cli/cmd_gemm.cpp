@@ -104,10 +104,17 @@ void run_gemm(const GemmArgs& a) {
     // whose order depends on K only (batch-invariant for every M); otherwise the decode kernel for
     // M <= 16 (also batch-invariant within M <= 16) and above that the cuBLAS fast path (not
     // batch-invariant; the deterministic kernel when libcublas is missing).
+    // fp8 block-scaled operands (per-128 k chunk scales) run on the tiled kernel only.
+    auto fp8_block = [](const GemmOperand& o) {
+      return o.q && o.q->format == Format::kFp8 &&
+             (o.q->scaling == Scaling::kBlock1x128 || o.q->scaling == Scaling::kBlock128x128);
+    };
+    const bool chunked = fp8_block(ao) || fp8_block(wo);
     const bool decode = ao.n_rows() <= 16 && wo.q && ao.n_cols() % 128 == 0;
     const cuda::QgemmKernel det =
         cuda::qgemm_wgmma_available(ao.n_cols()) ? cuda::QgemmKernel::kWgmma : cuda::QgemmKernel::kTiled;
-    const cuda::QgemmKernel k = a.deterministic                    ? det
+    const cuda::QgemmKernel k = chunked                            ? cuda::QgemmKernel::kTiled
+                                : a.deterministic                  ? det
                                 : decode                           ? cuda::QgemmKernel::kDecode
                                 : cuda::qgemm_cublas_available() ? cuda::QgemmKernel::kCublas
                                                                    : det;

@@ -52,14 +52,23 @@ DeviceGemmOperand upload_gemm_operand(const GemmOperand& op, cudaStream_t s) {
   const QTensor& q = *op.q;
   v.elem = q.elem;
   std::vector<float> outer(size_t(q.rows), 1.0f);
-  if (q.format == Format::kFp8 && (q.scaling == Scaling::kBlock1x128 || q.scaling == Scaling::kBlock128x128))
-    throw GemmError(gemm_detail::cat("operand ", op.describe(), ": fp8 block scaling (per-128 k chunk scales) is not implemented by the cuda GEMM yet (use the cpu)"));
+  const bool chunked = q.format == Format::kFp8 && (q.scaling == Scaling::kBlock1x128 || q.scaling == Scaling::kBlock128x128);
   if (q.format == Format::kMxfp8) check_mxfp8_bf16_exact(op);
   for (int64_t r = 0; r < q.rows; ++r) {
     if (q.format == Format::kNvfp4)
       outer[size_t(r)] = num::two_level_outer(q.amax[size_t(domain_of(q, r))], num::kE2M1Max).s_dec;
-    else if (q.format == Format::kFp8)
+    else if (q.format == Format::kFp8 && !chunked)
       outer[size_t(r)] = q.scale_inv[size_t(domain_of(q, r))];
+  }
+  if (chunked) {  // outer 1; scale_inv of (r, chunk c) expanded to [rows, K/128] (docs/gemm.md section 2)
+    const int64_t chunks = q.cols / kGemmChunk;
+    std::vector<float> cs(size_t(q.rows * chunks));
+    for (int64_t r = 0; r < q.rows; ++r) {
+      const int64_t sr = q.scaling == Scaling::kBlock1x128 ? r : r / 128;
+      for (int64_t c = 0; c < chunks; ++c) cs[size_t(r * chunks + c)] = q.scale_inv[size_t(sr * chunks + c)];
+    }
+    d.chunk_scale.upload(std::span<const float>(cs.data(), cs.size()));
+    LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));  // cs dies here
   }
   d.data.upload(std::span<const uint8_t>(q.data.data(), q.data.size()));
   if (q.format != Format::kFp8) {
@@ -77,6 +86,7 @@ DeviceGemmOperand upload_gemm_operand(const GemmOperand& op, cudaStream_t s) {
   v.data = d.data.get();
   v.block_scale = d.block_scale.empty() ? nullptr : d.block_scale.as<uint8_t>();
   v.outer = d.outer.empty() ? nullptr : d.outer.as<float>();
+  v.chunk_scale = d.chunk_scale.empty() ? nullptr : d.chunk_scale.as<float>();
   return d;
 }
 
@@ -121,7 +131,7 @@ const char* qgemm_kernel_name(QgemmKernel k) {
 }
 
 QgemmKernel qgemm_pick_kernel(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& g) {
-  (void)a;
+  if (a.chunk_scale || w.chunk_scale) return QgemmKernel::kTiled;
   if (g.max_rows <= gemm_detail::kDecodeMaxRows && w.cols % 128 == 0 && w.format != GemmFormat::kBf16)
     return QgemmKernel::kDecode;
   return gemm_detail::wgmma_supported(w.cols) ? QgemmKernel::kWgmma : QgemmKernel::kTiled;
@@ -135,6 +145,8 @@ void qgemm_device(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
   if (ep.swiglu && n % 2 != 0) throw GemmError(gemm_detail::cat("qgemm cuda: swiglu needs an even N (got ", n, ")"));
   if (!out.d_f32 == !out.d_bf16) throw GemmError("qgemm cuda: give exactly one of d_f32 / d_bf16");
   if (kernel == QgemmKernel::kAuto) kernel = qgemm_pick_kernel(a, w, groups);
+  if ((a.chunk_scale || w.chunk_scale) && kernel != QgemmKernel::kTiled)
+    throw GemmError(gemm_detail::cat("qgemm cuda: fp8 block scaling (1x128 / 128x128: per-128 k chunk scales) runs only on the tiled kernel, not ", qgemm_kernel_name(kernel)));
   if (kernel == QgemmKernel::kDecode)
     gemm_detail::launch_decode(a, w, n, groups, ep, out, workspace, stream);
   else if (kernel == QgemmKernel::kWgmma)

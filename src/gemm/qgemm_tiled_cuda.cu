@@ -3,6 +3,10 @@
 // (double-buffered, next tile prefetched into registers), bf16 mma.sync with fp32 accumulators,
 // outer scales and epilogue last. Every output element's chain depends only on K, so row i's bits
 // do not depend on M, the other rows or their order (batch-invariant by construction).
+// With fp8 chunk scales (1x128 / 128x128 operands) the kernel runs the chunked chain of docs/gemm.md
+// section 3: the mma accumulators hold one 128-wide chunk's partial sums, which are promoted into a
+// second set of fp32 accumulators as acc = RN(acc + RN(part * RN(sa_c * sw_c))) in ascending chunk
+// order, then reset.
 #include "qgemm_cuda.cuh"
 
 namespace lockstep::cuda::gemm_detail {
@@ -19,7 +23,13 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* p)
                : "r"(addr));
 }
 
+// Chunk scale of operand row `row` for chunk c; 1 for an operand without chunk scales.
+__device__ __forceinline__ float chunk_scale_of(const GemmOperandView& op, int64_t row, int64_t c) {
+  return op.chunk_scale ? op.chunk_scale[row * (op.cols / 128) + c] : 1.0f;
+}
+
 // grid: x = W row tiles of a group, y = A row tiles of a group, z = group.
+template <bool kChunked>
 __global__ void __launch_bounds__(kThreads) tiled_kernel(GemmOperandView a, GemmOperandView w, int64_t n,
                                                          const GemmGroupDesc* groups, DeviceEpilogue ep,
                                                          GemmOutView out, float* raw) {
@@ -49,11 +59,44 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(GemmOperandView a, Gemm
   __syncthreads();
 
   const int wm = warp >> 1, wn = warp & 1;  // warp tile: A rows [32 wm, +32), W rows [64 wn, +64)
-  float acc[2][8][4];
+  const int g = lane >> 2, t = lane & 3;
+  float acc[2][8][4];    // plain: the chain; chunked: the current chunk's partial sums
+  float total[2][8][4];  // chunked: the promoted chain (unused otherwise)
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
-    for (int j = 0; j < 8; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[i][j][q] = total[i][j][q] = 0.0f;
+  // chunked: acc of chunk c -> total (rows / columns past the tile's valid range use scale 1; they
+  // are never stored)
+  auto promote = [&](int64_t c) {
+    float sa[2][2], sw[8][2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t r = m0 + wm * 32 + i * 16 + g + h * 8;
+        sa[i][h] = r < G.rows ? chunk_scale_of(a, G.a_row0 + r, c) : 1.0f;
+      }
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t col = n0 + wn * 64 + j * 8 + 2 * t + h;
+        sw[j][h] = col < n ? chunk_scale_of(w, G.w_row0 + col, c) : 1.0f;
+      }
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float s = num::mul_rn(sa[i][q >> 1], sw[j][q & 1]);
+          total[i][j][q] = num::add_rn(total[i][j][q], num::mul_rn(acc[i][j][q], s));
+          acc[i][j][q] = 0.0f;
+        }
+  };
 
   const int ktiles = int(K / kBK);
   for (int kt = 0; kt < ktiles; ++kt) {
@@ -80,6 +123,9 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(GemmOperandView a, Gemm
         }
       }
     }
+    if constexpr (kChunked) {
+      if ((kt + 1) % (128 / kBK) == 0) promote(kt / (128 / kBK));
+    }
     if (kt + 1 < ktiles) {
       store_tile(a, lut_a, ra, &As[cur ^ 1][lr * kStride + lk]);
       store_tile(w, lut_w, rw, &Ws[cur ^ 1][lr * kStride + lk]);
@@ -87,7 +133,14 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(GemmOperandView a, Gemm
     __syncthreads();
   }
 
-  const int g = lane >> 2, t = lane & 3;
+  if constexpr (kChunked) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[i][j][q] = total[i][j][q];
+  }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
 #pragma unroll
@@ -119,10 +172,16 @@ void launch_tiled(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
   const int64_t K = a.cols;
   if (K % kBK != 0)
     throw GemmError(cat("qgemm tiled kernel: needs K % ", kBK, " == 0 (K = ", K, ")"));
+  const bool chunked = a.chunk_scale || w.chunk_scale;
+  if (chunked && K % 128 != 0)
+    throw GemmError(cat("qgemm tiled kernel: fp8 chunk scales need K % 128 == 0 (K = ", K, ")"));
   if (groups.groups == 0 || groups.max_rows == 0 || n == 0) return;
   float* raw = tile_grid_checks("tiled", kBM, groups, n, ep, workspace);
   const dim3 grid(unsigned((n + kBN - 1) / kBN), unsigned((groups.max_rows + kBM - 1) / kBM), unsigned(groups.groups));
-  tiled_kernel<<<grid, kThreads, 0, stream>>>(a, w, n, groups.table.as<GemmGroupDesc>(), ep, out, raw);
+  if (chunked)
+    tiled_kernel<true><<<grid, kThreads, 0, stream>>>(a, w, n, groups.table.as<GemmGroupDesc>(), ep, out, raw);
+  else
+    tiled_kernel<false><<<grid, kThreads, 0, stream>>>(a, w, n, groups.table.as<GemmGroupDesc>(), ep, out, raw);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
   if (raw) launch_epilogue(raw, 1, groups.total_rows, a, w, n, groups, ep, out, stream);
 }

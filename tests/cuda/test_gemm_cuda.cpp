@@ -135,6 +135,15 @@ bool same_bits(const std::vector<float>& x, const std::vector<float>& y, const s
 struct Pairing {
   Kind a, w;
 };
+// fp8 block kinds with power-of-two scales (the DeepSeek-style recipe): then RN(part * s_c) is exact
+// on grid inputs, the premise under which the fp32 chain equals the float64 oracle (docs/gemm.md
+// section 6); with arbitrary fp32 scale_inv values the CUDA tiled kernel still equals the CPU chain.
+Kind fp8_block_kind(Scaling s) {
+  Kind k = q_kind(Format::kFp8, s);
+  k.spec.pow2 = true;
+  k.label += "/pow2";
+  return k;
+}
 std::vector<Pairing> pairings() {
   return {
       {bf16_kind(), q_kind(Format::kNvfp4, Scaling::kPerRow)},  // w4a16
@@ -146,10 +155,21 @@ std::vector<Pairing> pairings() {
       {q_kind(Format::kFp8, Scaling::kPerRow), q_kind(Format::kFp8, Scaling::kPerTensor)},
       {q_kind(Format::kMxfp8, Scaling::kBlock1x32), q_kind(Format::kNvfp4, Scaling::kPerRow)},  // w4a8
       {bf16_kind(), bf16_kind()},
+      // fp8 block scaling (chunked accumulation, tiled kernel only): the fp8_block recipe's pairing,
+      // a bf16 activation, and a chunked activation with an nvfp4 weight (outer scale on one side)
+      {fp8_block_kind(Scaling::kBlock1x128), fp8_block_kind(Scaling::kBlock128x128)},
+      {bf16_kind(), fp8_block_kind(Scaling::kBlock128x128)},
+      {fp8_block_kind(Scaling::kBlock1x128), q_kind(Format::kNvfp4, Scaling::kPerRow)},
+      {q_kind(Format::kFp8, Scaling::kBlock1x128), q_kind(Format::kFp8, Scaling::kBlock128x128)},  // fp32 scales
   };
+}
+bool chunked(const Kind& k) {
+  return !k.bf16 && k.spec.format == Format::kFp8 &&
+         (k.spec.scaling == Scaling::kBlock1x128 || k.spec.scaling == Scaling::kBlock128x128);
 }
 std::vector<QgemmKernel> kernels_for(const Pairing& p, int64_t M, int64_t K) {
   std::vector<QgemmKernel> ks = {QgemmKernel::kTiled};
+  if (chunked(p.a) || chunked(p.w)) return ks;  // the other kernels refuse chunk scales (test_refusals)
   if (!p.w.bf16 && M <= 16 && K % 128 == 0) ks.push_back(QgemmKernel::kDecode);
   if (cuda::qgemm_wgmma_available(K)) ks.push_back(QgemmKernel::kWgmma);
   if (cuda::qgemm_cublas_available()) ks.push_back(QgemmKernel::kCublas);  // fast path: exact on grid, bound on random
@@ -173,11 +193,18 @@ void test_grid_exact() {
       }
       const GemmResult cpu = qgemm_cpu(a.op("a"), w.op("w"));
       const GemmResult oracle = qgemm_oracle_cpu(a.op("a"), w.op("w"));
-      check(same_bits(cpu.d, oracle.d, what + " cpu vs oracle"), "grid: cpu == oracle " + what);
+      const bool scaled_chunks_exact = !(chunked(p.a) && !p.a.spec.pow2) && !(chunked(p.w) && !p.w.spec.pow2);
+      if (scaled_chunks_exact) check(same_bits(cpu.d, oracle.d, what + " cpu vs oracle"), "grid: cpu == oracle " + what);
+      GemmEpilogue bf16_out;
+      bf16_out.out_bf16 = true;
+      const GemmResult cpu16 = qgemm_cpu(a.op("a"), w.op("w"), bf16_out);
       for (QgemmKernel k : kernels_for(p, s.M, s.K)) {
         const GemmResult gpu = cuda::qgemm_cuda(a.op("a"), w.op("w"), {}, k);
         check(same_bits(gpu.d, cpu.d, what + " " + cuda::qgemm_kernel_name(k)),
               std::string("grid: ") + cuda::qgemm_kernel_name(k) + " == cpu " + what);
+        // bf16 output (the cuBLAS path lets cuBLAS round when D = acc: bf16 / mxfp8 operands)
+        const GemmResult gpu16 = cuda::qgemm_cuda(a.op("a"), w.op("w"), bf16_out, k);
+        check(gpu16.d_bf16 == cpu16.d_bf16, std::string("grid: bf16 out ") + cuda::qgemm_kernel_name(k) + " == cpu " + what);
       }
     }
 }
@@ -211,7 +238,7 @@ void test_random_bound() {
 
 // Row i's bits: row alone, full batch, permuted batch; and a second run gives the same bytes.
 void test_batch_invariance() {
-  for (const Pairing& p : {pairings()[0], pairings()[4], pairings()[5], pairings()[6], pairings()[7]})
+  for (const Pairing& p : {pairings()[0], pairings()[4], pairings()[5], pairings()[6], pairings()[7], pairings()[9]})
     for (const auto& [M, kernel] : {std::pair<int64_t, QgemmKernel>{16, QgemmKernel::kDecode},
                                     std::pair<int64_t, QgemmKernel>{13, QgemmKernel::kDecode},
                                     std::pair<int64_t, QgemmKernel>{150, QgemmKernel::kTiled},
@@ -219,6 +246,7 @@ void test_batch_invariance() {
                                     std::pair<int64_t, QgemmKernel>{13, QgemmKernel::kWgmma}}) {
       const int64_t N = 136, K = 2304;
       if (kernel == QgemmKernel::kWgmma && !cuda::qgemm_wgmma_available(K)) continue;
+      if ((chunked(p.a) || chunked(p.w)) && kernel != QgemmKernel::kTiled) continue;
       const std::string what = p.a.label + " x " + p.w.label + " M=" + std::to_string(M) + " " + cuda::qgemm_kernel_name(kernel);
       const std::vector<float> xa = random_values(M * K, g_seed + 5, 1.5f), xw = random_values(N * K, g_seed + 6, 0.1f);
       Held w = make(p.w, xw, N, K);
@@ -310,15 +338,24 @@ void test_grouped() {
 }
 
 void test_refusals() {
+  // fp8 block scaling runs on the tiled kernel (kAuto picks it); the other kernels refuse it by name.
   Held a = make(bf16_kind(), random_values(4 * 256, 1, 1.0f), 4, 256);
   Held w = make(q_kind(Format::kFp8, Scaling::kBlock1x128), random_values(8 * 256, 2, 1.0f), 8, 256);
-  bool threw = false;
-  try {
-    cuda::qgemm_cuda(a.op("a"), w.op("w"));
-  } catch (const GemmError& e) {
-    threw = std::string(e.what()).find("fp8 block scaling") != std::string::npos;
+  const GemmResult aut = cuda::qgemm_cuda(a.op("a"), w.op("w"));
+  const GemmResult tiled = cuda::qgemm_cuda(a.op("a"), w.op("w"), {}, QgemmKernel::kTiled);
+  check(same_bits(aut.d, tiled.d, "auto vs tiled"), "fp8 block scaling: kAuto runs the tiled kernel");
+  std::vector<QgemmKernel> others = {QgemmKernel::kDecode};
+  if (cuda::qgemm_wgmma_available(256)) others.push_back(QgemmKernel::kWgmma);
+  if (cuda::qgemm_cublas_available()) others.push_back(QgemmKernel::kCublas);
+  for (QgemmKernel k : others) {
+    bool threw = false;
+    try {
+      cuda::qgemm_cuda(a.op("a"), w.op("w"), {}, k);
+    } catch (const GemmError& e) {
+      threw = std::string(e.what()).find("fp8 block scaling") != std::string::npos;
+    }
+    check(threw, std::string("fp8 block scaling refused by ") + cuda::qgemm_kernel_name(k) + " with a GemmError naming it");
   }
-  check(threw, "fp8 block scaling refused with a GemmError naming it");
 }
 
 }  // namespace

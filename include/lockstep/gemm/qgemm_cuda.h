@@ -26,14 +26,18 @@ struct GemmOperandView {
   const void* data = nullptr;            // bf16 bits [rows, K] | nvfp4 [rows, K/2] | fp8, mxfp8 [rows, K]
   const uint8_t* block_scale = nullptr;  // compact: nvfp4 E4M3 [rows, K/16], mxfp8 E8M0 [rows, K/32]
   const float* outer = nullptr;          // [rows] outer scale (docs/gemm.md section 2); nullptr = 1
+  // fp8 block_1x128 / block_128x128: the scale_inv of the block holding (r, k), expanded per row to
+  // [rows, K/128] (one per 128-wide k chunk); nullptr for every other format. An operand with chunk
+  // scales makes the GEMM use the chunked accumulation of docs/gemm.md section 3 (tiled kernel only).
+  const float* chunk_scale = nullptr;
 };
 
 // An operand uploaded from a host GemmOperand: swizzled scales are made compact, the outer scale of
 // every row is expanded to [rows] (nvfp4 S_dec of the row's domain, fp8 scale_inv), dense values
-// are rounded to bf16. FP8 1x128 / 128x128 (chunk scales) is refused with a GemmError.
+// are rounded to bf16, fp8 1x128 / 128x128 block scales become per-row chunk scales.
 struct DeviceGemmOperand {
   GemmOperandView view;
-  DeviceBuffer data, block_scale, outer;
+  DeviceBuffer data, block_scale, outer, chunk_scale;
   std::string name;
 };
 DeviceGemmOperand upload_gemm_operand(const GemmOperand& op, cudaStream_t stream = nullptr);
@@ -75,8 +79,9 @@ struct GemmOutView {
 
 enum class QgemmKernel : uint8_t {
   kAuto,    // decode when every group has <= 16 rows and K % 128 == 0, else wgmma where available, else tiled
+            // (always tiled when an operand has fp8 chunk scales)
   kDecode,  // small-M streaming kernel
-  kTiled,   // tiled tensor-core kernel (any M)
+  kTiled,   // tiled tensor-core kernel (any M; the only one that takes fp8 1x128 / 128x128 operands)
   kWgmma,   // Hopper wgmma kernel (sm_90, K % 64 == 0), batch-invariant like kTiled
   kCublas,  // fast path, NOT batch-invariant: exact bf16 dequantize + cuBLAS (fp32 accumulate) + epilogue
 };
