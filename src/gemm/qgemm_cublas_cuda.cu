@@ -1,7 +1,8 @@
 // The fast large-M CUDA GEMM path (QgemmKernel::kCublas): each packed operand is dequantized
 // exactly into its bf16 inner values (docs/gemm.md section 2: every inner value is a bf16 number),
 // cuBLAS multiplies them with fp32 accumulation into an fp32 buffer, and the epilogue kernel
-// applies the outer scales and the epilogue of section 4. The products are those of the contract;
+// applies the outer scales and the epilogue of section 4 (skipped when D = acc: cuBLAS then writes
+// the output itself). The products are those of the contract;
 // only the summation order is cuBLAS's own, so this path is within the analytic bound of section 5
 // and bit-exact on grid inputs, but NOT batch-invariant (cuBLAS picks kernels and split-K by shape).
 // cuBLAS is loaded with dlopen on first use: the library does not link it, and without it this
@@ -91,6 +92,63 @@ const uint16_t* dequantized(const GemmOperandView& op, uint16_t* scratch, cudaSt
 
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
+// The epilogue of docs/gemm.md section 4 (steps 1-3 and 5; no SwiGLU) on cuBLAS's fp32 result,
+// four columns per thread (16-byte loads of acc, outer scales and bias; N % 4 == 0). The same
+// per-element functions as launch_epilogue; only the vector width differs.
+__global__ void epilogue4_kernel(const float* acc, GemmOperandView a, GemmOperandView w, int64_t n,
+                                 const GemmGroupDesc* groups, DeviceEpilogue ep, GemmOutView out) {
+  const GemmGroupDesc G = groups[blockIdx.z];
+  const int r = blockIdx.y;
+  if (r >= G.rows) return;
+  const int64_t orow = G.a_row0 + r;
+  const float oa = outer_of(a, orow);
+  for (int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4; c < n; c += int64_t(gridDim.x) * blockDim.x * 4) {
+    float y[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (r < G.tokens) {
+      const float4 v = *reinterpret_cast<const float4*>(acc + orow * n + c);
+      const float4 ow = w.outer ? *reinterpret_cast<const float4*>(w.outer + G.w_row0 + c) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+      const float vv[4] = {v.x, v.y, v.z, v.w}, oo[4] = {ow.x, ow.y, ow.z, ow.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) y[q] = epilogue_value(vv[q], oa, oo[q], ep, G.w_row0 + c + q);
+    }
+    if (out.d_bf16) {
+      const uint32_t lo = uint32_t(num::f32_to_bf16(y[0])) | (uint32_t(num::f32_to_bf16(y[1])) << 16);
+      const uint32_t hi = uint32_t(num::f32_to_bf16(y[2])) | (uint32_t(num::f32_to_bf16(y[3])) << 16);
+      *reinterpret_cast<uint2*>(out.d_bf16 + orow * n + c) = make_uint2(lo, hi);
+    } else {
+      *reinterpret_cast<float4*>(out.d_f32 + orow * n + c) = make_float4(y[0], y[1], y[2], y[3]);
+    }
+  }
+}
+
+void launch_epilogue_fast(const float* acc, const GemmOperandView& a, const GemmOperandView& w, int64_t n,
+                          const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
+                          cudaStream_t stream) {
+  if (ep.swiglu || n % 4 != 0) {
+    launch_epilogue(acc, 1, groups.total_rows, a, w, n, groups, ep, out, stream);
+    return;
+  }
+  const int threads = 256;
+  const dim3 grid(unsigned((n / 4 + threads - 1) / threads), unsigned(groups.max_rows), unsigned(groups.groups));
+  epilogue4_kernel<<<grid, threads, 0, stream>>>(acc, a, w, n, groups.table.as<GemmGroupDesc>(), ep, out);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
+// Whether D = acc exactly, so cuBLAS can write the output itself: both outer scales are 1 by format
+// (bf16, mxfp8), alpha is 1 (bit for bit), no bias, no SwiGLU, no padding rows. cuBLAS then rounds
+// acc to the output type itself (bf16: RNE, as f32_to_bf16; tested on grid inputs).
+bool identity_epilogue(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& groups,
+                       const DeviceEpilogue& ep) {
+  auto unit_outer = [](const GemmOperandView& op) {
+    return op.format == GemmFormat::kBf16 || op.format == GemmFormat::kMxfp8;
+  };
+  if (!unit_outer(a) || !unit_outer(w) || num::f32_bits(ep.alpha) != num::f32_bits(1.0f) || ep.bias || ep.swiglu)
+    return false;
+  for (const GemmGroupDesc& g : groups.host)
+    if (g.tokens != g.rows) return false;
+  return true;
+}
+
 }  // namespace
 
 bool cublas_available() { return api().lib != nullptr; }
@@ -124,12 +182,17 @@ void launch_cublas(const GemmOperandView& a, const GemmOperandView& w, int64_t n
   if (groups.groups == 0 || groups.total_rows == 0 || n == 0) return;
   const size_t a_bytes = a.format == GemmFormat::kBf16 ? 0 : align256(size_t(a.rows) * size_t(K) * 2);
   const size_t w_bytes = w.format == GemmFormat::kBf16 ? 0 : align256(size_t(w.rows) * size_t(K) * 2);
-  const size_t acc_bytes = size_t(groups.total_rows) * size_t(n) * sizeof(float);
+  const bool direct = identity_epilogue(a, w, groups, ep);
+  const size_t acc_bytes = direct ? 0 : size_t(groups.total_rows) * size_t(n) * sizeof(float);
   if (workspace.size() < a_bytes + w_bytes + acc_bytes) workspace.resize(a_bytes + w_bytes + acc_bytes);
   uint8_t* base = workspace.as<uint8_t>();
   const uint16_t* ab = dequantized(a, reinterpret_cast<uint16_t*>(base), stream);
   const uint16_t* wb = dequantized(w, reinterpret_cast<uint16_t*>(base + a_bytes), stream);
-  float* acc = reinterpret_cast<float*>(base + a_bytes + w_bytes);
+  // acc: cuBLAS's output, fp32 before the epilogue kernel, or the final output when D = acc.
+  const bool acc_f32 = !direct || out.d_f32;
+  const size_t esize = acc_f32 ? sizeof(float) : sizeof(uint16_t);
+  uint8_t* acc = direct ? (out.d_f32 ? reinterpret_cast<uint8_t*>(out.d_f32) : reinterpret_cast<uint8_t*>(out.d_bf16))
+                        : base + a_bytes + w_bytes;
   // Equal groups (every group the same row count, W experts back to back): one strided batched
   // call; otherwise one call per non-empty group.
   bool equal = true;
@@ -138,13 +201,15 @@ void launch_cublas(const GemmOperandView& a, const GemmOperandView& w, int64_t n
             g.w_row0 == (&g - groups.host.data()) * n;
   if (equal && groups.groups > 1 && groups.host[0].rows > 0) {
     const GemmGroupDesc& g0 = groups.host[0];
-    cublas_gemm_bf16(ab + g0.a_row0 * K, wb, acc + g0.a_row0 * n, true, g0.rows, n, K, stream, groups.groups,
-                     int64_t(g0.rows) * K, n * K, int64_t(g0.rows) * n);
+    cublas_gemm_bf16(ab + g0.a_row0 * K, wb, acc + size_t(g0.a_row0 * n) * esize, acc_f32, g0.rows, n, K, stream,
+                     groups.groups, int64_t(g0.rows) * K, n * K, int64_t(g0.rows) * n);
   } else {
     for (const GemmGroupDesc& g : groups.host)
-      if (g.rows > 0) cublas_gemm_bf16(ab + g.a_row0 * K, wb + g.w_row0 * K, acc + g.a_row0 * n, true, g.rows, n, K, stream);
+      if (g.rows > 0)
+        cublas_gemm_bf16(ab + g.a_row0 * K, wb + g.w_row0 * K, acc + size_t(g.a_row0 * n) * esize, acc_f32, g.rows, n,
+                         K, stream);
   }
-  launch_epilogue(acc, 1, groups.total_rows, a, w, n, groups, ep, out, stream);
+  if (!direct) launch_epilogue_fast(reinterpret_cast<float*>(acc), a, w, n, groups, ep, out, stream);
 }
 
 }  // namespace lockstep::cuda::gemm_detail
