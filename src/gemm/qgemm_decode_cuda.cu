@@ -1,18 +1,24 @@
 // The small-M (decode) CUDA GEMM: 1..16 rows of A per group against packed NVFP4 / MXFP8 / FP8
-// weights, limited by the bandwidth of streaming W. A block owns 128 rows of W (8 warps x 16) and
-// one K slice (decode_slice_blocks: a function of K alone); each warp streams its rows' packed
-// bytes with 16-byte loads through a rolling ring of registers (8 k-blocks of 128 deep for nvfp4,
-// 4 for 8-bit codes: a slot is refilled as soon as it is consumed), dequantizes them exactly into
-// bf16 (shared-memory lookup tables built from the codecs) and runs bf16 mma.sync with fp32
-// accumulators. The slices of one row tile form one thread-block cluster: partials stay in shared
-// memory and are summed in ascending slice order through distributed shared memory, then the
-// epilogue (SwiGLU x router prob included: a block owns gate rows and the matching up rows) is
-// applied in the same kernel: one launch, no workspace. Launched with programmatic dependent
-// launch: a kernel builds its tables while the previous kernel in the stream finishes, and reads
-// W and A and writes D only after griddepcontrol.wait. The order depends
-// on K only (docs/gemm.md "CUDA decode order"), so row i's bits do not depend on M or the other
-// rows.
+// weights, limited by the bandwidth of streaming W. A block of nw warps (nw even, 4..16, chosen per
+// call by the host so that the grid fills the GPU in about one wave: it is not part of the order)
+// owns 16 nw rows of W (16 per warp) and one K slice (decode_slice_blocks: a function of K alone);
+// each warp streams its rows' packed bytes with 16-byte loads through a rolling ring of registers
+// (6 k-blocks of 128 deep for nvfp4, 4 for 8-bit codes: a slot is refilled as soon as it is
+// consumed), dequantizes them exactly into bf16 (nvfp4: shared-memory pair table built from the
+// codec; 8-bit codes: cvt.rn.f16x2.e4m3x2 / e5m2x2, then f16 -> f32 -> bf16, all exact) and runs
+// bf16 mma.sync with fp32 accumulators. The slices of one row tile form one thread-block cluster:
+// partials stay in shared memory and are summed in ascending slice order through distributed
+// shared memory, then the epilogue (SwiGLU x router prob included: a block owns gate rows and the
+// matching up rows) is applied in the same kernel: one launch, no workspace. Launched with
+// programmatic dependent launch: a kernel builds its tables while the previous kernel in the
+// stream finishes, and reads W and A and writes D only after griddepcontrol.wait. The order
+// depends on K only (docs/gemm.md "CUDA decode order"), so row i's bits do not depend on M, the
+// block size or the other rows.
 #include <cooperative_groups.h>
+
+#include <array>
+#include <map>
+#include <mutex>
 
 #include "qgemm_cuda.cuh"
 
@@ -21,14 +27,26 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-constexpr int kWarps = 8;
-constexpr int kRowsPerBlock = kWarps * 16;  // W rows per block (swiglu: 64 gate + the 64 matching up)
+// A block has nw warps (even, 4..16, chosen per call by the host to fill the GPU in one wave:
+// not part of the order), 16 W rows each (swiglu: nw/2 warps of gate rows, the matching up rows).
+constexpr int kMaxWarps = 16;
+// k blocks in flight per warp (register ring; dev/micro_decode2.cu sweeps them: nvfp4 6 beats 7
+// and 8, which spill at the 128-register cap).
+#ifndef LOCKSTEP_DECODE_RING4
+#define LOCKSTEP_DECODE_RING4 6
+#endif
+#ifndef LOCKSTEP_DECODE_RING8
+#define LOCKSTEP_DECODE_RING8 4
+#endif
+constexpr int kSmemLimit = 227 * 1024;  // per block (sm_90)
 // Pair table: entry b at byte offset 128 b holds one copy per lane (word 32 b + lane: conflict-free
 // lookups); address = (code byte << 7) | (lane << 2), one shift and one LOP3.
-constexpr int kLutBytes = 256 * 32 * 4;
-constexpr int kSmemFixed = kLutBytes + 1024;  // + scale table: bf16x2 {s, s} per scale code
+// 8-bit codes use no table: cvt.rn.f16x2.e4m3x2 / .e5m2x2 (exact), f16 -> f32 -> bf16x2 (exact).
+constexpr int kFmtNvfp4 = 0, kFmtE4m3 = 1, kFmtE5m2 = 2;
+// Bytes before the staged A: pair table (nvfp4) + scale table (bf16x2 {s, s} per scale code).
+__host__ __device__ constexpr int smem_fixed(int fmt) { return (fmt == kFmtNvfp4 ? 256 * 32 * 4 : 0) + 1024; }
 constexpr int kMaxSlices = 8;               // cluster size (portable)
-constexpr int kMinBlocksPerSm = 2;          // register cap 128: the rings below fit
+// Register cap 65536 / 512 = 128 (the rings below fit); smaller blocks may share an SM.
 
 // 128-wide k blocks per slice, a function of K alone (nb = K / 128 blocks): K <= 2048: 8 (1024-wide
 // slices: MoE experts get two slices, more blocks); else max(16, ceil(nb / 8)): 4096 -> 2 x 2048,
@@ -41,37 +59,62 @@ __host__ __device__ constexpr int decode_slice_blocks(int64_t K) {
 }
 // Staged A row stride in bf16: slice + 16 (row stride = 8 words mod 32 banks: conflict-free).
 __host__ __device__ constexpr int a_stride(int slice_blocks) { return slice_blocks * 128 + 16; }
-template <int kNT>
-constexpr int decode_smem_bytes(int slice_blocks) {
-  return kSmemFixed + kNT * 8 * a_stride(slice_blocks) * 2 + kRowsPerBlock * kNT * 8 * 4;
+constexpr int decode_smem_bytes(int fmt, int nt, int nw, int slice_blocks) {
+  return smem_fixed(fmt) + nt * 8 * a_stride(slice_blocks) * 2 + 16 * nw * nt * 8 * 4;
+}
+
+// Four fp8 codes (bytes 0..3 of q) -> bf16x2 {b0, b1} and {b2, b3}, exact (every E4M3 / E5M2 value
+// is an f16 normal or subnormal, an fp32 and a bf16 number; NaN stays NaN).
+template <bool kE5>
+__device__ __forceinline__ void fp8x4_to_bf16x2(uint32_t q, uint32_t& lo, uint32_t& hi) {
+  if constexpr (kE5) {
+    asm("{\n .reg .b16 l, h;\n .reg .b32 x, y;\n .reg .f16 x0, x1, y0, y1;\n .reg .f32 f0, f1, f2, f3;\n"
+        " mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e5m2x2 x, l;\n cvt.rn.f16x2.e5m2x2 y, h;\n"
+        " mov.b32 {x0, x1}, x;\n mov.b32 {y0, y1}, y;\n"
+        " cvt.f32.f16 f0, x0;\n cvt.f32.f16 f1, x1;\n cvt.f32.f16 f2, y0;\n cvt.f32.f16 f3, y1;\n"
+        " cvt.rn.bf16x2.f32 %0, f1, f0;\n cvt.rn.bf16x2.f32 %1, f3, f2;\n}"
+        : "=r"(lo), "=r"(hi) : "r"(q));
+  } else {
+    asm("{\n .reg .b16 l, h;\n .reg .b32 x, y;\n .reg .f16 x0, x1, y0, y1;\n .reg .f32 f0, f1, f2, f3;\n"
+        " mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 x, l;\n cvt.rn.f16x2.e4m3x2 y, h;\n"
+        " mov.b32 {x0, x1}, x;\n mov.b32 {y0, y1}, y;\n"
+        " cvt.f32.f16 f0, x0;\n cvt.f32.f16 f1, x1;\n cvt.f32.f16 f2, y0;\n cvt.f32.f16 f3, y1;\n"
+        " cvt.rn.bf16x2.f32 %0, f1, f0;\n cvt.rn.bf16x2.f32 %1, f3, f2;\n}"
+        : "=r"(lo), "=r"(hi) : "r"(q));
+  }
 }
 
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
-// One block: tile bx of group z (W rows [bx*128, +128); swiglu: gate rows [bx*64, +64) and up rows
-// [I + bx*64, +64)), K slice y (cluster rank y of the cluster (1, slices, 1)); kNT n-tiles of 8 A rows.
-template <bool kNvfp4, int kNT>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocksPerSm) decode_kernel(GemmOperandView a, GemmOperandView w, int64_t n,
+// One block of nw warps: tile bx of group z (W rows [bx*16nw, +16nw); swiglu: gate rows [bx*8nw, +8nw)
+// and up rows [I + bx*8nw, +8nw)), K slice y (cluster rank y of the cluster (1, slices, 1)); kNT
+// n-tiles of 8 A rows.
+// kMaxW: the largest block the instantiation takes (8: two blocks per SM, as register cap 128).
+template <int kFmt, int kNT, int kMaxW>
+__global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(GemmOperandView a, GemmOperandView w, int64_t n,
                                                                 const GemmGroupDesc* groups, DeviceEpilogue ep,
                                                                 GemmOutView out, int slice_blocks) {
   extern __shared__ __align__(16) uint8_t smem[];
+  constexpr bool kNvfp4 = kFmt == kFmtNvfp4;
   constexpr int kM = kNT * 8;
-  constexpr int kRing = kNvfp4 ? 8 : 4;              // k blocks in flight per warp (64 registers)
+  constexpr int kRing = kNvfp4 ? LOCKSTEP_DECODE_RING4 : LOCKSTEP_DECODE_RING8;            // k blocks in flight per warp (64 registers)
   constexpr int kVec = kNvfp4 ? 1 : 2;               // 16-byte loads per row per thread per k block
   constexpr int kBytesPerBlock = kNvfp4 ? 64 : 128;  // per row per 128-wide k block
   constexpr int kScaleStep = kNvfp4 ? 8 : 4;         // scale bytes per row per k block
   const int AS = a_stride(slice_blocks);
-  uint32_t* lut = reinterpret_cast<uint32_t*>(smem);                      // [256][32]
-  uint32_t* slut = reinterpret_cast<uint32_t*>(smem + kLutBytes);         // [256]
-  uint16_t* As = reinterpret_cast<uint16_t*>(smem + kSmemFixed);          // [kM][AS], permuted k
-  float* part = reinterpret_cast<float*>(smem + kSmemFixed + kM * AS * 2);  // [128][kM]
+  constexpr int kFixed = smem_fixed(kFmt);
+  uint32_t* lut = reinterpret_cast<uint32_t*>(smem);                     // [256][32] pair table (nvfp4)
+  uint32_t* slut = reinterpret_cast<uint32_t*>(smem + kFixed - 1024);   // [256]
+  uint16_t* As = reinterpret_cast<uint16_t*>(smem + kFixed);            // [kM][AS], permuted k
+  float* part = reinterpret_cast<float*>(smem + kFixed + kM * AS * 2);  // [16 nw][kM]
 
   pdl_launch_dependents();  // the next kernel may start its prologue (it waits before touching data)
   const GemmGroupDesc G = groups[blockIdx.z];
   if (G.rows == 0) return;  // the whole cluster (same group) returns
   const int slices = gridDim.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int nthreads = int(blockDim.x), nw = nthreads >> 5, rows_blk = 16 * nw, half = nw >> 1;
   const int g = lane >> 2, t = lane & 3;
   const int64_t K = w.cols;
   const int64_t k0 = int64_t(blockIdx.y) * slice_blocks * 128;
@@ -83,25 +126,26 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocksPerSm) decode_kernel(Ge
   int64_t j0, j1;
   bool v0, v1;
   if (ep.swiglu) {
-    const int64_t c0 = int64_t(blockIdx.x) * 64 + (warp & 3) * 16 + g;
-    const int64_t base = (warp >> 2) * oc;
+    const int64_t c0 = int64_t(blockIdx.x) * (16 * half) + (warp % half) * 16 + g;
+    const int64_t base = (warp / half) * oc;
     v0 = c0 < oc, v1 = c0 + 8 < oc;
     j0 = base + c0, j1 = base + c0 + 8;
   } else {
-    j0 = int64_t(blockIdx.x) * kRowsPerBlock + warp * 16 + g, j1 = j0 + 8;
+    j0 = int64_t(blockIdx.x) * rows_blk + warp * 16 + g, j1 = j0 + 8;
     v0 = j0 < n, v1 = j1 < n;
   }
   const int64_t wr0 = G.w_row0 + (v0 ? j0 : 0), wr1 = G.w_row0 + (v1 ? j1 : 0);  // clamped; discarded
   const bool mx = w.format == GemmFormat::kMxfp8;
   const uint8_t* wd = static_cast<const uint8_t*>(w.data);
 
-  {  // one codec call per thread (256 threads = 256 codes), then 32 replicas; the rotation keeps
-     // the 32 lanes of a store on 32 different banks
-    static_assert(kWarps * 32 == 256, "one thread per byte code");
-    const uint32_t v = pair_entry(w.format, w.elem, uint32_t(tid));
+  for (int b = tid; b < 256; b += nthreads) {  // one codec call per code, then 32 replicas; the
+                                               // rotation keeps a store's 32 lanes on 32 banks
+    if constexpr (kNvfp4) {
+      const uint32_t v = pair_entry(w.format, w.elem, uint32_t(b));
 #pragma unroll 8
-    for (int c = 0; c < 32; ++c) lut[tid * 32 + ((c + tid) & 31)] = v;
-    slut[tid] = uint32_t(scale_entry(w.format, uint32_t(tid))) * 0x10001u;
+      for (int c = 0; c < 32; ++c) lut[b * 32 + ((c + b) & 31)] = v;
+    }
+    slut[b] = uint32_t(scale_entry(w.format, uint32_t(b))) * 0x10001u;
   }
   pdl_wait();  // the previous kernel's writes (A, and anything it wrote to W or D) are visible now
 
@@ -153,7 +197,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocksPerSm) decode_kernel(Ge
     if (a.format == GemmFormat::kBf16) {
       const uint16_t* ad = static_cast<const uint16_t*>(a.data);
       // Vector c (8 elements) of rows r0 .. r0 + 7: the 8 loads first, then the stores.
-      for (int c = tid; c < vec; c += kWarps * 32) {
+      for (int c = tid; c < vec; c += nthreads) {
         const int e = c * 8;  // element e..e+7: block e/128, t (e/32)%4, steps s, s+1
         const int off = (e >> 7) * 128 + ((e >> 2) & 7) * 16 + ((e >> 5) & 3) * 4;
 #pragma unroll
@@ -173,7 +217,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocksPerSm) decode_kernel(Ge
         }
       }
     } else {
-      for (int i = tid; i < kM * ks; i += kWarps * 32) {
+      for (int i = tid; i < kM * ks; i += nthreads) {
         const int r = i / ks, e = i % ks;
         const int b = e >> 7, tt = (e >> 5) & 3, s = (e >> 2) & 7;
         As[r * AS + b * 128 + s * 16 + tt * 4 + (e & 3)] =
@@ -222,10 +266,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocksPerSm) decode_kernel(Ge
           a3 = bf16x2_mul(LS_LUT(q1, k + 1), m1);
         } else {
           const uint32_t q0 = w0[s], q1 = w1[s];
-          a0 = __byte_perm(LS_LUT(q0, 0), LS_LUT(q0, 1), 0x5410);
-          a2 = __byte_perm(LS_LUT(q0, 2), LS_LUT(q0, 3), 0x5410);
-          a1 = __byte_perm(LS_LUT(q1, 0), LS_LUT(q1, 1), 0x5410);
-          a3 = __byte_perm(LS_LUT(q1, 2), LS_LUT(q1, 3), 0x5410);
+          fp8x4_to_bf16x2<kFmt == kFmtE5m2>(q0, a0, a2);
+          fp8x4_to_bf16x2<kFmt == kFmtE5m2>(q1, a1, a3);
           if (mx) {
             a0 = bf16x2_mul(a0, sA), a2 = bf16x2_mul(a2, sA);
             a1 = bf16x2_mul(a1, sB), a3 = bf16x2_mul(a3, sB);
@@ -292,20 +334,21 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocksPerSm) decode_kernel(Ge
   };
   if (ep.swiglu) {
     const float* prob = ep.router_prob;
-    for (int i = rank * kWarps * 32 + tid; i < 64 * kM; i += slices * kWarps * 32) {
+    const int cols_blk = 16 * half;
+    for (int i = rank * nthreads + tid; i < cols_blk * kM; i += slices * nthreads) {
       const int cl = i / kM, tok = i % kM;
-      const int64_t c = int64_t(blockIdx.x) * 64 + cl;
+      const int64_t c = int64_t(blockIdx.x) * cols_blk + cl;
       if (tok >= rows_here || c >= oc) continue;
       const int64_t orow = G.a_row0 + tok;
       float y = 0.0f;
       if (tok < G.tokens)
-        y = num::swiglu_weighted_f32(value(cl, tok, c), value(64 + cl, tok, oc + c), prob ? prob[orow] : 1.0f);
+        y = num::swiglu_weighted_f32(value(cl, tok, c), value(cols_blk + cl, tok, oc + c), prob ? prob[orow] : 1.0f);
       store_out(out, orow * oc + c, y);
     }
   } else {
-    for (int i = rank * kWarps * 32 + tid; i < kRowsPerBlock * kM; i += slices * kWarps * 32) {
+    for (int i = rank * nthreads + tid; i < rows_blk * kM; i += slices * nthreads) {
       const int lr = i / kM, tok = i % kM;
-      const int64_t j = int64_t(blockIdx.x) * kRowsPerBlock + lr;
+      const int64_t j = int64_t(blockIdx.x) * rows_blk + lr;
       if (tok >= rows_here || j >= n) continue;
       const int64_t orow = G.a_row0 + tok;
       store_out(out, orow * n + j, tok < G.tokens ? value(lr, tok, j) : 0.0f);
@@ -337,20 +380,95 @@ __global__ void epilogue_kernel(const float* ws, int slices, int64_t rows_total,
   }
 }
 
-template <bool kNvfp4, int kNT>
-void launch_decode_t(dim3 grid, int slice_blocks, cudaStream_t stream, const GemmOperandView& a,
+// Co-resident clusters of (1, slices, 1) blocks of nw warps (the GPU's answer, cached per shape).
+template <int kFmt, int kNT, int kMaxW>
+int active_clusters(int nw, int slices, int smem) {
+  static std::mutex mu;
+  static std::map<std::array<int, 3>, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const std::array<int, 3> key{nw, slices, smem};
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  auto kern = decode_kernel<kFmt, kNT, kMaxW>;
+  int dev = 0, sms = 0, r = 0;
+  LOCKSTEP_CUDA_CHECK(cudaGetDevice(&dev));
+  LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  if (slices == 1) {
+    LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r, kern, nw * 32, size_t(smem)));
+    r *= sms;
+  } else {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(1, unsigned(slices), 1);
+    cfg.blockDim = dim3(unsigned(nw * 32));
+    cfg.dynamicSmemBytes = size_t(smem);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = unsigned(slices);
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&r, kern, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();
+      r = sms / slices;  // conservative
+    }
+  }
+  cache.emplace(key, r < 1 ? 1 : r);
+  return r < 1 ? 1 : r;
+}
+
+template <int kFmt, int kNT, int kMaxW>
+void set_smem_attr(int slice_blocks) {
+  static int attr_smem = 0;  // per instantiation (per process; one device)
+  int smem_max = 0;          // the largest block that fits
+  for (int nw = 4; nw <= kMaxW; nw += 2)
+    if (decode_smem_bytes(kFmt, kNT, nw, slice_blocks) <= kSmemLimit) smem_max = decode_smem_bytes(kFmt, kNT, nw, slice_blocks);
+  if (smem_max > attr_smem) {
+    LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<kFmt, kNT, kMaxW>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max));
+    attr_smem = smem_max;
+  }
+}
+
+template <int kFmt, int kNT>
+void launch_decode_t(int slice_blocks, int slices, cudaStream_t stream, const GemmOperandView& a,
                      const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups, const DeviceEpilogue& ep,
                      GemmOutView out) {
-  static int attr_smem = 0;  // per instantiation (per process; one device)
-  const int smem = decode_smem_bytes<kNT>(slice_blocks);
-  if (smem > attr_smem) {
-    LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<kNvfp4, kNT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    attr_smem = smem;
+  set_smem_attr<kFmt, kNT, 8>(slice_blocks);
+  set_smem_attr<kFmt, kNT, 16>(slice_blocks);
+  // Block size: the even nw in 4..16 whose grid needs the least time, modelled as waves x (blocks
+  // per SM in a wave) x nw; ties go to the larger block (fewer copies of the tables and of A).
+  // Only the schedule depends on it, never a row's order.
+  int sms = 0, dev = 0;
+  LOCKSTEP_CUDA_CHECK(cudaGetDevice(&dev));
+  LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int64_t oc = ep.swiglu ? n / 2 : n;
+  int best_nw = 8;
+  int64_t best_cost = -1, best_tiles = 0;
+  for (int nw = kMaxWarps; nw >= 4; nw -= 2) {
+    const int64_t per_tile = ep.swiglu ? 8 * nw : 16 * nw;
+    const int64_t tiles = (oc + per_tile - 1) / per_tile;
+    const int64_t clusters = tiles * groups.groups;
+    const int smem = decode_smem_bytes(kFmt, kNT, nw, slice_blocks);
+    if (smem > kSmemLimit) continue;
+    const int64_t active = nw <= 8 ? active_clusters<kFmt, kNT, 8>(nw, slices, smem)
+                                   : active_clusters<kFmt, kNT, 16>(nw, slices, smem);
+    const int64_t waves = (clusters + active - 1) / active;
+    const int64_t in_wave = (clusters < active ? clusters : active) * slices;
+    const int64_t cost = waves * ((in_wave + sms - 1) / sms) * nw;
+    if (best_cost < 0 || cost < best_cost) best_cost = cost, best_nw = nw, best_tiles = tiles;
   }
+#ifdef LOCKSTEP_DECODE_FORCE_NW  // dev/micro_decode2.cu: sweep the block size
+  if (LOCKSTEP_DECODE_FORCE_NW > 0) {
+    best_nw = LOCKSTEP_DECODE_FORCE_NW;
+    const int64_t per_tile = ep.swiglu ? 8 * best_nw : 16 * best_nw;
+    best_tiles = (oc + per_tile - 1) / per_tile;
+  }
+  LOCKSTEP_DECODE_LAST_NW = best_nw;
+#endif
+  const dim3 grid(unsigned(best_tiles), unsigned(slices), unsigned(groups.groups));
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
-  cfg.blockDim = dim3(kWarps * 32);
-  cfg.dynamicSmemBytes = size_t(smem);
+  cfg.blockDim = dim3(unsigned(best_nw * 32));
+  cfg.dynamicSmemBytes = size_t(decode_smem_bytes(kFmt, kNT, best_nw, slice_blocks));
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -361,8 +479,8 @@ void launch_decode_t(dim3 grid, int slice_blocks, cudaStream_t stream, const Gem
   attr[1].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = grid.y > 1 ? 2 : 1;
-  LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_kernel<kNvfp4, kNT>, a, w, n, groups.table.as<GemmGroupDesc>(),
-                                         ep, out, slice_blocks));
+  auto kern = best_nw <= 8 ? decode_kernel<kFmt, kNT, 8> : decode_kernel<kFmt, kNT, 16>;
+  LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, a, w, n, groups.table.as<GemmGroupDesc>(), ep, out, slice_blocks));
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
@@ -389,18 +507,18 @@ void launch_decode(const GemmOperandView& a, const GemmOperandView& w, int64_t n
   if (ep.swiglu && n % 2 != 0) throw GemmError(cat("qgemm decode kernel: SwiGLU needs an even N (N = ", n, ")"));
   if (groups.groups == 0 || groups.max_rows == 0 || n == 0 || K == 0) return;
   const int sb = decode_slice_blocks(K);
-  const int smem = groups.max_rows > 8 ? decode_smem_bytes<2>(sb) : decode_smem_bytes<1>(sb);
-  if (smem > 227 * 1024)
+  const int fmt = w.format == GemmFormat::kNvfp4 ? kFmtNvfp4 : w.elem == ElemCodec::kE5M2 ? kFmtE5m2 : kFmtE4m3;
+  const int nt = groups.max_rows > 8 ? 2 : 1;
+  const int smem = decode_smem_bytes(fmt, nt, 4, sb);
+  if (smem > kSmemLimit)
     throw GemmError(cat("qgemm decode kernel: K = ", K, " needs ", smem, " bytes of shared memory per block (max 227 KiB)"));
   const int slices = int((K / 128 + sb - 1) / sb);
-  const int64_t tiles = ep.swiglu ? (n / 2 + 63) / 64 : (n + kRowsPerBlock - 1) / kRowsPerBlock;
-  const dim3 grid(unsigned(tiles), unsigned(slices), unsigned(groups.groups));
-  const bool four = w.format == GemmFormat::kNvfp4;
-  const bool two = groups.max_rows > 8;
-  if (four && !two) launch_decode_t<true, 1>(grid, sb, stream, a, w, n, groups, ep, out);
-  if (four && two) launch_decode_t<true, 2>(grid, sb, stream, a, w, n, groups, ep, out);
-  if (!four && !two) launch_decode_t<false, 1>(grid, sb, stream, a, w, n, groups, ep, out);
-  if (!four && two) launch_decode_t<false, 2>(grid, sb, stream, a, w, n, groups, ep, out);
+  if (fmt == kFmtNvfp4 && nt == 1) launch_decode_t<kFmtNvfp4, 1>(sb, slices, stream, a, w, n, groups, ep, out);
+  if (fmt == kFmtNvfp4 && nt == 2) launch_decode_t<kFmtNvfp4, 2>(sb, slices, stream, a, w, n, groups, ep, out);
+  if (fmt == kFmtE4m3 && nt == 1) launch_decode_t<kFmtE4m3, 1>(sb, slices, stream, a, w, n, groups, ep, out);
+  if (fmt == kFmtE4m3 && nt == 2) launch_decode_t<kFmtE4m3, 2>(sb, slices, stream, a, w, n, groups, ep, out);
+  if (fmt == kFmtE5m2 && nt == 1) launch_decode_t<kFmtE5m2, 1>(sb, slices, stream, a, w, n, groups, ep, out);
+  if (fmt == kFmtE5m2 && nt == 2) launch_decode_t<kFmtE5m2, 2>(sb, slices, stream, a, w, n, groups, ep, out);
 }
 
 }  // namespace lockstep::cuda::gemm_detail

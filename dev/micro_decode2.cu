@@ -1,0 +1,324 @@
+// Microbenchmark of the decode GEMM (src/gemm/qgemm_decode_cuda.cu, included) against the kernel of
+// an older commit (namespace gemm_old, file gpu-bin-h3/old_decode.cu): bench shapes x M x formats
+// and the MoE decode graph (48 layers x 8 experts, FC1 + SwiGLU, FC2), events around 20
+// back-to-back launches, weights rotated past L2; ratio to a 1 GiB D2D copy measured in the same
+// run; a pure streaming-read probe (the ceiling of a ~10 us read kernel); cluster occupancy.
+// Checks: new == old bit for bit when both use the same order (cmp=bits), else max rel diff;
+// batch invariance (row 0 alone == row 0 of M = 16).
+// Build (repository root; gpu-bin-h3/ is ignored):
+//   git show <commit>:src/gemm/qgemm_decode_cuda.cu | sed 's|"qgemm_cuda.cuh"|"gemm/qgemm_cuda.cuh"|' \
+//     > gpu-bin-h3/old_decode.cu
+//   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --fmad=false -prec-div=true -prec-sqrt=true \
+//     -ftz=false --expt-relaxed-constexpr -Iinclude -Isrc [-DLOCKSTEP_DECODE_...] dev/micro_decode2.cu \
+//     -o gpu-bin-h3/micro_decode2 /work/devlib/liblockstep.a -Xcompiler "-static-libstdc++ -static-libgcc"
+// Run: gpu-bin-h3/micro_decode2 [quick] [nomoe] [noold]
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+int g_force_nw = 0, g_last_nw = 0;
+#define LOCKSTEP_DECODE_FORCE_NW g_force_nw
+#define LOCKSTEP_DECODE_LAST_NW g_last_nw
+#include "../src/gemm/qgemm_decode_cuda.cu"
+
+namespace lockstep::cuda::gemm_old {
+using namespace lockstep::cuda::gemm_detail;
+}
+#define gemm_detail gemm_old
+#include "../gpu-bin-h3/old_decode.cu"
+#undef gemm_detail
+
+using namespace lockstep;
+using namespace lockstep::cuda;
+
+__global__ void fill_k(uint8_t* p, size_t n, uint32_t seed, int kind) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13, h *= 3266489917u, h ^= h >> 16;
+    uint8_t b = uint8_t(h);
+    if (kind == 1) b = (i & 1) ? uint8_t(0x3F | (h & 0x80)) : uint8_t(h);  // bf16 +-[0.5, 1)
+    if (kind == 2) b = uint8_t(0x30 + (h & 0xF));                         // E4M3 scales near 1
+    if (kind == 3) b = uint8_t(122 + (h % 10));                           // E8M0 near 1
+    if (kind == 4) b = uint8_t(h & 0xF7);                                 // E4M3 no NaN, E5M2 no inf/NaN
+    p[i] = b;
+  }
+}
+void fill(DeviceBuffer& b, size_t bytes, uint32_t seed, int kind) {
+  b.resize(bytes);
+  fill_k<<<1024, 256>>>(b.as<uint8_t>(), bytes, seed, kind);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+double time_us(const std::function<void(int)>& fn, int samples, cudaStream_t s, int batch) {
+  for (int i = 0; i < 3; ++i) fn(i);
+  cudaEvent_t e0, e1;
+  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&e0));
+  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<double> t;
+  int call = 0;
+  for (int i = 0; i < samples; ++i) {
+    LOCKSTEP_CUDA_CHECK(cudaEventRecord(e0, s));
+    for (int b = 0; b < batch; ++b) fn(call++);
+    LOCKSTEP_CUDA_CHECK(cudaEventRecord(e1, s));
+    LOCKSTEP_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    LOCKSTEP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    t.push_back(double(ms) * 1e3 / batch);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+struct PackedW {
+  DeviceBuffer data, scale;
+  GemmOperandView view;
+  double bytes = 0;
+};
+void make_packed(PackedW& w, GemmFormat f, int64_t rows, int64_t k, uint32_t seed, bool e5 = false) {
+  const size_t n = size_t(rows) * size_t(k);
+  w.view = GemmOperandView{};
+  w.view.format = f, w.view.rows = rows, w.view.cols = k;
+  if (e5) w.view.elem = ElemCodec::kE5M2;
+  if (f == GemmFormat::kNvfp4) {
+    fill(w.data, n / 2, seed, 0);
+    fill(w.scale, n / 16, seed + 1, 2);
+  } else if (f == GemmFormat::kMxfp8) {
+    fill(w.data, n, seed, 4);
+    fill(w.scale, n / 32, seed + 1, 3);
+  } else {
+    fill(w.data, n, seed, 4);
+  }
+  w.view.data = w.data.get();
+  w.view.block_scale = w.scale.empty() ? nullptr : w.scale.as<uint8_t>();
+  w.bytes = double(w.data.size() + w.scale.size());
+}
+const char* fname(GemmFormat f) { return f == GemmFormat::kNvfp4 ? "nvfp4" : f == GemmFormat::kMxfp8 ? "mxfp8" : "fp8"; }
+std::vector<float> down(const DeviceBuffer& b, size_t n) {
+  std::vector<float> h(n);
+  LOCKSTEP_CUDA_CHECK(cudaMemcpy(h.data(), b.get(), n * 4, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// Pure streaming read: each block reads a contiguous chunk, 16-byte loads, kU in flight per thread.
+template <int kU>
+__global__ void __launch_bounds__(256) read_probe(const uint8_t* p, size_t bytes, uint32_t* sink) {
+  const size_t chunk = (bytes / gridDim.x) & ~size_t(4095);
+  const uint8_t* b = p + chunk * blockIdx.x;
+  uint32_t x = 0;
+  for (size_t o = size_t(threadIdx.x) * 16; o < chunk; o += size_t(256) * 16 * kU) {
+    uint4 v[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const size_t q = o + size_t(u) * 256 * 16;
+      v[u] = q < chunk ? gemm_detail::ldg_stream16(b + q) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  if (x == 0x12345678u) sink[0] = x;
+}
+
+int main(int argc, char** argv) {
+  bool quick = false, moe = true, old = true, sweep = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "quick")) quick = true;
+    if (!std::strcmp(argv[i], "nomoe")) moe = false;
+    if (!std::strcmp(argv[i], "noold")) old = false;
+    if (!std::strcmp(argv[i], "sweep")) sweep = true;
+  }
+  const int iters = 15, batch = 20;
+  cudaStream_t s;
+  LOCKSTEP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  int sms = 0;
+  LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  double copy_gbps = 0;
+  {
+    DeviceBuffer x, y;
+    const size_t bytes = size_t(1) << 30;
+    fill(x, bytes, 1, 0);
+    y.resize(bytes);
+    const double us = time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(y.get(), x.get(), bytes, cudaMemcpyDeviceToDevice, s)); }, iters, s, 1);
+    copy_gbps = 2.0 * double(bytes) / us * 1e-3;
+  }
+  std::printf("copy %.0f GB/s, %d SMs\n", copy_gbps, sms);
+  {  // read ceiling: 33 MB, 4 copies rotated
+    DeviceBuffer sink(64);
+    const size_t bytes = size_t(33) << 20;
+    DeviceBuffer c[4];
+    for (int i = 0; i < 4; ++i) fill(c[i], bytes, 50 + i, 0);
+    for (int bps : {1, 2, 4, 8}) {
+      const unsigned grid = unsigned(sms * bps);
+      const double us4 = time_us([&](int i) { read_probe<4><<<grid, 256, 0, s>>>(c[i % 4].as<uint8_t>(), bytes, sink.as<uint32_t>()); }, iters, s, batch);
+      const double us8 = time_us([&](int i) { read_probe<8><<<grid, 256, 0, s>>>(c[i % 4].as<uint8_t>(), bytes, sink.as<uint32_t>()); }, iters, s, batch);
+      std::printf("read probe 33 MB, %d blocks/SM: u4 %.2f us (%.3f of copy), u8 %.2f us (%.3f)\n", bps, us4,
+                  double(bytes) / us4 * 1e-3 / copy_gbps, us8, double(bytes) / us8 * 1e-3 / copy_gbps);
+    }
+  }
+  DeviceBuffer act, ws_old, ws_new, out_new, out_old, out1;
+  fill(act, size_t(16) * 16384 * 2, 7, 1);
+  int bad = 0;
+  struct Shape { int64_t n, k; };
+  std::vector<Shape> shapes = {{14336, 4096}, {4096, 14336}, {8192, 8192}};
+  std::vector<int64_t> ms = {1, 2, 4, 8, 16};
+  if (quick) ms = {1, 8, 16};
+  struct Fm { GemmFormat f; bool e5; };
+  const Fm formats[] = {{GemmFormat::kNvfp4, false}, {GemmFormat::kMxfp8, false}, {GemmFormat::kFp8, false}, {GemmFormat::kFp8, true}};
+  std::printf("%-28s %4s %9s %9s %7s | %9s %7s | %s\n", "shape", "M", "new us", "GB/s", "ratio", "old us", "ratio", "cmp");
+  for (const Shape sh : shapes) {
+    for (const Fm fm : formats) {
+      const GemmFormat f = fm.f;
+      if (fm.e5 && sh.n != 14336) continue;
+      PackedW w[4];
+      const int copies = f == GemmFormat::kNvfp4 ? 4 : 2;
+      for (int c = 0; c < copies; ++c) make_packed(w[c], f, sh.n, sh.k, 200 + c, fm.e5);
+      for (int64_t m : ms) {
+        if (fm.e5 && m != 4 && m != 16) continue;
+        GemmOperandView a;
+        a.format = GemmFormat::kBf16, a.rows = m, a.cols = sh.k, a.data = act.get();
+        DeviceGroupTable t = make_dense_table(m, s);
+        const size_t no = size_t(m) * size_t(sh.n);
+        out_new.resize(no * 4), out_old.resize(no * 4);
+        GemmOutView on, oo;
+        on.d_f32 = out_new.as<float>(), oo.d_f32 = out_old.as<float>();
+        LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(out_new.get(), 0xFF, no * 4, s));
+        LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(out_old.get(), 0xFF, no * 4, s));
+        gemm_detail::launch_decode(a, w[0].view, sh.n, t, {}, on, ws_new, s);
+        gemm_old::launch_decode(a, w[0].view, sh.n, t, {}, oo, ws_old, s);
+        LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
+        auto hn = down(out_new, no), ho = down(out_old, no);
+        char cmp[64];
+        if (std::memcmp(hn.data(), ho.data(), no * 4) == 0) {
+          std::snprintf(cmp, sizeof cmp, "bits");
+        } else {
+          double maxabs = 0, maxref = 0;
+          for (size_t i = 0; i < no; ++i) {
+            if (!std::isfinite(hn[i])) { maxabs = 1e30; break; }
+            maxabs = std::max(maxabs, std::fabs(double(hn[i]) - ho[i]));
+            maxref = std::max(maxref, std::fabs(double(ho[i])));
+          }
+          const double rel = maxabs / std::max(maxref, 1e-30);
+          std::snprintf(cmp, sizeof cmp, "rel %.2e", rel);
+          if (rel > 1e-5) ++bad;
+        }
+        if (m == 16) {
+          GemmOperandView a1 = a;
+          a1.rows = 1;
+          DeviceGroupTable t1 = make_dense_table(1, s);
+          out1.resize(size_t(sh.n) * 4);
+          GemmOutView o1;
+          o1.d_f32 = out1.as<float>();
+          gemm_detail::launch_decode(a1, w[0].view, sh.n, t1, {}, o1, ws_new, s);
+          LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
+          auto h1 = down(out1, size_t(sh.n));
+          if (std::memcmp(h1.data(), hn.data(), size_t(sh.n) * 4) != 0) {
+            ++bad;
+            std::printf("BATCH INVARIANCE FAIL %s %lldx%lld\n", fname(f), (long long)sh.n, (long long)sh.k);
+          }
+        }
+        const double un = time_us([&](int i) { gemm_detail::launch_decode(a, w[i % copies].view, sh.n, t, {}, on, ws_new, s); }, iters, s, batch);
+        const double uo = !old ? 0 : time_us([&](int i) { gemm_old::launch_decode(a, w[i % copies].view, sh.n, t, {}, oo, ws_old, s); }, iters, s, batch);
+        const double gb = w[0].bytes / un * 1e-3;
+        char nm[64];
+        std::snprintf(nm, sizeof nm, "%s%s %lldx%lld", fname(f), fm.e5 ? "(e5m2)" : "", (long long)sh.n, (long long)sh.k);
+        const int nw_auto = g_last_nw;
+        std::printf("%-28s %4lld %9.2f %9.0f %7.3f | %9.2f %7.3f | %s nw %d", nm, (long long)m, un, gb, gb / copy_gbps, uo,
+                    uo > 0 ? w[0].bytes / uo * 1e-3 / copy_gbps : 0.0, cmp, nw_auto);
+        if (sweep && (m == 1 || m == 16)) {
+          for (int fnw : {4, 8, 12, 14, 16}) {
+            g_force_nw = fnw;
+            LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(out_new.get(), 0xFF, no * 4, s));
+            gemm_detail::launch_decode(a, w[0].view, sh.n, t, {}, on, ws_new, s);
+            LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
+            auto hf = down(out_new, no);
+            const bool same = std::memcmp(hf.data(), hn.data(), no * 4) == 0;
+            if (!same) ++bad;
+            const double uf = time_us([&](int i) { gemm_detail::launch_decode(a, w[i % copies].view, sh.n, t, {}, on, ws_new, s); }, iters, s, batch);
+            std::printf(" | nw%d %.2f%s", fnw, uf, same ? "" : " DIFF");
+            g_force_nw = 0;
+          }
+        }
+        std::printf("\n");
+      }
+    }
+  }
+  if (moe) {
+    const int layers = 48, E = 8;
+    const int64_t H = 2048, I = 768;
+    std::vector<PackedW> fc1(layers), fc2(layers);
+    double bytes = 0;
+    for (int l = 0; l < layers; ++l) {
+      make_packed(fc1[l], GemmFormat::kNvfp4, E * 2 * I, H, 1000 + 2 * l);
+      make_packed(fc2[l], GemmFormat::kNvfp4, E * H, I, 1001 + 2 * l);
+      bytes += fc1[l].bytes + fc2[l].bytes;
+    }
+    std::vector<int64_t> off(E + 1);
+    for (int e = 0; e <= E; ++e) off[e] = e;
+    DeviceGroupTable t1 = make_group_table(off, 2 * I, {}, s), t2 = make_group_table(off, H, {}, s);
+    DeviceBuffer x8, h8, y8, prob, w1, w2;
+    fill(x8, size_t(E) * H * 2, 11, 1);
+    h8.resize(size_t(E) * I * 2);
+    y8.resize(size_t(E) * H * 4);
+    std::vector<float> p(E, 0.125f);
+    prob.upload(std::span<const float>(p.data(), p.size()));
+    GemmOperandView a1, a2;
+    a1.format = a2.format = GemmFormat::kBf16;
+    a1.rows = a2.rows = E, a1.cols = H, a2.cols = I;
+    a1.data = x8.get(), a2.data = h8.get();
+    DeviceEpilogue ep1;
+    ep1.swiglu = true, ep1.out_bf16 = true, ep1.router_prob = prob.as<float>();
+    GemmOutView o1, o2;
+    o1.d_bf16 = h8.as<uint16_t>();
+    o2.d_f32 = y8.as<float>();
+    std::vector<float> ys[2];
+    std::vector<int> vlist = {0};
+    if (old) vlist.push_back(-1);
+    if (sweep) for (int v : {4, 8, 12, 16}) vlist.push_back(v);
+    for (int variant : vlist) {
+      g_force_nw = variant > 0 ? variant : 0;
+      int nw1 = 0, nw2 = 0;
+      auto body = [&] {
+        for (int l = 0; l < layers; ++l) {
+          if (variant >= 0) {
+            gemm_detail::launch_decode(a1, fc1[l].view, 2 * I, t1, ep1, o1, w1, s);
+            nw1 = g_last_nw;
+            gemm_detail::launch_decode(a2, fc2[l].view, H, t2, {}, o2, w2, s);
+            nw2 = g_last_nw;
+          } else {
+            gemm_old::launch_decode(a1, fc1[l].view, 2 * I, t1, ep1, o1, w1, s);
+            gemm_old::launch_decode(a2, fc2[l].view, H, t2, {}, o2, w2, s);
+          }
+        }
+      };
+      LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(h8.get(), x8.get(), size_t(E) * I * 2, cudaMemcpyDeviceToDevice, s));
+      body();
+      LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
+      std::vector<float> y(size_t(E) * H);
+      LOCKSTEP_CUDA_CHECK(cudaMemcpy(y.data(), y8.get(), y.size() * 4, cudaMemcpyDeviceToHost));
+      if (variant == 0) ys[0] = y;
+      if (variant == -1) ys[1] = y;
+      const bool same0 = std::memcmp(y.data(), ys[0].data(), y.size() * 4) == 0;
+      if (!same0) ++bad;
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      LOCKSTEP_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      body();
+      LOCKSTEP_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+      LOCKSTEP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      const double us = time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, iters, s, 1);
+      const double gb = bytes / us * 1e-3;
+      std::printf("moe %s 48x8 graph: %.1f us, %.0f GB/s, ratio %.3f (nw fc1 %d fc2 %d)%s\n", variant < 0 ? "old" : "new", us, gb,
+                  gb / copy_gbps, nw1, nw2, same0 ? "" : " DIFFERENT from new auto");
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    }
+    g_force_nw = 0;
+  }
+  LOCKSTEP_CUDA_CHECK(cudaDeviceSynchronize());
+  std::printf("%s (%d bad)\n", bad ? "FAILURES" : "all checks passed", bad);
+  return bad ? 1 : 0;
+}
