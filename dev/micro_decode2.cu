@@ -11,7 +11,7 @@
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --fmad=false -prec-div=true -prec-sqrt=true \
 //     -ftz=false --expt-relaxed-constexpr -Iinclude -Isrc [-DLOCKSTEP_DECODE_...] dev/micro_decode2.cu \
 //     -o gpu-bin-h3/micro_decode2 /work/devlib/liblockstep.a -Xcompiler "-static-libstdc++ -static-libgcc"
-// Run: gpu-bin-h3/micro_decode2 [quick] [nomoe] [noold]
+// Run: gpu-bin-h3/micro_decode2 [quick] [nomoe] [noold] [sweep] [verbose]
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -21,7 +21,8 @@
 #include <functional>
 #include <vector>
 
-int g_force_nw = 0, g_last_nw = 0;
+int g_force_nw = 0, g_last_nw = 0, g_verbose = 0;
+#define LOCKSTEP_DECODE_VERBOSE g_verbose
 #define LOCKSTEP_DECODE_FORCE_NW g_force_nw
 #define LOCKSTEP_DECODE_LAST_NW g_last_nw
 #include "../src/gemm/qgemm_decode_cuda.cu"
@@ -124,12 +125,13 @@ __global__ void __launch_bounds__(256) read_probe(const uint8_t* p, size_t bytes
 }
 
 int main(int argc, char** argv) {
-  bool quick = false, moe = true, old = true, sweep = false;
+  bool quick = false, moe = true, old = true, sweep = false, verbose = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "quick")) quick = true;
     if (!std::strcmp(argv[i], "nomoe")) moe = false;
     if (!std::strcmp(argv[i], "noold")) old = false;
     if (!std::strcmp(argv[i], "sweep")) sweep = true;
+    if (!std::strcmp(argv[i], "verbose")) verbose = true;
   }
   const int iters = 15, batch = 20;
   cudaStream_t s;
@@ -187,7 +189,11 @@ int main(int argc, char** argv) {
         on.d_f32 = out_new.as<float>(), oo.d_f32 = out_old.as<float>();
         LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(out_new.get(), 0xFF, no * 4, s));
         LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(out_old.get(), 0xFF, no * 4, s));
+        g_verbose = verbose && (m == 1 || m == 16);
+        if (g_verbose) std::printf("%s %lldx%lld M=%lld:", fname(f), (long long)sh.n, (long long)sh.k, (long long)m);
         gemm_detail::launch_decode(a, w[0].view, sh.n, t, {}, on, ws_new, s);
+        if (g_verbose) std::printf("\n");
+        g_verbose = 0;
         gemm_old::launch_decode(a, w[0].view, sh.n, t, {}, oo, ws_old, s);
         LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
         auto hn = down(out_new, no), ho = down(out_old, no);
@@ -295,7 +301,10 @@ int main(int argc, char** argv) {
         }
       };
       LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(h8.get(), x8.get(), size_t(E) * I * 2, cudaMemcpyDeviceToDevice, s));
+      g_verbose = verbose && variant == 0;
       body();
+      if (g_verbose) std::printf("\n");
+      g_verbose = 0;
       LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
       std::vector<float> y(size_t(E) * H);
       LOCKSTEP_CUDA_CHECK(cudaMemcpy(y.data(), y8.get(), y.size() * 4, cudaMemcpyDeviceToHost));

@@ -3,7 +3,7 @@
 // call by the host so that the grid fills the GPU in about one wave: it is not part of the order)
 // owns 16 nw rows of W (16 per warp) and one K slice (decode_slice_blocks: a function of K alone);
 // each warp streams its rows' packed bytes with 16-byte loads through a rolling ring of registers
-// (6 k-blocks of 128 deep for nvfp4, 4 for 8-bit codes: a slot is refilled as soon as it is
+// (5 k-blocks of 128 deep for nvfp4, 3 for 8-bit codes: a slot is refilled as soon as it is
 // consumed), dequantizes them exactly into bf16 (nvfp4: shared-memory pair table built from the
 // codec; 8-bit codes: cvt.rn.f16x2.e4m3x2 / e5m2x2, then f16 -> f32 -> bf16, all exact) and runs
 // bf16 mma.sync with fp32 accumulators. The slices of one row tile form one thread-block cluster:
@@ -30,14 +30,21 @@ namespace cg = cooperative_groups;
 // A block has nw warps (even, 4..16, chosen per call by the host to fill the GPU in one wave:
 // not part of the order), 16 W rows each (swiglu: nw/2 warps of gate rows, the matching up rows).
 constexpr int kMaxWarps = 16;
-// k blocks in flight per warp (register ring; dev/micro_decode2.cu sweeps them: nvfp4 6 beats 7
-// and 8, which spill at the 128-register cap).
+// k blocks in flight per warp (register ring), one or two n-tiles. Measured with
+// dev/micro_decode2.cu on the H200: nvfp4 5 (6 within 1% on the dense shapes, 4% slower on the MoE
+// decode; 7 and 8 spill at the 128-register cap and are 10-20% slower), 8-bit codes 3 (faster than
+// 4 for every M).
 #ifndef LOCKSTEP_DECODE_RING4
-#define LOCKSTEP_DECODE_RING4 6
+#define LOCKSTEP_DECODE_RING4 5
+#endif
+#ifndef LOCKSTEP_DECODE_RING4_NT2
+#define LOCKSTEP_DECODE_RING4_NT2 5
 #endif
 #ifndef LOCKSTEP_DECODE_RING8
-#define LOCKSTEP_DECODE_RING8 4
+#define LOCKSTEP_DECODE_RING8 3
 #endif
+// Warps per SM below which the decode loop is latency-bound (the block-size model below).
+constexpr int kSaturatingWarps = 10;
 constexpr int kSmemLimit = 227 * 1024;  // per block (sm_90)
 // Pair table: entry b at byte offset 128 b holds one copy per lane (word 32 b + lane: conflict-free
 // lookups); address = (code byte << 7) | (lane << 2), one shift and one LOP3.
@@ -98,7 +105,7 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr bool kNvfp4 = kFmt == kFmtNvfp4;
   constexpr int kM = kNT * 8;
-  constexpr int kRing = kNvfp4 ? LOCKSTEP_DECODE_RING4 : LOCKSTEP_DECODE_RING8;            // k blocks in flight per warp (64 registers)
+  constexpr int kRing = kNvfp4 ? (kNT == 1 ? LOCKSTEP_DECODE_RING4 : LOCKSTEP_DECODE_RING4_NT2) : LOCKSTEP_DECODE_RING8;
   constexpr int kVec = kNvfp4 ? 1 : 2;               // 16-byte loads per row per thread per k block
   constexpr int kBytesPerBlock = kNvfp4 ? 64 : 128;  // per row per 128-wide k block
   constexpr int kScaleStep = kNvfp4 ? 8 : 4;         // scale bytes per row per k block
@@ -434,8 +441,9 @@ void launch_decode_t(int slice_blocks, int slices, cudaStream_t stream, const Ge
                      GemmOutView out) {
   set_smem_attr<kFmt, kNT, 8>(slice_blocks);
   set_smem_attr<kFmt, kNT, 16>(slice_blocks);
-  // Block size: the even nw in 4..16 whose grid needs the least time, modelled as waves x (blocks
-  // per SM in a wave) x nw; ties go to the larger block (fewer copies of the tables and of A).
+  // Block size: the even nw in 4..16 whose grid needs the least time, modelled as waves x
+  // max(warps per SM in a wave, kSaturatingWarps) (an SM with fewer warps is latency-bound, not
+  // faster); ties go to the larger block (fewer copies of the tables and of A, fewer blocks).
   // Only the schedule depends on it, never a row's order.
   int sms = 0, dev = 0;
   LOCKSTEP_CUDA_CHECK(cudaGetDevice(&dev));
@@ -453,7 +461,12 @@ void launch_decode_t(int slice_blocks, int slices, cudaStream_t stream, const Ge
                                    : active_clusters<kFmt, kNT, 16>(nw, slices, smem);
     const int64_t waves = (clusters + active - 1) / active;
     const int64_t in_wave = (clusters < active ? clusters : active) * slices;
-    const int64_t cost = waves * ((in_wave + sms - 1) / sms) * nw;
+    const int64_t warps_per_sm = ((in_wave + sms - 1) / sms) * nw;
+    const int64_t cost = waves * (warps_per_sm > kSaturatingWarps ? warps_per_sm : kSaturatingWarps);
+#ifdef LOCKSTEP_DECODE_VERBOSE
+    if (LOCKSTEP_DECODE_VERBOSE) std::printf("  [nw %d: tiles %lld active %lld waves %lld cost %lld]", nw, (long long)tiles, (long long)active,
+                (long long)waves, (long long)cost);
+#endif
     if (best_cost < 0 || cost < best_cost) best_cost = cost, best_nw = nw, best_tiles = tiles;
   }
 #ifdef LOCKSTEP_DECODE_FORCE_NW  // dev/micro_decode2.cu: sweep the block size
