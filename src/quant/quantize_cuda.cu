@@ -1,4 +1,4 @@
-// Launchers of the CUDA quantizer kernels (quantize_rows_cuda.cuh, quantize_tiles_cuda.cuh): the
+// Launchers of the CUDA row quantizer kernels (quantize_rows_cuda.cuh) and the Hadamard transform: the
 // only place the loader templates are instantiated, so the host planning code
 // (quantize_cuda_host.cpp) sees plain functions taking parameter blocks.
 #include "quantize_cuda_params.h"
@@ -126,19 +126,6 @@ void launch_fill_random_bf16(uint16_t* p, int64_t n, uint64_t seed, cudaStream_t
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
-void launch_domain_amax(const InputRef& in, const AmaxParams& p, cudaStream_t st) {
-  if (p.rows == 0 || p.cols == 0) return;
-  dim3 grid(unsigned((p.nchunks + 31) / 32), unsigned((p.rows + 255) / 256));
-  with_loader(in, [&](auto ld) { domain_amax_kernel<<<grid, 256, 0, st>>>(ld, p); });
-  LOCKSTEP_CUDA_CHECK_LAUNCH();
-}
-
-void launch_finish(const FinishParams& p, cudaStream_t st) {
-  if (p.ndom == 0) return;
-  finish_domains_kernel<<<unsigned((p.ndom + 255) / 256), 256, 0, st>>>(p);
-  LOCKSTEP_CUDA_CHECK_LAUNCH();
-}
-
 void launch_fill_f32(float* p, int64_t n, float v, cudaStream_t st) {
   if (n <= 0) return;
   fill_f32_kernel<<<unsigned((n + 255) / 256), 256, 0, st>>>(p, n, v);
@@ -155,25 +142,6 @@ void launch_rows_gather(const InputRef& in, const int32_t* src, const RowParams&
 
 void launch_rows_swiglu(const InputRef& in, const float* prob, int64_t half, const RowParams& p, cudaStream_t st) {
   with_loader(in, [&](auto ld) { rows_with(LoadSwiglu<decltype(ld)>{ld, prob, half}, RowFmt::kNvfp4, p, st); });
-}
-
-void launch_nvfp4_2d(const InputRef& in, const Nvfp4TileParams& p, cudaStream_t st) {
-  if (p.rows == 0 || p.nchunks == 0) return;
-  dim3 grid(unsigned((p.nchunks + 15) / 16), unsigned(p.rows / 16));
-  with_loader(in, [&](auto ld) { quantize_nvfp4_2d_kernel<<<grid, 256, 0, st>>>(ld, p); });
-  LOCKSTEP_CUDA_CHECK_LAUNCH();
-}
-
-void launch_mxfp8_tile(const InputRef& in, const MxTileParams& p, cudaStream_t st) {
-  if (p.rows == 0 || p.cols == 0) return;
-  const size_t smem = 32 * kMxRowStride * sizeof(float);
-  dim3 grid(unsigned((p.cols + 255) / 256), unsigned(p.rows / 32));
-  with_loader(in, [&](auto ld) {
-    LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(quantize_mxfp8_tile_kernel<decltype(ld)>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    quantize_mxfp8_tile_kernel<<<grid, 256, smem, st>>>(ld, p);
-  });
-  LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
 void launch_hadamard(const InputRef& in, int64_t rows, int64_t cols, void* out, bool out_bf16, cudaStream_t st) {
