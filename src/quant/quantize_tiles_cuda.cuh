@@ -1,6 +1,7 @@
 // Kernels that need more than one row at a time: the domain amax pass (per tensor, per group,
-// 128x128 tiles, joint), the finishing kernel that turns amax keys into stored statistics, NVFP4
-// 16x16 (2-D) blocks, MXFP8 rowwise + columnwise in one pass, and the Hadamard transform.
+// 128x128 tiles, joint), NVFP4 16x16 (2-D) blocks and MXFP8 rowwise + columnwise in one pass, each
+// as a generic loader kernel and a bf16 fast kernel (launched from quantize_tiles_cuda.cu), and the
+// Hadamard transform (launched from quantize_cuda.cu).
 #pragma once
 
 #include "lockstep/numerics/hadamard.h"
