@@ -140,10 +140,6 @@ void launch_rows_gather(const InputRef& in, const int32_t* src, const RowParams&
   with_loader(in, [&](auto ld) { rows_with(LoadGather<decltype(ld)>{ld, src}, RowFmt::kNvfp4, p, st); });
 }
 
-void launch_rows_swiglu(const InputRef& in, const float* prob, int64_t half, const RowParams& p, cudaStream_t st) {
-  with_loader(in, [&](auto ld) { rows_with(LoadSwiglu<decltype(ld)>{ld, prob, half}, RowFmt::kNvfp4, p, st); });
-}
-
 void launch_hadamard(const InputRef& in, int64_t rows, int64_t cols, void* out, bool out_bf16, cudaStream_t st) {
   const int64_t nch = rows * (cols / 16);
   if (nch == 0) return;

@@ -213,6 +213,34 @@ __device__ __forceinline__ uint2 encode_e2m1x16_rn(const float v[16], float f) {
   return make_uint2(w[0], w[1]);
 }
 
+// The sign bits of 8 fp32 values at bit 3 of nibbles 0..7 (as e2m1_signs8 for bf16): bytes of 0xFF
+// or 0 by prmt sign replication of each value's top byte, even elements (ev) and odd ones (od).
+__device__ __forceinline__ uint32_t e2m1_signs8_f32(const float v[8]) {
+  auto rep2 = [](float a, float b) {  // bytes 0, 1: sign of a, b replicated
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, 0xFB;" : "=r"(r) : "r"(__float_as_uint(a)), "r"(__float_as_uint(b)));
+    return r;
+  };
+  const uint32_t ev = __byte_perm(rep2(v[0], v[2]), rep2(v[4], v[6]), 0x5410);
+  const uint32_t od = __byte_perm(rep2(v[1], v[3]), rep2(v[5], v[7]), 0x5410);
+  return (ev & 0x08080808u) | (od & 0x80808080u);
+}
+
+// 8 fp32 values without NaN times f (> 0) to one word of E2M1 codes (element 0 in nibble 0), RNE:
+// encode_e2m1x8_bf16's method (num::e2m1_code_magic, Horner packing, signs from the inputs) on
+// fp32 inputs. Equal to encode_e2m1x16_rn's codes for every non-NaN input.
+__device__ __forceinline__ uint32_t encode_e2m1x8_f32_nonan(const float v[8], float f) {
+  constexpr uint32_t kMagic8 = 0x4B000000u + (0x4B000000u << 4);  // the rest shift out
+  uint32_t acc = 0;
+#pragma unroll
+  for (int j = 7; j >= 0; --j) acc = acc * 16u + num::e2m1_code_magic(num::mul_rn(v[j], f));
+  return acc - kMagic8 + e2m1_signs8_f32(v);  // the sign bits are free in the codes: + is |
+}
+
+__device__ __forceinline__ uint2 encode_e2m1x16_f32_nonan(const float v[16], float f) {
+  return make_uint2(encode_e2m1x8_f32_nonan(v, f), encode_e2m1x8_f32_nonan(v + 8, f));
+}
+
 __device__ __forceinline__ uint4 encode_e4m3x16_rn(const float v[16], float f) {
   uint32_t w[4];
 #pragma unroll

@@ -475,6 +475,39 @@ void test_fused(const Options& o) {
                     [&](DeviceQTensor& q) { swiglu_quantize_nvfp4_device(dm, dp.as<float>(), s, q); });
           }
         }
+  // The bf16 SwiGLU kernel (quantize_swiglu_cuda.cuh): H of 1 .. 1024 chunks (1025: the generic
+  // kernel), teams of 32 .. 1024 threads, up to ~10 rows per team (its row buffers wrap), every
+  // value distribution (zeros: gates outside the silu table; nanrows: all-NaN rows).
+  if (want(o, "swiglu", "nvfp4")) {
+    struct FS {
+      Shape sh;
+      bool all_dists;
+    };
+    std::vector<FS> fs = {{{20000, 16}, true}, {{6000, 80}, true}, {{2100, 1600}, true}, {{2200, 4096}, false},
+                          {{40, 16384}, true}, {{3, 16400}, true}};
+    if (o.reduced) fs = {{{3000, 16}, true}, {{40, 4096}, true}};
+    for (ScaleLayout l : {ScaleLayout::kCompact, ScaleLayout::kSwizzled})
+      for (const FS& f : fs)
+        for (Dist d : {Dist::kNormal, Dist::kEdge, Dist::kZeros, Dist::kNanRows}) {
+          if (!f.all_dists && (d == Dist::kZeros || d == Dist::kNanRows)) continue;
+          s.stochastic = false, s.scale_layout = l;
+          const Shape sh = f.sh;
+          const std::string name = "swiglu " + spec_name(s) + " " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols) +
+                                   " bf16 " + dist_name(d);
+          const uint64_t seed = o.seed ^ name_hash(name);
+          if (!o.only.empty() && name.find(o.only) == std::string::npos) continue;
+          std::mt19937_64 rng(seed);
+          std::vector<float> v = make_values(sh.rows, sh.cols * 2, d, true, seed);
+          std::vector<float> prob(size_t(sh.rows));
+          for (float& p : prob) p = float(rng() % 1000 + 1) / 1000.0f;
+          MatrixF32 m{v, sh.rows, sh.cols * 2, num::kFltMax, "fc1"};
+          DeviceBuffer in = upload_matrix(m, InputType::kBF16), dp;
+          dp.upload(std::span<const float>(prob));
+          DeviceMatrix dm{in.get(), InputType::kBF16, sh.rows, sh.cols * 2, num::kFltMax, "fc1"};
+          check_q(name, seed, o, [&] { return swiglu_quantize_nvfp4_cpu(m, prob, s); },
+                  [&](DeviceQTensor& q) { swiglu_quantize_nvfp4_device(dm, dp.as<float>(), s, q); });
+        }
+  }
 }
 
 void test_codec(const Options& o) {

@@ -1,0 +1,252 @@
+// The fused weighted-SwiGLU + row amax + NVFP4 per_row kernel for a bf16 FC1 output [rows, 2H]
+// (gate in columns [0, H), up in [H, 2H)), H % 16 == 0, H / 16 <= 1024 chunks, round to nearest.
+// Same bytes as quantize_rows_kernel with LoadSwiglu (the generic path), element by element:
+// y = RN(RN(silu_f32(g) * u) * prob[r]) (num::swiglu_weighted_f32), row amax over y, then the
+// NVFP4 row kernel's arithmetic (quantize_rows_cuda.cuh, nvfp4_row).
+// - silu_f32 of a bf16 gate is a function of its 16-bit code: a shared-memory table of silu_f32 for
+//   the codes with |g| in [2^-16, 2^8) (24 exponents x 128 mantissas x 2 signs, 24 KB), built on
+//   the device by num::silu_f32 itself, replaces the ~45 fp32 operations of silu by an index
+//   computation and one LDS. A chunk whose gates leave that range (0, tiny, huge, inf, NaN) takes
+//   the per-element path: the table where it applies, else num::silu_f32 (+-0 gives +-0).
+// - Persistent CTAs (one per SM, so one table per SM, built while the first rows load): a team of
+//   TT threads per row, kSwigluChunks chunks of 16 elements per thread (y held in registers between
+//   the amax and the encode), up to 15 teams per CTA synchronized by named barriers (ids 1..15),
+//   each team looping over rows r, r + teams * grid, ...; each thread copies its own chunks of the
+//   next kSwigluStages - 1 rows into its own shared-memory slots with cp.async (no barrier needed
+//   for the buffers), so 2 x 64 KB per SM are in flight while a row is computed.
+// - Row amax: redux.sync over order-preserving integer keys (NaN ignored, all NaN gives NaN), one
+//   barrier per row; encode as the NVFP4 row kernel: block scale two_level_block_scale_fast, factor
+//   two_level_encode_factor_fast, codes by e2m1_code_magic (encode_e2m1x16_f32_nonan), a chunk with
+//   a NaN y by encode_e2m1x16_rn.
+#pragma once
+
+#include "quantize_rows_cuda.cuh"
+
+namespace lockstep::cuda::detail {
+
+constexpr uint32_t kSiluBase = (127u - 16u) << 7;  // bf16 magnitude code of 2^-16
+constexpr uint32_t kSiluN = 24u * 128u;            // table codes per sign: |g| in [2^-16, 2^8)
+constexpr int kSwigluThreads = 512;                // most threads per CTA (one CTA per SM)
+constexpr int kSwigluChunks = 2;                   // 16-element chunks per thread and row
+constexpr int kSwigluStages = 3;                   // row buffers per thread (2 rows ahead)
+constexpr int kSwigluTeams = 15;                   // most teams per CTA (named barriers 1..15)
+
+// silu of 16 bf16 gates (8 words) when some leave the table's range: the table where it applies,
+// num::silu_f32 elsewhere (+-0 gives +-0, which silu_f32 returns too). Out of line, so that the
+// rare path costs the common one no registers.
+__device__ __noinline__ void silu16_slow(const float* tab, const uint32_t* gw, float* s) {
+#pragma unroll 1
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t b = (i & 1) ? gw[i / 2] >> 16 : gw[i / 2] & 0xFFFFu;
+    const uint32_t m = b & 0x7FFFu;
+    const float g = __uint_as_float(b << 16);
+    if (m - kSiluBase < kSiluN) s[i] = tab[m - kSiluBase + (b >> 15) * kSiluN];
+    else if (m == 0u) s[i] = g;
+    else s[i] = num::silu_f32(g);
+  }
+}
+
+__device__ __forceinline__ float fmax_nan_f32(float a, float b) {  // NaN if either is NaN
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+
+__device__ __forceinline__ void team_bar(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void cp_async16_s(uint32_t smem, const void* gmem) {  // smem: a shared address
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// Dynamic shared memory of swiglu_nvfp4_rows_kernel: kStages row buffers of kC * 64 bytes per thread
+// (sized for kThreads threads: the buffers are indexed with compile-time strides).
+constexpr size_t swiglu_stage_bytes(int threads, int chunks, int stages) {
+  return size_t(threads) * 64 * size_t(chunks) * size_t(stages);
+}
+
+// The row amax as an order-preserving key for redux.sync: 0 for NaN (ignored; nothing but NaN
+// gives NaN back), else bits + 1 (|x| >= 0, so the bit order is the value order).
+__device__ __forceinline__ unsigned amax_redux_key(float a) { return num::is_nan(a) ? 0u : __float_as_uint(a) + 1u; }
+
+// y = RN(RN(silu(g) * u) * pr) of one 16-element chunk (8 gate words, 8 up words); returns the
+// NaN-propagating amax of |y| (NaN iff some y is NaN).
+__device__ __forceinline__ float swiglu_chunk(const float* silu_tab, const uint4& g0, const uint4& g1, const uint4& u0,
+                                              const uint4& u1, float pr, float y[16]) {
+  const uint32_t gw[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+  const uint32_t uw[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+  uint32_t mn = 0xFFFFFFFFu, mx = 0u;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t a = gw[i] & 0x7FFF7FFFu;
+    mn = __vminu2(mn, a);
+    mx = __vmaxu2(mx, a);
+  }
+  const uint32_t lo = min(mn & 0xFFFFu, mn >> 16), hi = max(mx & 0xFFFFu, mx >> 16);
+  float s[16];
+  if (lo >= kSiluBase && hi < kSiluBase + kSiluN) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      // halves: magnitude code + sign * kSiluN (no carry between the halves)
+      const uint32_t k = ((gw[i] >> 15) & 0x00010001u) * kSiluN + (gw[i] & 0x7FFF7FFFu);
+      s[2 * i] = silu_tab[(k & 0xFFFFu) - kSiluBase];
+      s[2 * i + 1] = silu_tab[(k >> 16) - kSiluBase];
+    }
+  } else {
+    uint32_t gl[8];
+    float sl[16];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) gl[i] = gw[i];
+    silu16_slow(silu_tab, gl, sl);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s[i] = sl[i];
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    y[2 * i] = num::mul_rn(num::mul_rn(s[2 * i], __uint_as_float(uw[i] << 16)), pr);
+    y[2 * i + 1] = num::mul_rn(num::mul_rn(s[2 * i + 1], __uint_as_float(uw[i] & 0xFFFF0000u)), pr);
+  }
+  float camn = fabsf(y[0]);
+#pragma unroll
+  for (int i = 1; i < 16; ++i) camn = fmax_nan_f32(camn, fabsf(y[i]));
+  return camn;
+}
+
+// in: [rows, 2 * half] bf16; p: NVFP4 per_row parameters of the [rows, half] output (p.cols = half).
+// blockDim.x = teams * tt <= kThreads, tt a multiple of 32 with kC * tt >= p.nchunks; a thread
+// handles chunks tid, tid + tt, ... (kC of them) of its team's row. Each thread copies its own
+// chunks' 64 bytes each of the rows kStages - 1 steps ahead into its own shared-memory slots
+// (cp.async, one commit group per row) and reads back only what it copied, so the buffers need no
+// barrier; the router probability is loaded one row ahead into a register.
+template <int kThreads, int kC, int kStages, bool Swz>
+__global__ void __launch_bounds__(kThreads, 1)
+    swiglu_nvfp4_rows_kernel(const uint16_t* __restrict__ in, const float* __restrict__ prob, int64_t half, RowParams p, int tt) {
+  constexpr int kSlot = kC * 4 * kThreads;  // uint4 per row buffer: [kC * 4][kThreads]
+  __shared__ float silu_tab[2 * kSiluN];
+  __shared__ unsigned red[2][32];
+  extern __shared__ uint4 stage[];  // [kStages][kC * 4][kThreads]
+  const int t = threadIdx.x, nt = blockDim.x, lane = t & 31, warp = t >> 5;
+  const int team = t / tt, tid = t - team * tt;
+  const int teams = nt / tt, wpt = tt >> 5;
+  const int64_t stride = int64_t(gridDim.x) * teams;
+  int64_t r = int64_t(blockIdx.x) * teams + team;
+  bool valid[kC];
+#pragma unroll
+  for (int c = 0; c < kC; ++c) valid[c] = tid + c * tt < p.nchunks;
+  // Element offsets advance by whole rows: the input row of the next copy (kStages - 1 rows ahead)
+  // and the output row of this step.
+  const int64_t in_step = stride * (2 * half), out_step = stride * (p.cols / 2);
+  const uint16_t* const in_t = in + int64_t(tid) * 16;
+  const uint32_t st_t = uint32_t(__cvta_generic_to_shared(stage + t));
+
+  const int64_t chunk_step = int64_t(tt) * 16;  // elements from a thread's chunk c to chunk c + 1
+  auto issue = [&](int slot, int64_t row, int64_t off) {
+    if (row < p.rows) {
+      const uint32_t d = st_t + uint32_t(slot) * uint32_t(kSlot * 16);
+      const uint16_t* const g0 = in_t + off;
+#pragma unroll
+      for (int c = 0; c < kC; ++c)
+        if (valid[c]) {
+          const uint16_t* g = g0 + c * chunk_step;
+          cp_async16_s(d + (4 * c) * kThreads * 16, g);
+          cp_async16_s(d + (4 * c + 1) * kThreads * 16, g + 8);
+          cp_async16_s(d + (4 * c + 2) * kThreads * 16, g + half);
+          cp_async16_s(d + (4 * c + 3) * kThreads * 16, g + half + 8);
+        }
+    }
+    cp_async_commit();  // one group per row, empty or not, so that the group count is the row count
+  };
+#pragma unroll
+  for (int k = 0; k < kStages - 1; ++k) issue(k, r + k * stride, (r + k * stride) * (2 * half));
+  int64_t in_off = (r + (kStages - 1) * stride) * (2 * half), out_off = r * (p.cols / 2);
+  float pr = (r < p.rows && valid[0]) ? __ldg(prob + r) : 0.0f;
+  // The table, while the first rows load.
+  for (int i = t; i < int(2 * kSiluN); i += nt) {
+    const uint32_t code = (i >= int(kSiluN) ? 0x8000u : 0u) | (kSiluBase + uint32_t(i) % kSiluN);
+    silu_tab[i] = num::silu_f32(__uint_as_float(code << 16));
+  }
+  __syncthreads();
+
+  int slot = 0, par = 0;
+  for (; r < p.rows; r += stride) {
+    issue(slot == 0 ? kStages - 1 : slot - 1, r + (kStages - 1) * stride, in_off);
+    in_off += in_step;
+    const int64_t rn = r + stride;
+    const float prn = (rn < p.rows && valid[0]) ? __ldg(prob + rn) : 0.0f;
+    cp_async_wait<kStages - 1>();  // this row's group is complete
+    float y[kC][16];
+    float cam[kC];
+    bool has_nan[kC];
+    unsigned key = 0u;
+    const uint4* sp = stage + slot * kSlot + t;
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {
+      cam[c] = num::amax_empty();
+      has_nan[c] = false;
+      if (valid[c]) {
+        cam[c] = swiglu_chunk(silu_tab, sp[(4 * c) * kThreads], sp[(4 * c + 1) * kThreads], sp[(4 * c + 2) * kThreads],
+                              sp[(4 * c + 3) * kThreads], pr, y[c]);
+        has_nan[c] = num::is_nan(cam[c]);
+        if (__builtin_expect(has_nan[c], 0)) cam[c] = amax16(y[c]);  // NaN ignored; all NaN gives NaN
+        key = max(key, amax_redux_key(cam[c]));
+      }
+    }
+    // Team amax: redux over each warp, then over the team's warps through shared memory (one
+    // barrier; red[par] is rewritten two rows later, after every reader passed the next barrier).
+    key = __reduce_max_sync(0xFFFFFFFFu, key);
+    if (lane == 0) red[par][warp] = key;
+    team_bar(1 + team, tt);
+    key = __reduce_max_sync(0xFFFFFFFFu, lane < wpt ? red[par][team * wpt + lane] : 0u);
+    const float a = key != 0u ? __uint_as_float(key - 1u) : nan_f32();
+    if (tid == 0) p.amax_out[r] = a;
+    if (valid[0]) {
+      const num::TwoLevelOuter outer = num::two_level_outer_e2m1(a);
+      uint8_t* const drow = p.data + out_off;
+#pragma unroll
+      for (int c = 0; c < kC; ++c) {
+        if (!valid[c]) continue;
+        const int b = tid + c * tt;
+        const uint8_t sc = num::two_level_block_scale_fast(cam[c], outer);
+        const float f = num::two_level_encode_factor_fast(sc, outer);
+        const uint2 q = __builtin_expect(has_nan[c], 0) ? encode_e2m1x16_rn(y[c], f) : encode_e2m1x16_f32_nonan(y[c], f);
+        *reinterpret_cast<uint2*>(drow + b * 8) = q;
+        store_scale<Swz>(p.scale, r, b, sc);
+      }
+    }
+    out_off += out_step;
+    pr = prn;
+    par ^= 1;
+    slot = slot == kStages - 1 ? 0 : slot + 1;
+  }
+  cp_async_wait<0>();  // no copy outlives the CTA
+}
+
+// Geometry, shared-memory opt-in and launch of swiglu_nvfp4_rows_kernel (p.nchunks <= kC * kThreads):
+// teams of tt = roundup(ceil(p.nchunks / kC), 32) threads, at most kSwigluTeams per CTA, one CTA
+// per SM (or fewer CTAs when there are fewer rows than teams).
+template <int kThreads, int kC, int kStages, bool Swz>
+cudaError_t swiglu_nvfp4_rows_launch(const uint16_t* in, const float* prob, int64_t half, const RowParams& p, cudaStream_t st) {
+  const int tt = ((p.nchunks + kC - 1) / kC + 31) / 32 * 32;
+  const int teams = kThreads / tt < kSwigluTeams ? kThreads / tt : kSwigluTeams;
+  const int threads = tt * teams;
+  const size_t smem = swiglu_stage_bytes(kThreads, kC, kStages);
+  auto* kern = swiglu_nvfp4_rows_kernel<kThreads, kC, kStages, Swz>;
+  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  int dev = 0, sms = 0, per_sm = 0;
+  if (e == cudaSuccess) e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, threads, smem);
+  if (e != cudaSuccess) return e;
+  const int64_t want = (p.rows + teams - 1) / teams;
+  const int64_t cap = int64_t(sms) * (per_sm > 0 ? per_sm : 1);
+  kern<<<unsigned(want < cap ? want : cap), threads, smem, st>>>(in, prob, half, p, tt);
+  return cudaGetLastError();
+}
+
+}  // namespace lockstep::cuda::detail
