@@ -21,6 +21,8 @@
 #include <functional>
 #include <vector>
 
+#include "lockstep/tensor/cuda_timing.h"
+
 int g_force_nw = 0, g_last_nw = 0, g_verbose = 0;
 #define LOCKSTEP_DECODE_VERBOSE g_verbose
 #define LOCKSTEP_DECODE_FORCE_NW g_force_nw
@@ -53,27 +55,6 @@ void fill(DeviceBuffer& b, size_t bytes, uint32_t seed, int kind) {
   b.resize(bytes);
   fill_k<<<1024, 256>>>(b.as<uint8_t>(), bytes, seed, kind);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
-}
-double time_us(const std::function<void(int)>& fn, int samples, cudaStream_t s, int batch) {
-  for (int i = 0; i < 3; ++i) fn(i);
-  cudaEvent_t e0, e1;
-  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&e0));
-  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&e1));
-  std::vector<double> t;
-  int call = 0;
-  for (int i = 0; i < samples; ++i) {
-    LOCKSTEP_CUDA_CHECK(cudaEventRecord(e0, s));
-    for (int b = 0; b < batch; ++b) fn(call++);
-    LOCKSTEP_CUDA_CHECK(cudaEventRecord(e1, s));
-    LOCKSTEP_CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    LOCKSTEP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    t.push_back(double(ms) * 1e3 / batch);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
 }
 struct PackedW {
   DeviceBuffer data, scale;
@@ -144,7 +125,7 @@ int main(int argc, char** argv) {
     const size_t bytes = size_t(1) << 30;
     fill(x, bytes, 1, 0);
     y.resize(bytes);
-    const double us = time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(y.get(), x.get(), bytes, cudaMemcpyDeviceToDevice, s)); }, iters, s, 1);
+    const double us = median_time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(y.get(), x.get(), bytes, cudaMemcpyDeviceToDevice, s)); }, iters, s, 1);
     copy_gbps = 2.0 * double(bytes) / us * 1e-3;
   }
   std::printf("copy %.0f GB/s, %d SMs\n", copy_gbps, sms);
@@ -155,8 +136,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 4; ++i) fill(c[i], bytes, 50 + i, 0);
     for (int bps : {1, 2, 4, 8}) {
       const unsigned grid = unsigned(sms * bps);
-      const double us4 = time_us([&](int i) { read_probe<4><<<grid, 256, 0, s>>>(c[i % 4].as<uint8_t>(), bytes, sink.as<uint32_t>()); }, iters, s, batch);
-      const double us8 = time_us([&](int i) { read_probe<8><<<grid, 256, 0, s>>>(c[i % 4].as<uint8_t>(), bytes, sink.as<uint32_t>()); }, iters, s, batch);
+      const double us4 = median_time_us([&](int i) { read_probe<4><<<grid, 256, 0, s>>>(c[i % 4].as<uint8_t>(), bytes, sink.as<uint32_t>()); }, iters, s, batch);
+      const double us8 = median_time_us([&](int i) { read_probe<8><<<grid, 256, 0, s>>>(c[i % 4].as<uint8_t>(), bytes, sink.as<uint32_t>()); }, iters, s, batch);
       std::printf("read probe 33 MB, %d blocks/SM: u4 %.2f us (%.3f of copy), u8 %.2f us (%.3f)\n", bps, us4,
                   double(bytes) / us4 * 1e-3 / copy_gbps, us8, double(bytes) / us8 * 1e-3 / copy_gbps);
     }
@@ -226,8 +207,8 @@ int main(int argc, char** argv) {
             std::printf("BATCH INVARIANCE FAIL %s %lldx%lld\n", fname(f), (long long)sh.n, (long long)sh.k);
           }
         }
-        const double un = time_us([&](int i) { gemm_detail::launch_decode(a, w[i % copies].view, sh.n, t, {}, on, ws_new, s); }, iters, s, batch);
-        const double uo = !old ? 0 : time_us([&](int i) { gemm_old::launch_decode(a, w[i % copies].view, sh.n, t, {}, oo, ws_old, s); }, iters, s, batch);
+        const double un = median_time_us([&](int i) { gemm_detail::launch_decode(a, w[i % copies].view, sh.n, t, {}, on, ws_new, s); }, iters, s, batch);
+        const double uo = !old ? 0 : median_time_us([&](int i) { gemm_old::launch_decode(a, w[i % copies].view, sh.n, t, {}, oo, ws_old, s); }, iters, s, batch);
         const double gb = w[0].bytes / un * 1e-3;
         char nm[64];
         std::snprintf(nm, sizeof nm, "%s%s %lldx%lld", fname(f), fm.e5 ? "(e5m2)" : "", (long long)sh.n, (long long)sh.k);
@@ -243,7 +224,7 @@ int main(int argc, char** argv) {
             auto hf = down(out_new, no);
             const bool same = std::memcmp(hf.data(), hn.data(), no * 4) == 0;
             if (!same) ++bad;
-            const double uf = time_us([&](int i) { gemm_detail::launch_decode(a, w[i % copies].view, sh.n, t, {}, on, ws_new, s); }, iters, s, batch);
+            const double uf = median_time_us([&](int i) { gemm_detail::launch_decode(a, w[i % copies].view, sh.n, t, {}, on, ws_new, s); }, iters, s, batch);
             std::printf(" | nw%d %.2f%s", fnw, uf, same ? "" : " DIFF");
             g_force_nw = 0;
           }
@@ -318,7 +299,7 @@ int main(int argc, char** argv) {
       body();
       LOCKSTEP_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
       LOCKSTEP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      const double us = time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, iters, s, 1);
+      const double us = median_time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, iters, s, 1);
       const double gb = bytes / us * 1e-3;
       std::printf("moe %s 48x8 graph: %.1f us, %.0f GB/s, ratio %.3f (nw fc1 %d fc2 %d)%s\n", variant < 0 ? "old" : "new", us, gb,
                   gb / copy_gbps, nw1, nw2, same0 ? "" : " DIFFERENT from new auto");

@@ -18,19 +18,12 @@
 #include <functional>
 #include <vector>
 
+#include "lockstep/tensor/cuda_timing.h"
 #include "quant/quantize_swiglu_cuda.cuh"
 
 using namespace lockstep;
 using namespace lockstep::cuda::detail;
 
-#define CK(x)                                                                               \
-  do {                                                                                      \
-    cudaError_t e_ = (x);                                                                   \
-    if (e_ != cudaSuccess) {                                                                \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                         \
-    }                                                                                       \
-  } while (0)
 
 __global__ void fill_kernel(uint16_t* p, int64_t n, uint32_t seed, int mode) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -71,9 +64,9 @@ Out make_out(int64_t rows, int64_t h, bool swz) {
   const int64_t sc = h / 16, pc = (sc + 3) / 4 * 4, pr = (rows + 127) / 128 * 128;
   o.ns = swz ? size_t(pr * pc) : size_t(rows * sc);
   o.na = size_t(rows);
-  CK(cudaMalloc(&o.data, o.nd));
-  CK(cudaMalloc(&o.scale, o.ns));
-  CK(cudaMalloc(&o.amax, o.na * 4));
+  LOCKSTEP_CUDA_CHECK(cudaMalloc(&o.data, o.nd));
+  LOCKSTEP_CUDA_CHECK(cudaMalloc(&o.scale, o.ns));
+  LOCKSTEP_CUDA_CHECK(cudaMalloc(&o.amax, o.na * 4));
   return o;
 }
 
@@ -86,9 +79,9 @@ RowParams params(int64_t rows, int64_t h, bool swz, const Out& o) {
 }
 
 void poison(const Out& o) {
-  CK(cudaMemset(o.data, 0xFF, o.nd));
-  CK(cudaMemset(o.scale, 0xFF, o.ns));
-  CK(cudaMemset(o.amax, 0xFF, o.na * 4));
+  LOCKSTEP_CUDA_CHECK(cudaMemset(o.data, 0xFF, o.nd));
+  LOCKSTEP_CUDA_CHECK(cudaMemset(o.scale, 0xFF, o.ns));
+  LOCKSTEP_CUDA_CHECK(cudaMemset(o.amax, 0xFF, o.na * 4));
 }
 
 size_t diff(const Out& a, const Out& b, const char** what) {
@@ -100,8 +93,8 @@ size_t diff(const Out& a, const Out& b, const char** what) {
   } parts[3] = {{a.data, b.data, a.nd, "data"}, {a.scale, b.scale, a.ns, "scale"}, {a.amax, b.amax, a.na * 4, "amax"}};
   for (const auto& part : parts) {
     x.resize(part.n), y.resize(part.n);
-    CK(cudaMemcpy(x.data(), part.p, part.n, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(y.data(), part.q, part.n, cudaMemcpyDeviceToHost));
+    LOCKSTEP_CUDA_CHECK(cudaMemcpy(x.data(), part.p, part.n, cudaMemcpyDeviceToHost));
+    LOCKSTEP_CUDA_CHECK(cudaMemcpy(y.data(), part.q, part.n, cudaMemcpyDeviceToHost));
     size_t n = 0;
     for (size_t i = 0; i < part.n; ++i) n += x[i] != y[i];
     if (n) {
@@ -112,24 +105,6 @@ size_t diff(const Out& a, const Out& b, const char** what) {
   return 0;
 }
 
-double median_us(const std::function<void()>& f, int iters) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) f();
-  std::vector<float> ms;
-  for (int i = 0; i < iters; ++i) {
-    CK(cudaEventRecord(a));
-    f();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float t = 0;
-    CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  return double(ms[ms.size() / 2]) * 1000.0;
-}
 
 using Launch = cudaError_t (*)(const uint16_t*, const float*, int64_t, const RowParams&, cudaStream_t);
 
@@ -138,9 +113,9 @@ int main(int argc, char** argv) {
   const int64_t n = rows * cols;
   uint16_t *in, *cp;
   float* prob;
-  CK(cudaMalloc(&in, size_t(n) * 2));
-  CK(cudaMalloc(&cp, size_t(n) * 2));
-  CK(cudaMalloc(&prob, size_t(rows) * 4));
+  LOCKSTEP_CUDA_CHECK(cudaMalloc(&in, size_t(n) * 2));
+  LOCKSTEP_CUDA_CHECK(cudaMalloc(&cp, size_t(n) * 2));
+  LOCKSTEP_CUDA_CHECK(cudaMalloc(&prob, size_t(rows) * 4));
   fill_f32<<<unsigned((rows + 255) / 256), 256>>>(prob, rows, 0.375f);
   const LoadSwiglu<LoadBf16> ld{LoadBf16{in, cols, true}, prob, h};
   auto generic = [&](const RowParams& p) {
@@ -165,11 +140,11 @@ int main(int argc, char** argv) {
     for (int swz = 0; swz < 2; ++swz) {
       poison(ref[swz]);
       generic(params(rows, h, swz, ref[swz]));
-      CK(cudaDeviceSynchronize());
+      LOCKSTEP_CUDA_CHECK(cudaDeviceSynchronize());
       for (const Cfg& c : cfgs) {
         poison(got[swz]);
-        CK((swz ? c.swz : c.compact)(in, prob, h, params(rows, h, swz, got[swz]), nullptr));
-        CK(cudaDeviceSynchronize());
+        LOCKSTEP_CUDA_CHECK((swz ? c.swz : c.compact)(in, prob, h, params(rows, h, swz, got[swz]), nullptr));
+        LOCKSTEP_CUDA_CHECK(cudaDeviceSynchronize());
         const char* what = "";
         const size_t d = diff(ref[swz], got[swz], &what);
         std::printf("check %-46s %s %-8s: %s", c.name, mode ? "random codes" : "normal      ", swz ? "swizzled" : "compact",
@@ -180,19 +155,19 @@ int main(int argc, char** argv) {
   }
   fill_kernel<<<unsigned((n + 255) / 256), 256>>>(in, n, 0x1234u, 0);
   const double bytes = double(n) * 2 + double(rows) * 4 + double(ref[0].nd + ref[0].ns + ref[0].na * 4);
-  const double cp_us = median_us([&] { CK(cudaMemcpyAsync(cp, in, size_t(n) * 2, cudaMemcpyDeviceToDevice)); }, 20);
+  const double cp_us = lockstep::cuda::median_time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(cp, in, size_t(n) * 2, cudaMemcpyDeviceToDevice)); }, 20);
   const double cp_gbps = 2.0 * double(n) * 2 / cp_us * 1e-3;
   std::printf("\n%-52s %9s %9s %7s\n", "", "us", "GB/s", "x copy");
   std::printf("%-52s %9.1f %9.1f %7.3f\n", "device-to-device copy", cp_us, cp_gbps, 1.0);
   auto row = [&](const char* name, double us) {
     std::printf("%-52s %9.1f %9.1f %7.3f\n", name, us, bytes / us * 1e-3, bytes / us * 1e-3 / cp_gbps);
   };
-  row("generic quantize_rows_kernel<LoadSwiglu>", median_us([&] { generic(params(rows, h, false, ref[0])); }, 5));
+  row("generic quantize_rows_kernel<LoadSwiglu>", lockstep::cuda::median_time_us([&](int) { generic(params(rows, h, false, ref[0])); }, 5));
   for (const Cfg& c : cfgs) {
-    row(c.name, median_us([&] { CK(c.compact(in, prob, h, params(rows, h, false, got[0]), nullptr)); }, 20));
+    row(c.name, lockstep::cuda::median_time_us([&](int) { LOCKSTEP_CUDA_CHECK(c.compact(in, prob, h, params(rows, h, false, got[0]), nullptr)); }, 20));
     char nm[96];
     std::snprintf(nm, sizeof nm, "%s swz", c.name);
-    row(nm, median_us([&] { CK(c.swz(in, prob, h, params(rows, h, true, got[1]), nullptr)); }, 20));
+    row(nm, lockstep::cuda::median_time_us([&](int) { LOCKSTEP_CUDA_CHECK(c.swz(in, prob, h, params(rows, h, true, got[1]), nullptr)); }, 20));
   }
   std::printf("%d mismatching checks\n", bad);
   return bad != 0;

@@ -20,20 +20,13 @@
 
 #include "lockstep/quant/quantize.h"
 #include "lockstep/quant/quantize_cuda.h"
+#include "lockstep/tensor/cuda_timing.h"
 #include "quant/quantize_tiles_cuda.cuh"
 
 using namespace lockstep;
 using namespace lockstep::cuda;
 using namespace lockstep::cuda::detail;
 
-#define CK(x)                                                                               \
-  do {                                                                                      \
-    cudaError_t e_ = (x);                                                                   \
-    if (e_ != cudaSuccess) {                                                                \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(2);                                                                         \
-    }                                                                                       \
-  } while (0)
 
 static uint16_t bf(float v) { return num::f32_to_bf16(v); }
 
@@ -111,7 +104,7 @@ static bool same_q(const char* name, const QTensor& ref, const QTensor& got) {
 template <class K>
 static int occ(K kernel, int threads, size_t smem) {
   int n = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
+  LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
   return n < 1 ? 1 : n;
 }
 static int g_sms = 0;
@@ -128,7 +121,7 @@ static void new_amax(const uint16_t* x, const AmaxParams& p) {
     domain_amax_flat_bf16_kernel<><<<unsigned(std::min(cap, need)), 256>>>(reinterpret_cast<const uint4*>(x), n16, p.keys);
   } else if (p.dom_kind == kDomGroup) go(domain_amax_bf16_kernel<kDomGroup>);
   else go(domain_amax_bf16_kernel<kDomTile128>);
-  CK(cudaGetLastError());
+  LOCKSTEP_CUDA_CHECK(cudaGetLastError());
 }
 
 static void new_2d(const uint16_t* x, const Nvfp4TileParams& p) {
@@ -136,21 +129,21 @@ static void new_2d(const uint16_t* x, const Nvfp4TileParams& p) {
   const unsigned grid = unsigned((units + kNvfp4TileWarps - 1) / kNvfp4TileWarps);
   if (p.scale.swizzled) quantize_nvfp4_2d_bf16_kernel<true><<<grid, kNvfp4TileWarps * 32>>>(x, p);
   else quantize_nvfp4_2d_bf16_kernel<false><<<grid, kNvfp4TileWarps * 32>>>(x, p);
-  CK(cudaGetLastError());
+  LOCKSTEP_CUDA_CHECK(cudaGetLastError());
 }
 
 template <int kCols>
 static void new_mx(const uint16_t* x, const MxTileParams& p) {
   auto go = [&](auto kernel) {
     const size_t smem = mxfp8_tile_smem<kCols>();
-    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     dim3 grid(unsigned((p.cols + kCols - 1) / kCols), unsigned(p.rows / 32));
     kernel<<<grid, kCols / 2, smem>>>(x, p);
   };
   const bool swz = p.rowwise && p.scale.swizzled;
   if (swz) p.e5m2 ? go(quantize_mxfp8_tile_bf16_kernel<kCols, true, true>) : go(quantize_mxfp8_tile_bf16_kernel<kCols, true, false>);
   else p.e5m2 ? go(quantize_mxfp8_tile_bf16_kernel<kCols, false, true>) : go(quantize_mxfp8_tile_bf16_kernel<kCols, false, false>);
-  CK(cudaGetLastError());
+  LOCKSTEP_CUDA_CHECK(cudaGetLastError());
 }
 
 static ScaleOut scale_out(DeviceQTensor& q) {
@@ -173,7 +166,7 @@ static void new_nvfp4_2d_pipeline(const DeviceMatrix& x, DeviceQTensor& q, const
   const bool grouped = g != nullptr;
   const int64_t ndom = grouped ? g->groups() : 1;
   q.ws_keys.resize(size_t(ndom) * 4), q.ws_dom.resize(size_t(ndom) * 4);
-  CK(cudaMemsetAsync(q.ws_keys.get(), 0, size_t(ndom) * 4));
+  LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(q.ws_keys.get(), 0, size_t(ndom) * 4));
   AmaxParams a;
   a.rows = x.rows, a.cols = x.cols, a.nchunks = int(x.cols / 16), a.dom_kind = grouped ? kDomGroup : kDomTensor;
   a.offsets = grouped ? g->device.as<int64_t>() : nullptr, a.groups = grouped ? g->groups() : 0, a.keys = q.ws_keys.as<uint32_t>();
@@ -224,7 +217,7 @@ static void check_mx(int64_t rows, int64_t cols, uint64_t seed, bool rowwise, bo
     poison(q);
     if (w == 0) new_mx_into<512>(dm, s, q);
     else new_mx_into<256>(dm, s, q);
-    CK(cudaDeviceSynchronize());
+    LOCKSTEP_CUDA_CHECK(cudaDeviceSynchronize());
     char name[200];
     std::snprintf(name, sizeof name, "mxfp8%s%s%s %lldx%lld tile %d%s", rowwise ? " row+col" : " col", e5m2 ? " e5m2" : "",
                   swz ? " swz" : "", (long long)rows, (long long)cols, w == 0 ? 512 : 256, "");
@@ -249,7 +242,7 @@ static void check_2d(int64_t rows, int64_t cols, uint64_t seed, bool swz, const 
   quantize_device(dm, s, q, g.get());
   poison(q);
   new_nvfp4_2d_pipeline(dm, q, g.get());
-  CK(cudaDeviceSynchronize());
+  LOCKSTEP_CUDA_CHECK(cudaDeviceSynchronize());
   char name[200];
   std::snprintf(name, sizeof name, "nvfp4 2d %s%s %lldx%lld", offsets ? "per_group" : "per_tensor", swz ? " swz" : "",
                 (long long)rows, (long long)cols);
@@ -287,7 +280,7 @@ static void check_amax(int64_t rows, int64_t cols, uint64_t seed, int kind, cons
   a.offsets = kind == kDomGroup ? doff.as<int64_t>() : nullptr, a.groups = kind == kDomGroup ? ngroups : 0;
   a.keys = keys.as<uint32_t>();
   new_amax(din.as<uint16_t>(), a);
-  CK(cudaDeviceSynchronize());
+  LOCKSTEP_CUDA_CHECK(cudaDeviceSynchronize());
   auto got = keys.download<uint32_t>();
   char name[200];
   std::snprintf(name, sizeof name, "amax keys %s %lldx%lld%s", kind == kDomTensor ? "tensor" : kind == kDomGroup ? "group" : "tile128",
@@ -296,31 +289,15 @@ static void check_amax(int64_t rows, int64_t cols, uint64_t seed, int kind, cons
   std::printf("  %-70s %s\n", name, ok ? "keys equal" : "FAIL");
 }
 
+// Median time per call: 15 samples of 5 back-to-back calls (lockstep::cuda::median_time_us).
 template <class F>
 static double time_us(F&& f, int reps = 15, int batch = 5) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < 2; ++i) f();
-  CK(cudaDeviceSynchronize());
-  std::vector<float> ts;
-  for (int r = 0; r < reps; ++r) {
-    CK(cudaEventRecord(a));
-    for (int i = 0; i < batch; ++i) f();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    ts.push_back(ms * 1000.0f / batch);
-  }
-  CK(cudaGetLastError());
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
+  return median_time_us([&](int) { f(); }, reps, nullptr, batch);
 }
 
 int main(int argc, char** argv) {
   const bool no_time = argc > 1 && std::strcmp(argv[1], "--no-time") == 0;
-  CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
+  LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
   const uint64_t seed = 777;
   // 1. Small and ragged shapes against the CPU reference / host keys.
   std::printf("checks against the CPU reference:\n");
@@ -368,26 +345,26 @@ int main(int argc, char** argv) {
   DeviceQTensor q2, qmx;
   quantize_device(dm, s2, q2);
   quantize_device(dm, smx, qmx);
-  CK(cudaDeviceSynchronize());
+  LOCKSTEP_CUDA_CHECK(cudaDeviceSynchronize());
   const QTensor ref2 = to_host(q2), refmx = to_host(qmx);
   poison(q2);
   new_nvfp4_2d_pipeline(dm, q2, nullptr);
-  CK(cudaDeviceSynchronize());
+  LOCKSTEP_CUDA_CHECK(cudaDeviceSynchronize());
   same_q("big 16384x8192 nvfp4 2d per_tensor: new vs library", ref2, to_host(q2));
   poison(qmx);
   new_mx_into<512>(dm, smx, qmx);
-  CK(cudaDeviceSynchronize());
+  LOCKSTEP_CUDA_CHECK(cudaDeviceSynchronize());
   same_q("big 16384x8192 mxfp8 row+col: new (512) vs library", refmx, to_host(qmx));
   poison(qmx);
   new_mx_into<256>(dm, smx, qmx);
-  CK(cudaDeviceSynchronize());
+  LOCKSTEP_CUDA_CHECK(cudaDeviceSynchronize());
   same_q("big 16384x8192 mxfp8 row+col: new (256) vs library", refmx, to_host(qmx));
   std::printf("\n%d failures\n", failures);
   if (no_time) return failures ? 1 : 0;
 
   // Timings. Bytes as the bench counts them: input once + outputs.
   const double in_b = double(R * C) * 2;
-  const double t_copy = time_us([&] { CK(cudaMemcpyAsync(dcopy.get(), din.get(), h.size() * 2, cudaMemcpyDeviceToDevice)); });
+  const double t_copy = time_us([&] { LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(dcopy.get(), din.get(), h.size() * 2, cudaMemcpyDeviceToDevice)); });
   const double copy_gbs = 2 * in_b / (t_copy * 1e3);
   auto row = [&](const char* n, double us, double b) {
     const double gbs = b / (us * 1e3);
@@ -441,7 +418,7 @@ int main(int argc, char** argv) {
                 occ(quantize_nvfp4_2d_bf16_kernel<false>, 128, 0), occ(domain_amax_flat_bf16_kernel<>, 256, 0),
                 occ(domain_amax_bf16_kernel<kDomTile128>, 256, 0));
   }
-  const double t_copy2 = time_us([&] { CK(cudaMemcpyAsync(dcopy.get(), din.get(), h.size() * 2, cudaMemcpyDeviceToDevice)); });
+  const double t_copy2 = time_us([&] { LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(dcopy.get(), din.get(), h.size() * 2, cudaMemcpyDeviceToDevice)); });
   row("d2d copy (again)", t_copy2, 2 * in_b);
   std::printf("\n%d failures\n", failures);
   return failures ? 1 : 0;

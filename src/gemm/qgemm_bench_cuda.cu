@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "lockstep/tensor/cuda_timing.h"
 #include "qgemm_cuda.cuh"
 
 namespace lockstep::cuda {
@@ -47,31 +48,6 @@ void fill(DeviceBuffer& b, size_t bytes, uint32_t seed, int kind) {
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
-// Median over `samples` of the time per call in microseconds: events around `batch` back-to-back
-// calls fn(i) (i counts every call, for rotating buffers), after warm-up. Back-to-back calls keep
-// the launch latency of one call hidden behind the previous one, as in a decode loop; batch = 1
-// times a single call including its launch.
-double time_us(const std::function<void(int)>& fn, int samples, cudaStream_t s, int batch = 1) {
-  for (int i = 0; i < 3; ++i) fn(i);
-  cudaEvent_t e0, e1;
-  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&e0));
-  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&e1));
-  std::vector<double> t;
-  int call = 0;
-  for (int i = 0; i < samples; ++i) {
-    LOCKSTEP_CUDA_CHECK(cudaEventRecord(e0, s));
-    for (int b = 0; b < batch; ++b) fn(call++);
-    LOCKSTEP_CUDA_CHECK(cudaEventRecord(e1, s));
-    LOCKSTEP_CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    LOCKSTEP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    t.push_back(double(ms) * 1e3 / batch);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 // A packed weight [rows, K] of format f with random codes (no outer scale: 1).
 struct PackedW {
@@ -142,7 +118,7 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
     const size_t bytes = size_t(1) << 30;
     fill(x, bytes, 1, 0);
     y.resize(bytes);
-    const double us = time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(y.get(), x.get(), bytes, cudaMemcpyDeviceToDevice, s)); }, iters, s);
+    const double us = median_time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(y.get(), x.get(), bytes, cudaMemcpyDeviceToDevice, s)); }, iters, s);
     res.copy_gbps = 2.0 * double(bytes) / us * 1e-3;
   }
   DeviceBuffer ws, out, act;
@@ -182,7 +158,7 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
         GemmBenchRow r;
         r.section = "decode";
         r.name = name;
-        r.us = time_us([&](int i) { qgemm_device(a, w[i % copies].view, sh.n, t, {}, ov, ws, QgemmKernel::kDecode, s); },
+        r.us = median_time_us([&](int i) { qgemm_device(a, w[i % copies].view, sh.n, t, {}, ov, ws, QgemmKernel::kDecode, s); },
                        iters, s, kDecodeBatch);
         r.bytes = w[0].bytes;
         r.gbps = r.bytes / r.us * 1e-3;
@@ -191,7 +167,7 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
         r.target = 0.8;
         r.target_is_copy = true;
         if (cb.ok()) {
-          r.baseline_us = time_us([&](int i) { cb.gemm_bf16(act.get(), bf[i % 2].data.get(), out.get(), m, sh.n, sh.k, s); },
+          r.baseline_us = median_time_us([&](int i) { cb.gemm_bf16(act.get(), bf[i % 2].data.get(), out.get(), m, sh.n, sh.k, s); },
                                   iters, s, kDecodeBatch);
           r.ratio_baseline = r.baseline_us / r.us;
         }
@@ -242,7 +218,7 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
     GemmBenchRow r;
     r.section = "moe-decode";
     r.name = cat("moe nvfp4 ", layers, " layers x 8 experts (FC1 1536x2048 + SwiGLU, FC2 2048x768), graph");
-    r.us = time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(g.exec, s)); }, iters, s);
+    r.us = median_time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(g.exec, s)); }, iters, s);
     r.bytes = bytes;
     r.gbps = bytes / r.us * 1e-3;
     r.ratio_copy = r.gbps / res.copy_gbps;
@@ -268,7 +244,7 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
       LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
       GraphExec gb;
       capture(gb, s, base);
-      r.baseline_us = time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(gb.exec, s)); }, iters, s);
+      r.baseline_us = median_time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(gb.exec, s)); }, iters, s);
       r.ratio_baseline = r.baseline_us / r.us;
     }
     res.rows.push_back(r);
@@ -308,14 +284,14 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
                        out.as<uint8_t>() + size_t(e * rows * n * 2), rows, n, k, s);
       };
       if (groups == 1) {
-        base_us = time_us([&](int) { loop(); }, it, s);
+        base_us = median_time_us([&](int) { loop(); }, it, s);
       } else {
         loop();
         LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
         GraphExec gb;
         capture(gb, s, loop);
-        base_us = time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(gb.exec, s)); }, it, s);
-        base_us = std::min(base_us, time_us([&](int) { cb.gemm_bf16_strided(ab.data.get(), wb.data.get(), out.get(), groups, rows, n, k, s); }, it, s));
+        base_us = median_time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(gb.exec, s)); }, it, s);
+        base_us = std::min(base_us, median_time_us([&](int) { cb.gemm_bf16_strided(ab.data.get(), wb.data.get(), out.get(), groups, rows, n, k, s); }, it, s));
       }
     }
     auto row = [&](const std::string& name, QgemmKernel kernel, double target) {
@@ -324,13 +300,13 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
       r.name = name;
       auto call = [&] { qgemm_device(a.view, w.view, n, t, ep, ov, ws, kernel, s); };
       if (groups == 1) {
-        r.us = time_us([&](int) { call(); }, it, s);
+        r.us = median_time_us([&](int) { call(); }, it, s);
       } else {  // in a graph, as the baseline's per-expert loop (the fast path loops when groups differ)
         call();
         LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
         GraphExec g;
         capture(g, s, call);
-        r.us = time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(g.exec, s)); }, it, s);
+        r.us = median_time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(g.exec, s)); }, it, s);
       }
       r.bytes = a.bytes + w.bytes;
       r.gbps = r.bytes / r.us * 1e-3;

@@ -9,31 +9,12 @@
 #include <functional>
 
 #include "lockstep/quant/quantize_cuda.h"
+#include "lockstep/tensor/cuda_timing.h"
 #include "quantize_cuda_params.h"
 
 namespace lockstep::cuda {
 namespace {
 
-double median_us(const std::function<void()>& f, int iters) {
-  cudaEvent_t a, b;
-  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&a));
-  LOCKSTEP_CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) f();  // warm-up
-  std::vector<float> ms;
-  for (int i = 0; i < iters; ++i) {
-    LOCKSTEP_CUDA_CHECK(cudaEventRecord(a));
-    f();
-    LOCKSTEP_CUDA_CHECK(cudaEventRecord(b));
-    LOCKSTEP_CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    LOCKSTEP_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return double(ms[ms.size() / 2]) * 1000.0;
-}
 
 double out_bytes(const DeviceQTensor& q) {
   return double(q.data.size() + q.block_scale.size() + q.amax.size() + q.scale_inv.size() + q.data_colwise.size() +
@@ -53,7 +34,7 @@ std::vector<BenchRow> bench_quantize_cuda(int64_t rows, int64_t cols, const std:
 
   BenchRow cp;
   cp.name = "device-to-device copy (baseline)";
-  cp.us = median_us([&] { LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(copy.get(), in.get(), size_t(n) * 2, cudaMemcpyDeviceToDevice)); }, iters);
+  cp.us = median_time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(copy.get(), in.get(), size_t(n) * 2, cudaMemcpyDeviceToDevice)); }, iters);
   cp.bytes = 2 * in_bytes;
   cp.gbps = cp.bytes / cp.us * 1e-3;
   cp.ratio = 1.0;
@@ -67,7 +48,7 @@ std::vector<BenchRow> bench_quantize_cuda(int64_t rows, int64_t cols, const std:
     BenchRow r;
     r.name = name;
     r.target = target;
-    r.us = median_us([&] { f(q); }, iters);
+    r.us = median_time_us([&](int) { f(q); }, iters);
     r.bytes = in_bytes + extra_in + out_bytes(q);
     r.gbps = r.bytes / r.us * 1e-3;
     r.ratio = r.gbps / cp.gbps;
@@ -143,7 +124,7 @@ std::vector<BenchRow> bench_quantize_cuda(int64_t rows, int64_t cols, const std:
     DeviceBuffer o(size_t(n) * 4);
     BenchRow r;
     r.name = "dequantize nvfp4 per_row -> fp32";
-    r.us = median_us([&] { dequantize_device(q, o.as<float>()); }, iters);
+    r.us = median_time_us([&](int) { dequantize_device(q, o.as<float>()); }, iters);
     r.bytes = out_bytes(q) + double(n) * 4;
     r.gbps = r.bytes / r.us * 1e-3;
     r.ratio = r.gbps / cp.gbps;

@@ -11,13 +11,6 @@
 namespace lockstep::cuda::detail {
 namespace {
 
-template <class F>
-void with_loader(const InputRef& in, F&& f) {
-  const bool vec = in.cols % 16 == 0;
-  if (in.bf16) f(LoadBf16{static_cast<const uint16_t*>(in.p), in.cols, vec});
-  else f(LoadF32{static_cast<const float*>(in.p), in.cols, vec});
-}
-
 template <class Loader, RowFmt F, int Mode>
 void rows_fast(const Loader& ld, const RowParams& p, unsigned grid, int threads, cudaStream_t st) {
   if constexpr (F == RowFmt::kNvfp4) {

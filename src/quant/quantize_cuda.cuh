@@ -187,4 +187,12 @@ __device__ __forceinline__ int64_t group_of_row(const int64_t* offsets, int64_t 
   return lo;
 }
 
+// Calls f with the plain loader of `in` (bf16 or fp32): the launchers' one dispatch on the input type.
+template <class F>
+void with_loader(const InputRef& in, F&& f) {
+  const bool vec = in.cols % 16 == 0;
+  if (in.bf16) f(LoadBf16{static_cast<const uint16_t*>(in.p), in.cols, vec});
+  else f(LoadF32{static_cast<const float*>(in.p), in.cols, vec});
+}
+
 }  // namespace lockstep::cuda::detail

@@ -11,13 +11,6 @@
 namespace lockstep::cuda::detail {
 namespace {
 
-template <class F>
-void with_loader(const InputRef& in, F&& f) {
-  const bool vec = in.cols % 16 == 0;
-  if (in.bf16) f(LoadBf16{static_cast<const uint16_t*>(in.p), in.cols, vec});
-  else f(LoadF32{static_cast<const float*>(in.p), in.cols, vec});
-}
-
 // bf16 rows that 16-byte vector loads may read: cols % 16 == 0 and an aligned base.
 bool fast_bf16(const InputRef& in) {
   return in.bf16 && in.cols % 16 == 0 && (reinterpret_cast<uintptr_t>(in.p) & 15u) == 0;
