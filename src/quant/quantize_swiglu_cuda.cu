@@ -27,7 +27,9 @@ bool swiglu_smem_fits() {
 
 void launch_rows_swiglu(const InputRef& in, const float* prob, int64_t half, const RowParams& p, cudaStream_t st) {
   if (p.rows == 0 || p.nchunks == 0) return;
-  if (in.bf16 && p.cols % 16 == 0 && in.cols == 2 * half && !p.sr.on && p.amax_mode == kAmaxRow &&
+  // (16-byte aligned rows: the kernel copies 16-byte pieces; cols % 16 == 0 keeps every row aligned)
+  if (in.bf16 && (reinterpret_cast<uintptr_t>(in.p) & 15u) == 0 && p.cols % 16 == 0 && in.cols == 2 * half &&
+      !p.sr.on && p.amax_mode == kAmaxRow &&
       p.nchunks <= kSwigluChunks * kSwigluThreads && swiglu_smem_fits()) {
     const auto* x = static_cast<const uint16_t*>(in.p);
     if (p.scale.swizzled) LOCKSTEP_CUDA_CHECK((swiglu_nvfp4_rows_launch<kSwigluThreads, kSwigluChunks, kSwigluStages, true>(x, prob, half, p, st)));
