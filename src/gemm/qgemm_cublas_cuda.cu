@@ -79,7 +79,8 @@ __global__ void __launch_bounds__(kDequantThreads) dequant_bf16_kernel(GemmOpera
   }
 }
 
-// bf16 inner values of `op` (the data pointer itself for bf16 operands).
+}  // namespace
+
 const uint16_t* dequantized(const GemmOperandView& op, uint16_t* scratch, cudaStream_t stream) {
   if (op.format == GemmFormat::kBf16) return static_cast<const uint16_t*>(op.data);
   const int64_t chunks = op.rows * (op.cols / 16);
@@ -89,6 +90,8 @@ const uint16_t* dequantized(const GemmOperandView& op, uint16_t* scratch, cudaSt
   LOCKSTEP_CUDA_CHECK_LAUNCH();
   return scratch;
 }
+
+namespace {
 
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 

@@ -253,6 +253,17 @@ bool wgmma_supported(int64_t k);
 void launch_wgmma(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
                   const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream);
 
+// The Hopper wgmma kernel over bf16 operands fed by TMA (qgemm_wgmma_tma_cuda.cu): packed operands
+// are first dequantized into bf16 copies in `workspace`. Same chain as launch_wgmma (bit-identical
+// output, tested); launch_wgmma calls it when staged_wgmma_preferred says the copies pay off.
+bool staged_wgmma_preferred(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& groups);
+void launch_wgmma_staged(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
+                         const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream);
+
+// bf16 inner values of `op` [rows, K] written to `scratch` (the data pointer itself for bf16
+// operands): the tiles' exact decode, one pass (qgemm_cublas_cuda.cu).
+const uint16_t* dequantized(const GemmOperandView& op, uint16_t* scratch, cudaStream_t stream);
+
 // The cuBLAS fast path (qgemm_cublas_cuda.cu).
 void launch_cublas(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
                    const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream);

@@ -8,10 +8,7 @@
 // while the asynchronous wgmma of step k does. Formats are template parameters. Outer scales and
 // the epilogue are applied last, as everywhere.
 #include "qgemm_cuda.cuh"
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define LOCKSTEP_WGMMA 1
-#endif
+#include "qgemm_wgmma_cuda.cuh"
 
 namespace lockstep::cuda::gemm_detail {
 namespace {
@@ -44,39 +41,6 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t da, ui
   __trap();
 #endif
 }
-
-__device__ __forceinline__ void wgmma_fence() {
-#if defined(LOCKSTEP_WGMMA)
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wgmma_commit() {
-#if defined(LOCKSTEP_WGMMA)
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wgmma_wait_all() {
-#if defined(LOCKSTEP_WGMMA)
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#endif
-}
-// Shared-memory writes of the generic proxy become visible to wgmma (the async proxy).
-__device__ __forceinline__ void fence_proxy_async() {
-#if defined(LOCKSTEP_WGMMA)
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-
-// wgmma shared-memory descriptor of a K-major bf16 tile with 128-byte swizzle: rows of 128 bytes,
-// 8-row atoms of 1024 bytes (stride byte offset), start address >> 4 in bits 0-13, leading byte
-// offset (unused by this layout) 16 B, layout type 1 (128B swizzle) in bits 62-63.
-__device__ __forceinline__ uint64_t smem_desc(const void* p) {
-  const uint32_t addr = uint32_t(__cvta_generic_to_shared(p));
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
-}
-
-// Byte offset of 16-byte chunk c (0..7, k = 8c .. 8c + 7) of tile row r in the swizzled layout.
-__device__ __forceinline__ uint32_t swz(int r, int c) { return uint32_t(r * kRowBytes + ((c ^ (r & 7)) << 4)); }
 
 // ---- raw stages: packed bytes of one 64-wide k step of the A and W tiles, copied with cp.async
 // (stages - 1 steps in flight: as many as fit, since packed steps are small and the latency
@@ -186,7 +150,8 @@ constexpr int kRepLutBytes = 256 * 32 * 4;
 constexpr int rep_lut_bytes(GemmFormat f) { return f == GemmFormat::kBf16 ? 0 : kRepLutBytes; }
 template <GemmFormat FA, GemmFormat FW>
 constexpr int wgmma_fixed_bytes(int tile_bytes) {
-  return tile_bytes + rep_lut_bytes(FA) + rep_lut_bytes(FW) + 2 * int(sizeof(OperandLuts)) + 1024;  // + alignment slack
+  // + column outer scales and biases (2 x 128 floats) + alignment slack
+  return tile_bytes + rep_lut_bytes(FA) + rep_lut_bytes(FW) + 2 * int(sizeof(OperandLuts)) + 2 * 128 * 4 + 1024;
 }
 template <int kBN, GemmFormat FA, GemmFormat FW>
 constexpr int wgmma_stages() {
@@ -288,31 +253,15 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(GemmOperandView a, G
   }
   cp_async_wait<0>();
 
-  // acc[4i + q]: row 16 (warp in group) + lane / 4 (+ 8 for q >= 2), column 8i + 2 (lane % 4) + (q & 1).
-  const int t = tid & 127, lane = t & 31;
-  const int64_t rbase = m0 + wg * 64 + (t >> 5) * 16 + (lane >> 2);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t r = rbase + h * 8;
-    if (r >= G.rows) continue;
-    const int64_t orow = G.a_row0 + r;
-    const float oa = outer_of(a, orow);
-#pragma unroll
-    for (int i = 0; i < kBN / 8; ++i) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int64_t c = n0 + i * 8 + 2 * (lane & 3) + e;
-        if (c >= n) continue;
-        const float v = acc[4 * i + 2 * h + e];
-        if (raw) {
-          raw[orow * n + c] = v;
-        } else {
-          const float y = r < G.tokens ? epilogue_value(v, oa, outer_of(w, G.w_row0 + c), ep, G.w_row0 + c) : 0.0f;
-          store_out(out, orow * n + c, y);
-        }
-      }
-    }
-  }
+  // Column outer scales and biases of the tile into shared memory, then the epilogue from registers.
+  float* s_ow = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(&lut_w + 1));
+  float* s_bias = s_ow + kBN;
+  for (int cc = tid; cc < kBN; cc += kThreads) stage_columns(cc, n0, n, G, w, ep, s_ow, s_bias);
+  __syncthreads();
+  if (out.d_bf16)
+    wgmma_epilogue<kBN, true>(acc, m0 + wg * 64, tid & 127, n0, G, a, n, ep, out, raw, s_ow, s_bias);
+  else
+    wgmma_epilogue<kBN, false>(acc, m0 + wg * 64, tid & 127, n0, G, a, n, ep, out, raw, s_ow, s_bias);
 }
 
 template <int kBN, GemmFormat FA, GemmFormat FW>
@@ -371,6 +320,10 @@ void launch_wgmma(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
   if (!wgmma_supported(K))
     throw GemmError(cat("qgemm wgmma kernel: needs an sm_90 GPU and K % ", kBK, " == 0 (K = ", K, ")"));
   if (groups.groups == 0 || groups.max_rows == 0 || n == 0) return;
+  if (staged_wgmma_preferred(a, w, groups)) {  // the same chain on bf16 copies through TMA
+    launch_wgmma_staged(a, w, n, groups, ep, out, workspace, stream);
+    return;
+  }
   float* raw = tile_grid_checks("wgmma", kBM, groups, n, ep, workspace);
   launch_wgmma_bn<128>(a, w, n, groups, ep, out, raw, stream);
   if (raw) launch_epilogue(raw, 1, groups.total_rows, a, w, n, groups, ep, out, stream);

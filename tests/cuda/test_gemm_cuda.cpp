@@ -181,9 +181,10 @@ void test_grid_exact() {
   struct Shape {
     int64_t M, N, K;
   };
-  std::vector<Shape> shapes = {Shape{1, 136, 256}, Shape{3, 256, 384}, Shape{16, 200, 256}, Shape{37, 136, 256},
-                               Shape{130, 260, 128}, Shape{5, 128, 4224}};
-  if (g_reduced) shapes = {Shape{3, 256, 384}, Shape{130, 260, 128}};
+  std::vector<Shape> shapes = {Shape{1, 136, 256}, Shape{3, 256, 384}, Shape{16, 200, 256}, Shape{37, 137, 256},
+                               Shape{130, 260, 128}, Shape{5, 128, 4224}, Shape{300, 136, 256}};
+  // (M = 300: the wgmma kernel runs on TMA-fed bf16 copies from 256 rows per group on)
+  if (g_reduced) shapes = {Shape{3, 256, 384}, Shape{130, 260, 128}, Shape{300, 136, 256}};
   for (const Shape s : shapes)
     for (const Pairing& p : pairings()) {
       const std::string what = p.a.label + " x " + p.w.label + " " + std::to_string(s.M) + "x" + std::to_string(s.N) +
@@ -216,8 +217,9 @@ void test_random_bound() {
   struct Shape {
     int64_t M, N, K;
   };
-  std::vector<Shape> shapes = {Shape{1, 136, 512}, Shape{9, 200, 4352}, Shape{16, 64, 2048}, Shape{70, 150, 512}};
-  if (g_reduced) shapes = {Shape{9, 136, 512}, Shape{70, 150, 512}};
+  std::vector<Shape> shapes = {Shape{1, 136, 512}, Shape{9, 200, 4352}, Shape{16, 64, 2048}, Shape{70, 150, 512},
+                               Shape{260, 150, 512}};
+  if (g_reduced) shapes = {Shape{9, 136, 512}, Shape{70, 150, 512}, Shape{260, 150, 512}};
   for (const Shape s : shapes)
     for (const Pairing& p : pairings()) {
       const std::string what = p.a.label + " x " + p.w.label + " " + std::to_string(s.M) + "x" + std::to_string(s.N) +
@@ -250,6 +252,8 @@ void test_batch_invariance() {
                                     std::pair<int64_t, QgemmKernel>{13, QgemmKernel::kDecode},
                                     std::pair<int64_t, QgemmKernel>{150, QgemmKernel::kTiled},
                                     std::pair<int64_t, QgemmKernel>{150, QgemmKernel::kWgmma},
+                                    // batch on the TMA-fed copies, a row alone in-loop: the same chain
+                                    std::pair<int64_t, QgemmKernel>{300, QgemmKernel::kWgmma},
                                     std::pair<int64_t, QgemmKernel>{13, QgemmKernel::kWgmma}}) {
       const int64_t N = 136, K = 2304;
       if (kernel == QgemmKernel::kWgmma && !cuda::qgemm_wgmma_available(K)) continue;
@@ -290,7 +294,8 @@ void test_grouped() {
   const int64_t E = 4, N = 256, K = 256;
   std::vector<std::pair<std::vector<int64_t>, QgemmKernel>> cases = {{{1, 0, 3, 1}, QgemmKernel::kDecode},
                                                                       {{40, 0, 131, 7}, QgemmKernel::kTiled},
-                                                                      {{40, 0, 131, 7}, QgemmKernel::kWgmma}};
+                                                                      {{40, 0, 131, 7}, QgemmKernel::kWgmma},
+                                                                      {{300, 0, 520, 260}, QgemmKernel::kWgmma}};
   if (cuda::qgemm_cublas_available()) {
     cases.push_back({{40, 0, 131, 7}, QgemmKernel::kCublas});  // per-group cuBLAS calls
     cases.push_back({{24, 24, 24, 24}, QgemmKernel::kCublas});  // equal groups: one strided batched call
