@@ -185,6 +185,9 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
     for (int l = 0; l < layers; ++l) {
       make_packed(fc1[size_t(l)], GemmFormat::kNvfp4, E * 2 * I, H, 1000 + 2 * l);
       make_packed(fc2[size_t(l)], GemmFormat::kNvfp4, E * H, I, 1001 + 2 * l);
+      // Weights are not written during the step: the kernels may load them before the previous
+      // kernel completes (GemmOperandView::preload).
+      fc1[size_t(l)].view.preload = fc2[size_t(l)].view.preload = true;
       bytes += fc1[size_t(l)].bytes + fc2[size_t(l)].bytes;
     }
     std::vector<int64_t> off(E + 1);
