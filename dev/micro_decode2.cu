@@ -3,15 +3,19 @@
 // and the MoE decode graph (48 layers x 8 experts, FC1 + SwiGLU, FC2), events around 20
 // back-to-back launches, weights rotated past L2; ratio to a 1 GiB D2D copy measured in the same
 // run; a pure streaming-read probe (the ceiling of a ~10 us read kernel); cluster occupancy.
+// Each dense row is timed with W preload unset and set (GemmOperandView::preload, "pre" column);
+// MoE variants P:N1:N2 set preload and force the FC1 / FC2 block sizes.
 // Checks: new == old bit for bit when both use the same order (cmp=bits), else max rel diff;
 // batch invariance (row 0 alone == row 0 of M = 16).
 // Build (repository root; gpu-bin-h3/ is ignored):
-//   git show <commit>:src/gemm/qgemm_decode_cuda.cu | sed 's|"qgemm_cuda.cuh"|"gemm/qgemm_cuda.cuh"|' \
-//     > gpu-bin-h3/old_decode.cu
+//   git show <commit>:src/gemm/qgemm_decode_cuda.cu | sed 's|"qgemm_cuda.cuh"|"gemm/qgemm_cuda.cuh"|; \
+//     s/\bkFmt/kOldFmt/g; s/\bdecode_slice_blocks\b/old_slice_blocks/g; s/\bdecode_smem_bytes\b/old_smem_bytes/g; \
+//     s/\bkSmemLimit\b/kOldSmemLimit/g; s/\blaunch_decode_t\b/old_launch_decode_t/g' > gpu-bin-h3/old_decode.cu
+//   (the renames keep the host compiler from finding two candidates through the using-directive)
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --fmad=false -prec-div=true -prec-sqrt=true \
 //     -ftz=false --expt-relaxed-constexpr -Iinclude -Isrc [-DLOCKSTEP_DECODE_...] dev/micro_decode2.cu \
-//     -o gpu-bin-h3/micro_decode2 /work/devlib/liblockstep.a -Xcompiler "-static-libstdc++ -static-libgcc"
-// Run: gpu-bin-h3/micro_decode2 [quick] [nomoe] [noold] [sweep] [verbose] [P:N1:N2 ...]
+//     -o gpu-bin-h3/micro_decode2 build-cuda/liblockstep.a -Xcompiler "-static-libstdc++ -static-libgcc -fopenmp"
+// Run: gpu-bin-h3/micro_decode2 [quick] [nomoe] [nodense] [noold] [sweep] [verbose] [P:N1:N2 ...]
 // (P:N1:N2: an extra MoE variant, W preload 0/1 and the FC1 / FC2 block size in warps, 0 = auto)
 #include <algorithm>
 #include <array>
@@ -107,12 +111,13 @@ __global__ void __launch_bounds__(256) read_probe(const uint8_t* p, size_t bytes
 }
 
 int main(int argc, char** argv) {
-  bool quick = false, moe = true, old = true, sweep = false, verbose = false;
+  bool quick = false, moe = true, old = true, sweep = false, verbose = false, dense = true;
   std::vector<const char*> moe_specs;  // extra MoE variants "P:N1:N2" (preload, FC1 nw, FC2 nw)
   for (int i = 1; i < argc; ++i) {
     if (std::strchr(argv[i], ':')) moe_specs.push_back(argv[i]);
     if (!std::strcmp(argv[i], "quick")) quick = true;
     if (!std::strcmp(argv[i], "nomoe")) moe = false;
+    if (!std::strcmp(argv[i], "nodense")) dense = false;
     if (!std::strcmp(argv[i], "noold")) old = false;
     if (!std::strcmp(argv[i], "sweep")) sweep = true;
     if (!std::strcmp(argv[i], "verbose")) verbose = true;
@@ -155,6 +160,7 @@ int main(int argc, char** argv) {
   struct Fm { GemmFormat f; bool e5; };
   const Fm formats[] = {{GemmFormat::kNvfp4, false}, {GemmFormat::kMxfp8, false}, {GemmFormat::kFp8, false}, {GemmFormat::kFp8, true}};
   std::printf("%-28s %4s %9s %9s %7s | %9s %7s | %s\n", "shape", "M", "new us", "GB/s", "ratio", "old us", "ratio", "cmp");
+  if (!dense) shapes.clear();
   for (const Shape sh : shapes) {
     for (const Fm fm : formats) {
       const GemmFormat f = fm.f;

@@ -145,7 +145,10 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
       const std::string fname = fmt_name(f);
       PackedW w[4];
       const int copies = f == GemmFormat::kNvfp4 ? 4 : 2;  // >= 2 x 50 MB L2 in rotation
-      for (int c = 0; c < copies; ++c) make_packed(w[c], f, sh.n, sh.k, 200 + c);
+      for (int c = 0; c < copies; ++c) {
+        make_packed(w[c], f, sh.n, sh.k, 200 + c);
+        w[c].view.preload = true;  // weights: not written between the calls (GemmOperandView::preload)
+      }
       for (int64_t m : ms) {
         const std::string name = cat(fname, " w", f == GemmFormat::kNvfp4 ? "4" : "8", "a16 ", sh.n, "x", sh.k, " M=", m);
         if (!want("decode", name)) continue;

@@ -348,9 +348,10 @@ void test_grouped() {
 // them (FC1 + SwiGLU -> FC2 -> next layer's FC1, each reading the previous output as A, launched
 // back to back with programmatic dependent launch), with W preload set and unset, and once with a
 // synchronisation after every call (no overlap at all): every layer's output has the same bytes.
-// Shapes give 2 K slices (the second shorter than the ring), one slice of 3 blocks and 1 block.
+// Shapes: FC1 K = 2304 (two K slices, 16 and 2 blocks), FC2 K = 384 (one slice of 3 blocks, fewer
+// than the ring).
 void test_decode_preload() {
-  const int64_t E = 4, H = 2304, I = 192, L = 3;
+  const int64_t E = 4, H = 2304, I = 384, L = 3;
   std::vector<Kind> kinds = {q_kind(Format::kNvfp4, Scaling::kPerRow), q_kind(Format::kMxfp8, Scaling::kBlock1x32),
                              q_kind(Format::kFp8, Scaling::kPerRow)};
   if (g_reduced) kinds.resize(1);
