@@ -3,15 +3,20 @@
 // and the MoE decode graph (48 layers x 8 experts, FC1 + SwiGLU, FC2), events around 20
 // back-to-back launches, weights rotated past L2; ratio to a 1 GiB D2D copy measured in the same
 // run; a pure streaming-read probe (the ceiling of a ~10 us read kernel); cluster occupancy.
+// Each dense row is timed with W preload unset and set (GemmOperandView::preload, "pre" column);
+// MoE variants P:N1:N2 set preload and force the FC1 / FC2 block sizes.
 // Checks: new == old bit for bit when both use the same order (cmp=bits), else max rel diff;
 // batch invariance (row 0 alone == row 0 of M = 16).
 // Build (repository root; gpu-bin-h3/ is ignored):
-//   git show <commit>:src/gemm/qgemm_decode_cuda.cu | sed 's|"qgemm_cuda.cuh"|"gemm/qgemm_cuda.cuh"|' \
-//     > gpu-bin-h3/old_decode.cu
+//   git show <commit>:src/gemm/qgemm_decode_cuda.cu | sed 's|"qgemm_cuda.cuh"|"gemm/qgemm_cuda.cuh"|; \
+//     s/\bkFmt/kOldFmt/g; s/\bdecode_slice_blocks\b/old_slice_blocks/g; s/\bdecode_smem_bytes\b/old_smem_bytes/g; \
+//     s/\bkSmemLimit\b/kOldSmemLimit/g; s/\blaunch_decode_t\b/old_launch_decode_t/g' > gpu-bin-h3/old_decode.cu
+//   (the renames keep the host compiler from finding two candidates through the using-directive)
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --fmad=false -prec-div=true -prec-sqrt=true \
 //     -ftz=false --expt-relaxed-constexpr -Iinclude -Isrc [-DLOCKSTEP_DECODE_...] dev/micro_decode2.cu \
-//     -o gpu-bin-h3/micro_decode2 /work/devlib/liblockstep.a -Xcompiler "-static-libstdc++ -static-libgcc"
-// Run: gpu-bin-h3/micro_decode2 [quick] [nomoe] [noold] [sweep] [verbose]
+//     -o gpu-bin-h3/micro_decode2 build-cuda/liblockstep.a -Xcompiler "-static-libstdc++ -static-libgcc -fopenmp"
+// Run: gpu-bin-h3/micro_decode2 [quick] [nomoe] [nodense] [noold] [sweep] [verbose] [P:N1:N2 ...]
+// (P:N1:N2: an extra MoE variant, W preload 0/1 and the FC1 / FC2 block size in warps, 0 = auto)
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -106,10 +111,13 @@ __global__ void __launch_bounds__(256) read_probe(const uint8_t* p, size_t bytes
 }
 
 int main(int argc, char** argv) {
-  bool quick = false, moe = true, old = true, sweep = false, verbose = false;
+  bool quick = false, moe = true, old = true, sweep = false, verbose = false, dense = true;
+  std::vector<const char*> moe_specs;  // extra MoE variants "P:N1:N2" (preload, FC1 nw, FC2 nw)
   for (int i = 1; i < argc; ++i) {
+    if (std::strchr(argv[i], ':')) moe_specs.push_back(argv[i]);
     if (!std::strcmp(argv[i], "quick")) quick = true;
     if (!std::strcmp(argv[i], "nomoe")) moe = false;
+    if (!std::strcmp(argv[i], "nodense")) dense = false;
     if (!std::strcmp(argv[i], "noold")) old = false;
     if (!std::strcmp(argv[i], "sweep")) sweep = true;
     if (!std::strcmp(argv[i], "verbose")) verbose = true;
@@ -152,6 +160,7 @@ int main(int argc, char** argv) {
   struct Fm { GemmFormat f; bool e5; };
   const Fm formats[] = {{GemmFormat::kNvfp4, false}, {GemmFormat::kMxfp8, false}, {GemmFormat::kFp8, false}, {GemmFormat::kFp8, true}};
   std::printf("%-28s %4s %9s %9s %7s | %9s %7s | %s\n", "shape", "M", "new us", "GB/s", "ratio", "old us", "ratio", "cmp");
+  if (!dense) shapes.clear();
   for (const Shape sh : shapes) {
     for (const Fm fm : formats) {
       const GemmFormat f = fm.f;
@@ -208,12 +217,22 @@ int main(int argc, char** argv) {
           }
         }
         const double un = median_time_us([&](int i) { gemm_detail::launch_decode(a, w[i % copies].view, sh.n, t, {}, on, ws_new, s); }, iters, s, batch);
+        // The same calls with W preload (GemmOperandView::preload): bits and time.
+        PackedW* wp = w;
+        auto pre_view = [&](int c) { GemmOperandView v = wp[c].view; v.preload = true; return v; };
+        LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(out_new.get(), 0xFF, no * 4, s));
+        gemm_detail::launch_decode(a, pre_view(0), sh.n, t, {}, on, ws_new, s);
+        LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
+        const bool pre_same = std::memcmp(down(out_new, no).data(), hn.data(), no * 4) == 0;
+        if (!pre_same) ++bad;
+        const double upre = median_time_us([&](int i) { gemm_detail::launch_decode(a, pre_view(i % copies), sh.n, t, {}, on, ws_new, s); }, iters, s, batch);
         const double uo = !old ? 0 : median_time_us([&](int i) { gemm_old::launch_decode(a, w[i % copies].view, sh.n, t, {}, oo, ws_old, s); }, iters, s, batch);
         const double gb = w[0].bytes / un * 1e-3;
         char nm[64];
         std::snprintf(nm, sizeof nm, "%s%s %lldx%lld", fname(f), fm.e5 ? "(e5m2)" : "", (long long)sh.n, (long long)sh.k);
         const int nw_auto = g_last_nw;
-        std::printf("%-28s %4lld %9.2f %9.0f %7.3f | %9.2f %7.3f | %s nw %d", nm, (long long)m, un, gb, gb / copy_gbps, uo,
+        std::printf("%-28s %4lld %9.2f %9.0f %7.3f | pre %9.2f %7.3f%s | %9.2f %7.3f | %s nw %d", nm, (long long)m, un, gb, gb / copy_gbps,
+                    upre, w[0].bytes / upre * 1e-3 / copy_gbps, pre_same ? "" : " DIFF", uo,
                     uo > 0 ? w[0].bytes / uo * 1e-3 / copy_gbps : 0.0, cmp, nw_auto);
         if (sweep && (m == 1 || m == 16)) {
           for (int fnw : {4, 8, 12, 14, 16}) {
@@ -261,37 +280,49 @@ int main(int argc, char** argv) {
     GemmOutView o1, o2;
     o1.d_bf16 = h8.as<uint16_t>();
     o2.d_f32 = y8.as<float>();
-    std::vector<float> ys[2];
-    std::vector<int> vlist = {0};
-    if (old) vlist.push_back(-1);
-    if (sweep) for (int v : {4, 8, 12, 16}) vlist.push_back(v);
-    for (int variant : vlist) {
-      g_force_nw = variant > 0 ? variant : 0;
+    // Variants: W preload (0/1), forced nw of FC1 and FC2 (0: the host's choice); -1: the old kernel.
+    struct Var { int pre, nw1, nw2; };
+    std::vector<Var> vlist = {{0, 0, 0}, {1, 0, 0}};
+    if (old) vlist.push_back({-1, 0, 0});
+    for (const char* spec : moe_specs) {  // "P:N1:N2"
+      Var v{};
+      if (std::sscanf(spec, "%d:%d:%d", &v.pre, &v.nw1, &v.nw2) == 3) vlist.push_back(v);
+    }
+    vlist.push_back({0, 0, 0});  // repeats: the run-to-run noise
+    vlist.push_back({1, 0, 0});
+    std::vector<float> y0;
+    for (size_t vi = 0; vi < vlist.size(); ++vi) {
+      const Var var = vlist[vi];
       int nw1 = 0, nw2 = 0;
       auto body = [&] {
         for (int l = 0; l < layers; ++l) {
-          if (variant >= 0) {
-            gemm_detail::launch_decode(a1, fc1[l].view, 2 * I, t1, ep1, o1, w1, s);
+          GemmOperandView v1 = fc1[l].view, v2 = fc2[l].view;
+          v1.preload = v2.preload = var.pre > 0;
+          if (var.pre >= 0) {
+            g_force_nw = var.nw1;
+            gemm_detail::launch_decode(a1, v1, 2 * I, t1, ep1, o1, w1, s);
             nw1 = g_last_nw;
-            gemm_detail::launch_decode(a2, fc2[l].view, H, t2, {}, o2, w2, s);
+            g_force_nw = var.nw2;
+            gemm_detail::launch_decode(a2, v2, H, t2, {}, o2, w2, s);
             nw2 = g_last_nw;
+            g_force_nw = 0;
           } else {
-            gemm_old::launch_decode(a1, fc1[l].view, 2 * I, t1, ep1, o1, w1, s);
-            gemm_old::launch_decode(a2, fc2[l].view, H, t2, {}, o2, w2, s);
+            gemm_old::launch_decode(a1, v1, 2 * I, t1, ep1, o1, w1, s);
+            gemm_old::launch_decode(a2, v2, H, t2, {}, o2, w2, s);
           }
         }
       };
       LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(h8.get(), x8.get(), size_t(E) * I * 2, cudaMemcpyDeviceToDevice, s));
-      g_verbose = verbose && variant == 0;
+      LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(y8.get(), 0xFF, size_t(E) * H * 4, s));
+      g_verbose = verbose && vi == 0;
       body();
       if (g_verbose) std::printf("\n");
       g_verbose = 0;
       LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
       std::vector<float> y(size_t(E) * H);
       LOCKSTEP_CUDA_CHECK(cudaMemcpy(y.data(), y8.get(), y.size() * 4, cudaMemcpyDeviceToHost));
-      if (variant == 0) ys[0] = y;
-      if (variant == -1) ys[1] = y;
-      const bool same0 = std::memcmp(y.data(), ys[0].data(), y.size() * 4) == 0;
+      if (vi == 0) y0 = y;
+      const bool same0 = std::memcmp(y.data(), y0.data(), y.size() * 4) == 0;
       if (!same0) ++bad;
       cudaGraph_t graph;
       cudaGraphExec_t exec;
@@ -299,10 +330,10 @@ int main(int argc, char** argv) {
       body();
       LOCKSTEP_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
       LOCKSTEP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      const double us = median_time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, iters, s, 1);
+      const double us = median_time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, 31, s, 1);
       const double gb = bytes / us * 1e-3;
-      std::printf("moe %s 48x8 graph: %.1f us, %.0f GB/s, ratio %.3f (nw fc1 %d fc2 %d)%s\n", variant < 0 ? "old" : "new", us, gb,
-                  gb / copy_gbps, nw1, nw2, same0 ? "" : " DIFFERENT from new auto");
+      std::printf("moe %s pre %d 48x8 graph: %.1f us, %.0f GB/s, ratio %.3f (nw fc1 %d fc2 %d)%s\n", var.pre < 0 ? "old" : "new",
+                  var.pre > 0, us, gb, gb / copy_gbps, nw1, nw2, same0 ? "" : " DIFFERENT from new auto");
       cudaGraphExecDestroy(exec);
       cudaGraphDestroy(graph);
     }

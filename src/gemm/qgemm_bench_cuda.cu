@@ -145,7 +145,10 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
       const std::string fname = fmt_name(f);
       PackedW w[4];
       const int copies = f == GemmFormat::kNvfp4 ? 4 : 2;  // >= 2 x 50 MB L2 in rotation
-      for (int c = 0; c < copies; ++c) make_packed(w[c], f, sh.n, sh.k, 200 + c);
+      for (int c = 0; c < copies; ++c) {
+        make_packed(w[c], f, sh.n, sh.k, 200 + c);
+        w[c].view.preload = true;  // weights: not written between the calls (GemmOperandView::preload)
+      }
       for (int64_t m : ms) {
         const std::string name = cat(fname, " w", f == GemmFormat::kNvfp4 ? "4" : "8", "a16 ", sh.n, "x", sh.k, " M=", m);
         if (!want("decode", name)) continue;
@@ -185,6 +188,9 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
     for (int l = 0; l < layers; ++l) {
       make_packed(fc1[size_t(l)], GemmFormat::kNvfp4, E * 2 * I, H, 1000 + 2 * l);
       make_packed(fc2[size_t(l)], GemmFormat::kNvfp4, E * H, I, 1001 + 2 * l);
+      // Weights are not written during the step: the kernels may load them before the previous
+      // kernel completes (GemmOperandView::preload).
+      fc1[size_t(l)].view.preload = fc2[size_t(l)].view.preload = true;
       bytes += fc1[size_t(l)].bytes + fc2[size_t(l)].bytes;
     }
     std::vector<int64_t> off(E + 1);

@@ -349,6 +349,78 @@ void test_grouped() {
   }
 }
 
+// W preload (GemmOperandView::preload): a chain of grouped decode GEMMs as a MoE decode step runs
+// them (FC1 + SwiGLU -> FC2 -> next layer's FC1, each reading the previous output as A, launched
+// back to back with programmatic dependent launch), with W preload set and unset, and once with a
+// synchronisation after every call (no overlap at all): every layer's output has the same bytes.
+// Shapes: FC1 K = 2304 (two K slices, 16 and 2 blocks), FC2 K = 384 (one slice of 3 blocks, fewer
+// than the ring).
+void test_decode_preload() {
+  const int64_t E = 4, H = 2304, I = 384, L = 3;
+  std::vector<Kind> kinds = {q_kind(Format::kNvfp4, Scaling::kPerRow), q_kind(Format::kMxfp8, Scaling::kBlock1x32),
+                             q_kind(Format::kFp8, Scaling::kPerRow)};
+  if (g_reduced) kinds.resize(1);
+  for (const Kind& wk : kinds) {
+    const std::string what = "decode preload chain w " + wk.label;
+    std::vector<cuda::DeviceGemmOperand> fc1, fc2;
+    for (int64_t l = 0; l < L; ++l) {
+      fc1.push_back(cuda::upload_gemm_operand(make(wk, random_values(E * 2 * I * H, g_seed + 40 + uint64_t(l), 0.05f), E * 2 * I, H).op("fc1")));
+      fc2.push_back(cuda::upload_gemm_operand(make(wk, random_values(E * H * I, g_seed + 50 + uint64_t(l), 0.05f), E * H, I).op("fc2")));
+    }
+    const cuda::DeviceGemmOperand x = cuda::upload_gemm_operand(make(bf16_kind(), random_values(E * H, g_seed + 60, 1.0f), E, H).op("x"));
+    std::vector<int64_t> off(size_t(E + 1));
+    for (int64_t e = 0; e <= E; ++e) off[size_t(e)] = e;
+    cudaStream_t s;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+      check(false, what + ": stream");
+      continue;
+    }
+    const cuda::DeviceGroupTable t1 = cuda::make_group_table(off, 2 * I, {}, s), t2 = cuda::make_group_table(off, H, {}, s);
+    std::vector<cuda::DeviceBuffer> h(static_cast<size_t>(L)), y(static_cast<size_t>(L));
+    cuda::DeviceBuffer ws;
+    // mode 0: preload unset, 1: set, 2: set and synchronised after every call. Returns every output.
+    auto run = [&](int mode) {
+      for (int64_t l = 0; l < L; ++l) {
+        h[size_t(l)].resize(size_t(E * I * 2)), y[size_t(l)].resize(size_t(E * H * 2));
+        h[size_t(l)].fill(0xFF), y[size_t(l)].fill(0xFF);  // poison
+      }
+      LOCKSTEP_CUDA_CHECK(cudaDeviceSynchronize());
+      for (int64_t l = 0; l < L; ++l) {
+        cuda::GemmOperandView w1 = fc1[size_t(l)].view, w2 = fc2[size_t(l)].view;
+        w1.preload = w2.preload = mode != 0;
+        cuda::GemmOperandView a1, a2;
+        a1.format = a2.format = GemmFormat::kBf16;
+        a1.rows = a2.rows = E, a1.cols = H, a2.cols = I;
+        a1.data = l == 0 ? x.view.data : y[size_t(l - 1)].get();
+        a2.data = h[size_t(l)].get();
+        cuda::DeviceEpilogue ep1, ep2;
+        ep1.swiglu = true, ep1.out_bf16 = true, ep2.out_bf16 = true;
+        cuda::GemmOutView o1, o2;
+        o1.d_bf16 = h[size_t(l)].as<uint16_t>(), o2.d_bf16 = y[size_t(l)].as<uint16_t>();
+        cuda::qgemm_device(a1, w1, 2 * I, t1, ep1, o1, ws, QgemmKernel::kDecode, s);
+        if (mode == 2) LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
+        cuda::qgemm_device(a2, w2, H, t2, ep2, o2, ws, QgemmKernel::kDecode, s);
+        if (mode == 2) LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
+      }
+      LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
+      std::vector<uint16_t> all;
+      for (int64_t l = 0; l < L; ++l)
+        for (const cuda::DeviceBuffer* b : {&h[size_t(l)], &y[size_t(l)]}) {
+          const std::vector<uint16_t> v = b->download<uint16_t>();
+          all.insert(all.end(), v.begin(), v.end());
+        }
+      return all;
+    };
+    const std::vector<uint16_t> off_bits = run(0), on_bits = run(1), sync_bits = run(2);
+    bool finite = true;  // every element was written (no 0xFFFF poison left) and is finite
+    for (uint16_t b : off_bits) finite = finite && (b & 0x7F80u) != 0x7F80u;
+    check(finite && off_bits.size() == size_t(L * E * (I + H)), what + ": every output written, finite");
+    check(on_bits == off_bits, what + ": preload set == unset (bytes)");
+    check(sync_bits == off_bits, what + ": preload set, synchronised calls == back to back (bytes)");
+    cudaStreamDestroy(s);
+  }
+}
+
 void test_refusals() {
   // fp8 block scaling runs on the tiled kernel (kAuto picks it); the other kernels refuse it by name.
   Held a = make(bf16_kind(), random_values(4 * 256, 1, 1.0f), 4, 256);
@@ -384,6 +456,7 @@ int main(int argc, char** argv) {
     test_random_bound();
     test_batch_invariance();
     test_grouped();
+    test_decode_preload();
     test_refusals();
   } catch (const std::exception& e) {
     std::printf("ERROR: %s\n", e.what());

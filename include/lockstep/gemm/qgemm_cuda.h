@@ -30,6 +30,13 @@ struct GemmOperandView {
   // [rows, K/128] (one per 128-wide k chunk); nullptr for every other format. An operand with chunk
   // scales makes the GEMM use the chunked accumulation of docs/gemm.md section 3 (tiled kernel only).
   const float* chunk_scale = nullptr;
+  // Opt-in, W operand of the decode kernel: `data` and `block_scale` are not written by any work
+  // earlier in the stream that may still be running when this call's kernel starts (weights, not
+  // activations; a weight conversion or update before the call must have completed, for example
+  // through an event or a synchronisation). With programmatic dependent launch a kernel may then
+  // read them before the previous kernels have completed, overlapping its first weight loads with
+  // their tail. Only the timing changes, never a result bit.
+  bool preload = false;
 };
 
 // An operand uploaded from a host GemmOperand: swizzled scales are made compact, the outer scale of
