@@ -65,17 +65,36 @@ void check_status(cublasStatus_t st, const char* what) {
 
 constexpr int kDequantThreads = 256;
 
-// out[r, k] = bf16 bits of the inner value of op(r, k), 16 elements per thread (the tiles' decode).
+// out[r, k] = bf16 bits of the inner value of op(r, k), 16 elements per piece (the tiles' decode,
+// format known at compile time). The operand is contiguous [rows, K] with compact scales, so piece
+// p covers elements [16 p, 16 p + 16): nvfp4 bytes [8 p, +8) and scale p, 8-bit codes bytes
+// [16 p, +16) and (mxfp8) scale p / 2 (K % 32 == 0): no row / column arithmetic.
+template <GemmFormat F>
 __global__ void __launch_bounds__(kDequantThreads) dequant_bf16_kernel(GemmOperandView op, uint16_t* out) {
   __shared__ OperandLuts lut;
   lut.pair[threadIdx.x] = pair_entry(op.format, op.elem, threadIdx.x);
   lut.scale[threadIdx.x] = scale_entry(op.format, threadIdx.x);
   __syncthreads();
-  const int64_t kc = op.cols / 16, chunks = op.rows * kc;
-  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks; c += int64_t(gridDim.x) * blockDim.x) {
+  const int64_t pieces = op.rows * (op.cols / 16);
+  const uint8_t* d = static_cast<const uint8_t*>(op.data);
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < pieces; p += int64_t(gridDim.x) * blockDim.x) {
     RawTile r;
-    load_raw(op, c / kc, true, (c % kc) * 16, r);
-    store_tile(op, lut, r, out + c * 16);
+    r.valid = true;
+    r.v[1] = make_uint4(0, 0, 0, 0);
+    r.scale = 0;
+    if constexpr (F == GemmFormat::kNvfp4) {
+      const uint2 x = __ldg(reinterpret_cast<const uint2*>(d + p * 8));
+      r.v[0] = make_uint4(x.x, x.y, 0, 0);
+      r.scale = __ldg(op.block_scale + p);
+    } else {
+      r.v[0] = __ldg(reinterpret_cast<const uint4*>(d + p * 16));
+      if constexpr (F == GemmFormat::kMxfp8) r.scale = __ldg(op.block_scale + (p >> 1));
+    }
+    uint32_t o[8];
+    dequant16_f<F>(lut, r, o);
+    uint4* d4 = reinterpret_cast<uint4*>(out + p * 16);
+    d4[0] = make_uint4(o[0], o[1], o[2], o[3]);
+    d4[1] = make_uint4(o[4], o[5], o[6], o[7]);
   }
 }
 
@@ -86,7 +105,17 @@ const uint16_t* dequantized(const GemmOperandView& op, uint16_t* scratch, cudaSt
   const int64_t chunks = op.rows * (op.cols / 16);
   if (chunks == 0) return scratch;
   const int64_t blocks = std::min<int64_t>((chunks + kDequantThreads - 1) / kDequantThreads, 132 * 16);
-  dequant_bf16_kernel<<<unsigned(blocks), kDequantThreads, 0, stream>>>(op, scratch);
+  switch (op.format) {
+    case GemmFormat::kNvfp4:
+      dequant_bf16_kernel<GemmFormat::kNvfp4><<<unsigned(blocks), kDequantThreads, 0, stream>>>(op, scratch);
+      break;
+    case GemmFormat::kMxfp8:
+      dequant_bf16_kernel<GemmFormat::kMxfp8><<<unsigned(blocks), kDequantThreads, 0, stream>>>(op, scratch);
+      break;
+    default:
+      dequant_bf16_kernel<GemmFormat::kFp8><<<unsigned(blocks), kDequantThreads, 0, stream>>>(op, scratch);
+      break;
+  }
   LOCKSTEP_CUDA_CHECK_LAUNCH();
   return scratch;
 }
