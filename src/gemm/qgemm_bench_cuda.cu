@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <tuple>
 
 #include "lockstep/tensor/cuda_timing.h"
 #include "qgemm_cuda.cuh"
@@ -282,9 +283,13 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
     // Dense: kLargeBatch back-to-back calls per sample (GPU time per call in a stream of calls, as
     // in training; the host's launch work overlaps the previous call), for every row and the baseline.
     constexpr int kLargeBatch = 3;
-    double base_us = 0;
+    const int batch = groups == 1 ? kLargeBatch : 1;
+    // The baseline: cuBLAS bf16 (dense: one call; grouped: the faster of a per-expert loop in a
+    // graph and one strided batched call), timed alternately with each row (median_time_pair_us).
+    std::function<void(int)> base;
+    PackedW ab, wb;
+    GraphExec gb;
     if (cb.ok()) {
-      PackedW ab, wb;
       make_packed(ab, GemmFormat::kBf16, M, k, 600);
       make_packed(wb, GemmFormat::kBf16, groups * n, k, 601);
       auto loop = [&] {
@@ -293,14 +298,17 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
                        out.as<uint8_t>() + size_t(e * rows * n * 2), rows, n, k, s);
       };
       if (groups == 1) {
-        base_us = median_time_us([&](int) { loop(); }, it, s, kLargeBatch);
+        base = [loop](int) { loop(); };
       } else {
         loop();
         LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
-        GraphExec gb;
         capture(gb, s, loop);
-        base_us = median_time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(gb.exec, s)); }, it, s);
-        base_us = std::min(base_us, median_time_us([&](int) { cb.gemm_bf16_strided(ab.data.get(), wb.data.get(), out.get(), groups, rows, n, k, s); }, it, s));
+        auto graph = [&gb, this_s = s](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(gb.exec, this_s)); };
+        auto strided = [&, this_s = s](int) {
+          cb.gemm_bf16_strided(ab.data.get(), wb.data.get(), out.get(), groups, rows, n, k, this_s);
+        };
+        const auto [tg, ts] = median_time_pair_us(graph, strided, it, s);
+        base = tg <= ts ? std::function<void(int)>(graph) : std::function<void(int)>(strided);
       }
     }
     auto row = [&](const std::string& name, QgemmKernel kernel, double target) {
@@ -308,15 +316,19 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
       r.section = sec;
       r.name = name;
       auto call = [&] { qgemm_device(a.view, w.view, n, t, ep, ov, ws, kernel, s); };
-      if (groups == 1) {
-        r.us = median_time_us([&](int) { call(); }, it, s, kLargeBatch);
-      } else {  // in a graph, as the baseline's per-expert loop (the fast path loops when groups differ)
+      std::function<void(int)> timed = [&](int) { call(); };
+      GraphExec g;
+      if (groups > 1) {  // in a graph, as the baseline's per-expert loop (the fast path loops when groups differ)
         call();
         LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
-        GraphExec g;
         capture(g, s, call);
-        r.us = median_time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(g.exec, s)); }, it, s);
+        timed = [&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(g.exec, s)); };
       }
+      double base_us = 0;
+      if (base)
+        std::tie(base_us, r.us) = median_time_pair_us(base, timed, it, s, batch);
+      else
+        r.us = median_time_us(timed, it, s, batch);
       r.bytes = a.bytes + w.bytes;
       r.gbps = r.bytes / r.us * 1e-3;
       r.tflops = 2.0 * double(M) * double(n) * double(k) / r.us * 1e-6;
