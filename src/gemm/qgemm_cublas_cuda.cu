@@ -122,8 +122,6 @@ const uint16_t* dequantized(const GemmOperandView& op, uint16_t* scratch, cudaSt
 
 namespace {
 
-size_t align256(size_t b) { return (b + 255) / 256 * 256; }
-
 // The epilogue of docs/gemm.md section 4 (steps 1-3 and 5; no SwiGLU) on cuBLAS's fp32 result,
 // four columns per thread (16-byte loads of acc, outer scales and bias; N % 4 == 0). The same
 // per-element functions as launch_epilogue; only the vector width differs.
@@ -212,8 +210,8 @@ void launch_cublas(const GemmOperandView& a, const GemmOperandView& w, int64_t n
   if (groups.host.size() != size_t(groups.groups))
     throw GemmError("qgemm cublas path: the group table has no host copy (build it with make_group_table)");
   if (groups.groups == 0 || groups.total_rows == 0 || n == 0) return;
-  const size_t a_bytes = a.format == GemmFormat::kBf16 ? 0 : align256(size_t(a.rows) * size_t(K) * 2);
-  const size_t w_bytes = w.format == GemmFormat::kBf16 ? 0 : align256(size_t(w.rows) * size_t(K) * 2);
+  const size_t a_bytes = bf16_copy_bytes(a);
+  const size_t w_bytes = bf16_copy_bytes(w);
   const bool direct = identity_epilogue(a, w, groups, ep);
   const size_t acc_bytes = direct ? 0 : size_t(groups.total_rows) * size_t(n) * sizeof(float);
   if (workspace.size() < a_bytes + w_bytes + acc_bytes) workspace.resize(a_bytes + w_bytes + acc_bytes);

@@ -263,6 +263,11 @@ void launch_wgmma_staged(const GemmOperandView& a, const GemmOperandView& w, int
 // bf16 inner values of `op` [rows, K] written to `scratch` (the data pointer itself for bf16
 // operands): the tiles' exact decode, one pass (qgemm_cublas_cuda.cu).
 const uint16_t* dequantized(const GemmOperandView& op, uint16_t* scratch, cudaStream_t stream);
+// Bytes of `scratch` that dequantized() needs for `op` (0 for bf16), rounded up to 256 so that
+// buffers laid out back to back stay aligned.
+inline size_t bf16_copy_bytes(const GemmOperandView& op) {
+  return op.format == GemmFormat::kBf16 ? 0 : (size_t(op.rows) * size_t(op.cols) * 2 + 255) / 256 * 256;
+}
 
 // The cuBLAS fast path (qgemm_cublas_cuda.cu).
 void launch_cublas(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,

@@ -253,8 +253,6 @@ CUtensorMap bf16_map(const uint16_t* base, int64_t rows, int64_t k, int box_rows
   return m;
 }
 
-size_t align256(size_t b) { return (b + 255) / 256 * 256; }
-
 }  // namespace
 
 constexpr int64_t kStagedMinRows = 256;  // average rows per group from which W is staged
@@ -274,8 +272,8 @@ bool staged_wgmma_preferred(const GemmOperandView& a, const GemmOperandView& w, 
 void launch_wgmma_staged(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
                          const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream) {
   const int64_t K = a.cols;
-  const size_t a_bytes = a.format == GemmFormat::kBf16 ? 0 : align256(size_t(a.rows) * size_t(K) * 2);
-  const size_t w_bytes = w.format == GemmFormat::kBf16 ? 0 : align256(size_t(w.rows) * size_t(K) * 2);
+  const size_t a_bytes = bf16_copy_bytes(a);
+  const size_t w_bytes = bf16_copy_bytes(w);
   const size_t raw_bytes = ep.swiglu ? size_t(groups.total_rows) * size_t(n) * sizeof(float) : 0;
   if (workspace.size() < a_bytes + w_bytes + raw_bytes) workspace.resize(a_bytes + w_bytes + raw_bytes);
   uint8_t* base = workspace.as<uint8_t>();
