@@ -179,30 +179,32 @@ __device__ __forceinline__ void load_raw(const GemmOperandView& op, int64_t row,
 }
 
 // Exact bf16 of the 16 values (8 x bf16x2 words, k ascending), format known at compile time.
-// `pair(b)` is the pair table entry of byte b (plain or lane-replicated table).
-template <GemmFormat F, class Pair>
+// `pair(b)` is the pair table entry of byte b (plain or lane-replicated table). With kOut = 4 only
+// the first 8 values (the first half of r's bytes).
+template <GemmFormat F, class Pair, int kOut>
 __device__ __forceinline__ void dequant16_p(const Pair& pair, const uint16_t* scale, const RawTile& r,
-                                           uint32_t (&o)[8]) {
+                                           uint32_t (&o)[kOut]) {
+  static_assert(kOut == 8 || kOut == 4, "16 or 8 values");
   if constexpr (F == GemmFormat::kBf16) {
     const uint32_t* s = reinterpret_cast<const uint32_t*>(r.v);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) o[i] = s[i];
+    for (int i = 0; i < kOut; ++i) o[i] = s[i];
   } else if constexpr (F == GemmFormat::kNvfp4) {
     const uint32_t sc = uint32_t(scale[r.scale]) * 0x10001u;
     const uint32_t w[2] = {r.v[0].x, r.v[0].y};
 #pragma unroll
-    for (int i = 0; i < 8; ++i) o[i] = bf16x2_mul(pair((w[i >> 2] >> ((i & 3) * 8)) & 0xFF), sc);
+    for (int i = 0; i < kOut; ++i) o[i] = bf16x2_mul(pair((w[i >> 2] >> ((i & 3) * 8)) & 0xFF), sc);
   } else {
     const uint32_t w[4] = {r.v[0].x, r.v[0].y, r.v[0].z, r.v[0].w};
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < kOut; ++i) {
       const uint32_t q = w[i >> 1] >> ((i & 1) * 16);
       o[i] = __byte_perm(pair(q & 0xFF), pair((q >> 8) & 0xFF), 0x5410);
     }
     if constexpr (F == GemmFormat::kMxfp8) {
       const uint32_t sc = uint32_t(scale[r.scale]) * 0x10001u;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) o[i] = bf16x2_mul(o[i], sc);
+      for (int i = 0; i < kOut; ++i) o[i] = bf16x2_mul(o[i], sc);
     }
   }
 }
