@@ -262,6 +262,14 @@ bool staged_wgmma_preferred(const GemmOperandView& a, const GemmOperandView& w, 
 void launch_wgmma_staged(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
                          const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream);
 
+// The Hopper wgmma kernel with packed nvfp4 W decoded inside the kernel (qgemm_wgmma_wreg_cuda.cu):
+// no bf16 copy of W, a packed A is dequantized into a bf16 copy in `workspace`. Same chain as
+// launch_wgmma (bit-identical output, tested); launch_wgmma calls it when wreg_wgmma_preferred
+// (nvfp4 W with 16-byte aligned codes and 4-byte aligned scales, 256 to 2047 rows per group).
+bool wreg_wgmma_preferred(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& groups);
+void launch_wgmma_wreg(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
+                       const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream);
+
 // bf16 inner values of `op` [rows, K] written to `scratch` (the data pointer itself for bf16
 // operands): the tiles' exact decode, one pass (qgemm_cublas_cuda.cu).
 const uint16_t* dequantized(const GemmOperandView& op, uint16_t* scratch, cudaStream_t stream);

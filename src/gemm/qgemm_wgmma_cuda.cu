@@ -320,6 +320,10 @@ void launch_wgmma(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
   if (!wgmma_supported(K))
     throw GemmError(cat("qgemm wgmma kernel: needs an sm_90 GPU and K % ", kBK, " == 0 (K = ", K, ")"));
   if (groups.groups == 0 || groups.max_rows == 0 || n == 0) return;
+  if (wreg_wgmma_preferred(a, w, groups)) {  // the same chain, nvfp4 W decoded inside the kernel
+    launch_wgmma_wreg(a, w, n, groups, ep, out, workspace, stream);
+    return;
+  }
   if (staged_wgmma_preferred(a, w, groups)) {  // the same chain on bf16 copies through TMA
     launch_wgmma_staged(a, w, n, groups, ep, out, workspace, stream);
     return;

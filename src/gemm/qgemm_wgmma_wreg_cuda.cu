@@ -1,0 +1,389 @@
+// The Hopper wgmma GEMM with packed nvfp4 W decoded inside the kernel (part of
+// QgemmKernel::kWgmma, sm_90a): no bf16 copy of W is written. The tensor cores compute the
+// transposed tile D^T = W A^T: a 128-row W tile (64 rows per consumer warpgroup) is wgmma's "A"
+// operand and the bf16 A tile (256 rows, fed by TMA as in qgemm_wgmma_tma_cuda.cu; a packed A is
+// dequantized into a bf16 copy first) its "B" operand, both in shared memory.
+//
+// One CTA per SM walks 256 (A rows) x 128 (W rows) output tiles. Warpgroup 0 produces through two
+// rings: thread 0 TMA-loads the A tiles (128-byte swizzle; a stage is held until the wgmma reading
+// it has finished), warp 1 TMA-loads the W tile's E2M1 codes (32 bytes per row per 64-wide k step)
+// and copies its E4M3 block-scale bytes with cp.async (a stage is released as soon as it is
+// decoded, so this ring runs further ahead). Warpgroups 1 and 2 consume: while the tensor cores run
+// steps s - 1 and s, each consumer thread decodes 4 x 8 values of step s + 1 (the E2M1 values by
+// byte permutes, times the block scale in one bf16x2 multiply: the exact inner values of
+// docs/gemm.md section 2) into one of three swizzled bf16 W tiles in shared memory. A warpgroup
+// decodes exactly the 64 W rows its own wgmma reads, so the two warpgroups never wait for each
+// other. Tiles that are stored whole take a short epilogue whose lane pairs swap one value each to
+// store two adjacent columns (the transposed accumulator holds two W rows per thread).
+//
+// The chain of every output element is the one of the other two wgmma kernels: fp32 accumulators
+// from +0, 64-wide k steps of four k16 steps, ascending, no split-K, the same exact bf16 products.
+// Swapping the operand roles changes which tensor-core lane computes an element, not its sum: the
+// tests require identical bits across the kernels.
+//
+// Measured on the H200 and dropped: W fragments decoded into registers (wgmma with a register
+// operand: ptxas serializes wgmma whose register operands are written while another is in flight,
+// dense 8192^3 2295 us vs 1671 us staged); a 256-entry pair table instead of the permute decode
+// (5-10 % slower); decoding in the producer warpgroup (128 threads for a 256-row W tile: decode-
+// bound, 4096^3 531 us).
+#include <algorithm>
+
+#include "qgemm_cuda.cuh"
+#include "qgemm_wgmma_cuda.cuh"
+
+namespace lockstep::cuda::gemm_detail {
+namespace {
+
+constexpr int kThreads = 384;  // warpgroup 0: producer; 1, 2: consumers (64 W rows each)
+constexpr int kTA = 256;       // A rows per tile (wgmma N)
+constexpr int kTW = 128;       // W rows per tile (2 x wgmma M)
+constexpr int kBK = 64;        // k per step
+constexpr int kABytes = kTA * kBK * 2;  // swizzled bf16 A tile
+constexpr int kCodeBytes = kTW * kBK / 2;  // E2M1 codes, 32 bytes per W row
+constexpr int kScaleBytes = kTW * 4;       // E4M3 block scales, 4 per W row
+constexpr int kWStageBytes = kCodeBytes + kScaleBytes;
+constexpr int kAStages = 4;             // ring of A tiles (held until the wgmma reading them finishes)
+constexpr int kWStages = 6;             // ring of packed W (released as soon as it is decoded)
+constexpr int kRowsPerLane = kTW / 32;  // W rows whose scales one producer lane copies
+constexpr int kWBufs = 3;               // decoded W tiles: steps s - 1 and s in flight while s + 1 is decoded
+constexpr int kWBytes = kTW * kBK * 2;  // one decoded bf16 W tile (128-byte swizzled rows)
+// A ring + decoded W tiles + packed W ring + full / empty barriers of both rings + the tile's row
+// outer scales + the E4M3 scale table + alignment slack
+constexpr int kSmemBytes = kAStages * kABytes + kWBufs * kWBytes + kWStages * kWStageBytes +
+                           2 * (kAStages + kWStages) * 8 + kTA * 4 + 256 * 2 + 1024;
+static_assert(kSmemBytes <= 227 * 1024, "fits one CTA per SM");
+
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+// Arrive on `bar` once this thread's earlier cp.async copies have landed (counted in its init).
+__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// Eight E2M1 codes (nibble i = element i) -> their exact bf16 values as four bf16x2 words
+// (element 2j in the low half of word j), the values pair_entry gives: magnitudes by byte
+// permutes from two 8-entry byte tables (high and low byte of the bf16 of 0, 0.5, 1, 1.5, 2, 3,
+// 4, 6), signs moved from bit 3 of each nibble to bit 15 of each half. Checked against
+// decode_e2m1 for every 16-bit code pattern.
+__device__ __forceinline__ void e2m1x8_to_bf16x8(uint32_t x, uint32_t (&o)[4]) {
+  constexpr uint32_t kHiLo = 0x3F3F3F00u, kHiHi = 0x40404040u;  // high bytes, codes 0-3 / 4-7
+  constexpr uint32_t kLoLo = 0xC0800000u, kLoHi = 0xC0804000u;  // low bytes
+  const uint32_t m = x & 0x77777777u, sg = x & 0x88888888u, sg4 = sg << 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t sel = h ? m >> 16 : m;
+    const uint32_t hi = __byte_perm(kHiLo, kHiHi, sel), lo = __byte_perm(kLoLo, kLoHi, sel);
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const int j = 2 * h + q;  // word j: codes 2j (low half), 2j + 1 (high half), both in byte j of x
+      const uint32_t mag = __byte_perm(lo, hi, q ? 0x7362u : 0x5140u);
+      // byte 1 <- byte j of sg4 (bit 7: sign of code 2j), byte 3 <- byte j of sg (sign of 2j + 1)
+      const uint32_t sign = __byte_perm(sg4, sg, uint32_t(j << 4) | uint32_t((4 + j) << 12)) & 0x80008000u;
+      o[j] = mag | sign;
+    }
+  }
+}
+
+// Consumer thread t (0..255) decodes W tile row t / 2, k [32 (t % 2), +32) of one step from the
+// stage's codes and scales into the swizzled bf16 W tile `wt` (the layout of a 128-byte swizzled
+// TMA box: chunk q of a row = k 8q .. 8q + 7).
+__device__ __forceinline__ void decode_w(const uint8_t* stage, uint8_t* wt, int t, const uint16_t* s_scale) {
+  const int row = t >> 1, half = t & 1;
+  const uint4 c = *reinterpret_cast<const uint4*>(stage + row * 32 + half * 16);
+  const uint32_t sw = *reinterpret_cast<const uint32_t*>(stage + kCodeBytes + row * 4);
+  const uint32_t words[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int chunk = 4 * half + q;  // k 8 chunk .. + 7: block scale chunk / 2
+    const uint32_t sc = uint32_t(s_scale[(sw >> (8 * (chunk >> 1))) & 0xFF]) * 0x10001u;
+    uint32_t o[4];
+    e2m1x8_to_bf16x8(words[q], o);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[i] = bf16x2_mul(o[i], sc);
+    *reinterpret_cast<uint4*>(wt + swz(row, chunk)) = make_uint4(o[0], o[1], o[2], o[3]);
+  }
+}
+
+// The epilogue of one consumer thread: acc[4i + 2h + e] is output row (A row) m0 + 8i + 2 (lane %
+// 4) + e, column (W row) n0 + wrow + 8h. Per element the steps of epilogue_value in order, the row
+// outer scales from shared memory (s_oa), the two columns' from registers.
+template <bool kBf16Out>
+__device__ __forceinline__ void epilogue_t(const float (&acc)[128], int64_t m0, int64_t n0, int wrow, int lane,
+                                           const GemmGroupDesc& G, const GemmOperandView& w, int64_t n,
+                                           const DeviceEpilogue& ep, const GemmOutView& out, float* raw,
+                                           const float* s_oa) {
+  int64_t col[2];
+  float ow[2], bias[2];
+  bool col_ok[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    col[h] = n0 + wrow + 8 * h;
+    col_ok[h] = col[h] < n;
+    ow[h] = col_ok[h] ? outer_of(w, G.w_row0 + col[h]) : 1.0f;
+    bias[h] = ep.bias && col_ok[h] ? ep.bias[G.w_row0 + col[h]] : 0.0f;
+  }
+  const bool has_bias = ep.bias != nullptr;
+  const float alpha = ep.alpha;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int rt = 8 * i + 2 * (lane & 3) + e;  // row in the tile
+      const int64_t r = m0 + rt;
+      if (r >= G.rows) continue;
+      const int64_t orow = G.a_row0 + r;
+      const float oa = s_oa[rt];
+      const bool token = r < G.tokens;  // padding rows: +0
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (!col_ok[h]) continue;
+        const float v = acc[4 * i + 2 * h + e];
+        const int64_t o = orow * n + col[h];
+        if (raw) {
+          raw[o] = v;
+          continue;
+        }
+        float d = num::mul_rn(alpha, num::mul_rn(num::mul_rn(oa, ow[h]), v));
+        if (has_bias) d = num::add_rn(d, bias[h]);
+        if (!token) d = 0.0f;
+        if constexpr (kBf16Out)
+          out.d_bf16[o] = num::f32_to_bf16(d);
+        else
+          out.d_f32[o] = d;
+      }
+    }
+  }
+}
+
+// The epilogue when the whole tile is stored, is made of tokens and has no SwiGLU (N even): each
+// element's value as in epilogue_t, then lanes g and g ^ 1 (W rows r, r + 1) swap one value so
+// that each stores two adjacent columns of one row (bf16x2 / float2).
+template <bool kBf16Out>
+__device__ __forceinline__ void epilogue_full(const float (&acc)[128], int64_t m0, int64_t n0, int wrow, int lane,
+                                              const GemmGroupDesc& G, const GemmOperandView& w, int64_t n,
+                                              const DeviceEpilogue& ep, const GemmOutView& out, const float* s_oa) {
+  const bool odd = (lane >> 2) & 1;  // this lane keeps row e = 1 of each pair, columns (r - 1, r)
+  float ow[2], bias[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    ow[h] = outer_of(w, G.w_row0 + n0 + wrow + 8 * h);
+    bias[h] = ep.bias ? ep.bias[G.w_row0 + n0 + wrow + 8 * h] : 0.0f;
+  }
+  const bool has_bias = ep.bias != nullptr;
+  const float alpha = ep.alpha;
+  const int e_keep = odd ? 1 : 0;
+  const int64_t row0 = G.a_row0 + m0 + 2 * (lane & 3) + e_keep;  // output row at i = 0
+  const int64_t col0 = n0 + wrow - (odd ? 1 : 0);                   // first of the pair at h = 0
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const float oa[2] = {s_oa[8 * i + 2 * (lane & 3)], s_oa[8 * i + 2 * (lane & 3) + 1]};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float y[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float d = num::mul_rn(alpha, num::mul_rn(num::mul_rn(oa[e], ow[h]), acc[4 * i + 2 * h + e]));
+        if (has_bias) d = num::add_rn(d, bias[h]);
+        y[e] = d;
+      }
+      const float got = __shfl_xor_sync(0xFFFFFFFFu, odd ? y[0] : y[1], 4);
+      const float lo = odd ? got : y[0], hi = odd ? y[1] : got;
+      const int64_t o = (row0 + 8 * i) * n + col0 + 8 * h;
+      if constexpr (kBf16Out)
+        *reinterpret_cast<uint32_t*>(out.d_bf16 + o) =
+            uint32_t(num::f32_to_bf16(lo)) | (uint32_t(num::f32_to_bf16(hi)) << 16);
+      else
+        *reinterpret_cast<float2*>(out.d_f32 + o) = make_float2(lo, hi);
+    }
+  }
+}
+
+// Persistent, one CTA per SM over the tiles of tile_space(groups, n, 256, 128). Rows of a TMA box
+// past the group belong to the next group or are zero-filled past the tensor; W rows past the
+// tensor take the last row's scales: either way they only reach outputs that are not stored.
+__global__ void __launch_bounds__(kThreads, 1)
+    wgmma_wreg_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_codes,
+                      GemmOperandView a, GemmOperandView w, int64_t n, const GemmGroupDesc* groups, DeviceEpilogue ep,
+                      GemmOutView out, float* raw, TileSpace ts) {
+#if defined(LOCKSTEP_WGMMA)
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);  // the swizzle atom
+  uint8_t* wbuf = smem + kAStages * kABytes;     // [kWBufs][kWBytes]
+  uint8_t* wring = wbuf + kWBufs * kWBytes;      // [kWStages][kWStageBytes]: codes, then scales
+  uint64_t* full_a = reinterpret_cast<uint64_t*>(wring + kWStages * kWStageBytes);
+  uint64_t* empty_a = full_a + kAStages;
+  uint64_t* full_w = empty_a + kAStages;
+  uint64_t* empty_w = full_w + kWStages;
+  float* s_oa = reinterpret_cast<float*>(empty_w + kWStages);  // [256] row outer scales of the tile
+  uint16_t* s_scale = reinterpret_cast<uint16_t*>(s_oa + kTA);  // [256] bf16 of the E4M3 scale codes
+  const int tid = threadIdx.x, wg = tid >> 7;
+  const int64_t K = a.cols;
+  const int ktiles = int(K / kBK);
+  if (tid == 0) {
+    for (int s = 0; s < kAStages; ++s) {
+      mbar_init(&full_a[s], 1);
+      mbar_init(&empty_a[s], 2 * 128);  // every consumer thread releases the stage
+    }
+    for (int s = 0; s < kWStages; ++s) {
+      mbar_init(&full_w[s], 1 + 32);  // the codes' TMA transaction + the scale copies of producer warp 1
+      mbar_init(&empty_w[s], 2 * 128);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  if (tid < 256) s_scale[tid] = scale_entry(GemmFormat::kNvfp4, uint32_t(tid));
+  __syncthreads();
+
+  if (wg == 0) {  // producers: warp 0 thread 0 the A ring, warp 1 the packed W ring
+    setmaxnreg_dec<40>();
+    const int warp = tid >> 5, lane = tid & 31;
+    if (warp > 1 || (warp == 0 && lane > 0)) return;
+    int64_t it = 0;  // k steps issued so far (ring position and phase)
+    for (int64_t u = blockIdx.x; u < ts.units; u += gridDim.x) {
+      GemmGroupDesc G;
+      int64_t m0, n0;
+      if (!tile_of(u, groups, ts, G, m0, n0)) continue;
+      if (warp == 0) {
+        const int ya = int(G.a_row0 + m0);
+        for (int kt = 0; kt < ktiles; ++kt, ++it) {
+          const int s = int(it % kAStages);
+          if (it >= kAStages) mbar_wait(&empty_a[s], uint32_t((it / kAStages) - 1) & 1u);
+          mbar_expect_tx(&full_a[s], kABytes);
+          tma_load(smem + s * kABytes, &map_a, &full_a[s], kt * kBK, ya);
+        }
+        continue;
+      }
+      // lane l: TMA of the codes (lane 0) and the scales of W rows 4l .. 4l + 3 (rows past the
+      // tensor read the last row's)
+      const int yw = int(G.w_row0 + n0);
+      const uint8_t* sc[kRowsPerLane];
+#pragma unroll
+      for (int r = 0; r < kRowsPerLane; ++r)
+        sc[r] = w.block_scale + std::min<int64_t>(G.w_row0 + n0 + kRowsPerLane * lane + r, w.rows - 1) * (K / 16);
+      for (int kt = 0; kt < ktiles; ++kt, ++it) {
+        const int s = int(it % kWStages);
+        if (it >= kWStages) mbar_wait(&empty_w[s], uint32_t((it / kWStages) - 1) & 1u);
+        uint8_t* st = wring + s * kWStageBytes;
+        if (lane == 0) {
+          mbar_expect_tx(&full_w[s], kCodeBytes);
+          tma_load(st, &map_codes, &full_w[s], kt * (kBK / 2), yw);
+        }
+#pragma unroll
+        for (int r = 0; r < kRowsPerLane; ++r)
+          cp_async4(st + kCodeBytes + 4 * (kRowsPerLane * lane + r), sc[r] + kt * (kBK / 16));
+        cp_async_arrive(&full_w[s]);
+      }
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    return;
+  }
+
+  setmaxnreg_inc<232>();
+  const int t = tid - 128, lane = t & 31, c = wg - 1;
+  const int wrow = 64 * c + 16 * ((t & 127) >> 5) + (lane >> 2);  // this thread's first W row (epilogue)
+  int64_t total = 0;  // k steps of this CTA (the producer fills exactly these)
+  for (int64_t u = blockIdx.x; u < ts.units; u += gridDim.x) {
+    GemmGroupDesc G;
+    int64_t m0, n0;
+    if (tile_of(u, groups, ts, G, m0, n0)) total += ktiles;
+  }
+  // Decode step i's W into wbuf[i % kWBufs] once its packed stage has landed, and release that
+  // stage. A warpgroup decodes exactly the 64 rows its own wgmma reads, so its own wgmma_wait and a
+  // barrier of its 128 threads (with the async-proxy fence) order the stores against its wgmma: the
+  // two warpgroups never wait for each other here.
+  auto decode = [&](int64_t i) {
+    const int s = int(i % kWStages);
+    mbar_wait(&full_w[s], uint32_t(i / kWStages) & 1u);
+    decode_w(wring + s * kWStageBytes, wbuf + (i % kWBufs) * kWBytes, t, s_scale);
+    mbar_arrive(&empty_w[s]);
+    fence_proxy_async();
+    asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory");
+  };
+  if (total > 0) decode(0);
+  int64_t it = 0, released = 0;  // steps issued, A stages released
+  auto release_upto = [&](int64_t done) {  // steps < done have finished
+    for (; released < done; ++released) mbar_arrive(&empty_a[released % kAStages]);
+  };
+  for (int64_t u = blockIdx.x; u < ts.units; u += gridDim.x) {
+    GemmGroupDesc G;
+    int64_t m0, n0;
+    if (!tile_of(u, groups, ts, G, m0, n0)) continue;
+    float acc[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+    for (int kt = 0; kt < ktiles; ++kt, ++it) {
+      const int sa = int(it % kAStages);
+      mbar_wait(&full_a[sa], uint32_t(it / kAStages) & 1u);
+      const uint8_t* st = smem + sa * kABytes;
+      const uint8_t* wt = wbuf + (it % kWBufs) * kWBytes + c * 64 * 128;
+      wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < kBK / 16; ++j) wgmma_m64n256k16(acc, smem_desc(wt + j * 32), smem_desc(st + j * 32));
+      wgmma_commit();
+      wgmma_wait<kWBufs - 1>();  // step it + 1 - kWBufs has finished: its stage and wbuf[(it + 1) % kWBufs] are free
+      release_upto(it + 2 - kWBufs);
+      if (it + 1 < total) decode(it + 1);
+    }
+    wgmma_wait<0>();
+    release_upto(it);
+    // The tile's row outer scales into shared memory (both warpgroups are past the previous tile's
+    // epilogue at the first barrier).
+    consumer_bar();
+    s_oa[t] = m0 + t < G.rows ? outer_of(a, G.a_row0 + m0 + t) : 1.0f;
+    consumer_bar();
+    const bool full = !raw && m0 + kTA <= G.tokens && n0 + kTW <= n && n % 2 == 0;
+    if (full && out.d_bf16)
+      epilogue_full<true>(acc, m0, n0, wrow, lane, G, w, n, ep, out, s_oa);
+    else if (full)
+      epilogue_full<false>(acc, m0, n0, wrow, lane, G, w, n, ep, out, s_oa);
+    else if (out.d_bf16)
+      epilogue_t<true>(acc, m0, n0, wrow, lane, G, w, n, ep, out, raw, s_oa);
+    else
+      epilogue_t<false>(acc, m0, n0, wrow, lane, G, w, n, ep, out, raw, s_oa);
+  }
+#else
+  (void)map_a, (void)map_codes, (void)a, (void)w, (void)n, (void)groups, (void)ep, (void)out, (void)raw, (void)ts;
+  __trap();
+#endif
+}
+
+}  // namespace
+
+// From 256 up to 2047 average rows per group. Measured on the H200 (128 experts, FC1 K=2048 N=1536 /
+// FC2 K=768 N=2048): at 512 rows per expert 918 / 540 us against 1085 / 720 us for the staged
+// kernel, which writes a bf16 copy of every expert's W (at 1024 rows 1792 / 1043 us against
+// 2033 / 1344 us measured before the copy pass was coalesced); at 128 rows the in-loop kernel is
+// faster (549 / 317 us vs 770 / 482). Dense 4096^3 and 8192^3, where one W copy serves thousands of
+// rows, are faster staged (230 / 1671 us vs 269 / 2214 us). 256 and 2048 themselves are not
+// measured boundaries; the choice never changes a bit.
+bool wreg_wgmma_preferred(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& groups) {
+  if (w.format != GemmFormat::kNvfp4 || !tensor_maps_available() || a.rows >= (int64_t(1) << 31) ||
+      w.rows >= (int64_t(1) << 31) || reinterpret_cast<uintptr_t>(w.data) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(w.block_scale) % 4 != 0 ||
+      (a.format == GemmFormat::kBf16 && reinterpret_cast<uintptr_t>(a.data) % 16 != 0) || groups.groups == 0)
+    return false;
+  const int64_t per_group = groups.total_rows / groups.groups;
+  return per_group >= 256 && per_group < 2048;
+}
+
+void launch_wgmma_wreg(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
+                       const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream) {
+  const int64_t K = a.cols;
+  const size_t a_bytes = bf16_copy_bytes(a);
+  const size_t raw_bytes = ep.swiglu ? size_t(groups.total_rows) * size_t(n) * sizeof(float) : 0;
+  if (workspace.size() < a_bytes + raw_bytes) workspace.resize(a_bytes + raw_bytes);
+  uint8_t* base = workspace.as<uint8_t>();
+  const uint16_t* ab = dequantized(a, reinterpret_cast<uint16_t*>(base), stream);
+  float* raw = ep.swiglu ? reinterpret_cast<float*>(base + a_bytes) : nullptr;
+  const CUtensorMap ma = tensor_map_2d(ab, 2, a.rows, K, kBK, kTA, CU_TENSOR_MAP_SWIZZLE_128B);
+  const CUtensorMap mc = tensor_map_2d(w.data, 1, w.rows, K / 2, kBK / 2, kTW, CU_TENSOR_MAP_SWIZZLE_NONE);
+  static const int ctas = persistent_ctas(reinterpret_cast<const void*>(wgmma_wreg_kernel), kThreads, kSmemBytes);
+  const TileSpace ts = tile_space(groups, n, kTA, kTW);
+  const unsigned grid = unsigned(std::min<int64_t>(ctas, ts.units));
+  wgmma_wreg_kernel<<<grid, kThreads, kSmemBytes, stream>>>(ma, mc, a, w, n, groups.table.as<GemmGroupDesc>(), ep, out,
+                                                            raw, ts);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+  if (raw) launch_epilogue(raw, 1, groups.total_rows, a, w, n, groups, ep, out, stream);
+}
+
+}  // namespace lockstep::cuda::gemm_detail
