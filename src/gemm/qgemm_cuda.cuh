@@ -255,20 +255,31 @@ bool wgmma_supported(int64_t k);
 void launch_wgmma(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
                   const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream);
 
+// Which of the three wgmma kernels launch_wgmma runs. kAuto chooses by format and rows per group;
+// the environment variable LOCKSTEP_WGMMA_KERNEL = inloop | staged | wreg128 | wreg256 forces one
+// wherever its operands allow it (kernel tests and benchmarks: every kernel gives the same bits).
+enum class WgmmaRoute : uint8_t { kAuto, kInloop, kStaged, kWreg128, kWreg256 };
+WgmmaRoute wgmma_route_forced();  // read once per process; throws GemmError on an unknown name
+
 // The Hopper wgmma kernel over bf16 operands fed by TMA (qgemm_wgmma_tma_cuda.cu): packed operands
 // are first dequantized into bf16 copies in `workspace`. Same chain as launch_wgmma (bit-identical
-// output, tested); launch_wgmma calls it when staged_wgmma_preferred says the copies pay off.
+// output, tested); launch_wgmma calls it when staged_wgmma_usable and (forced, or
+// staged_wgmma_preferred: the copies pay off).
+bool staged_wgmma_usable(const GemmOperandView& a, const GemmOperandView& w);
 bool staged_wgmma_preferred(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& groups);
 void launch_wgmma_staged(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
                          const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream);
 
 // The Hopper wgmma kernel with packed nvfp4 W decoded inside the kernel (qgemm_wgmma_wreg_cuda.cu):
 // no bf16 copy of W, a packed A is dequantized into a bf16 copy in `workspace`. Same chain as
-// launch_wgmma (bit-identical output, tested); launch_wgmma calls it when wreg_wgmma_preferred
-// (nvfp4 W with 16-byte aligned codes and 4-byte aligned scales, 256 to 2047 rows per group).
-bool wreg_wgmma_preferred(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& groups);
-void launch_wgmma_wreg(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                       const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream);
+// launch_wgmma (bit-identical output, tested). wreg_wgmma_tile: its A-tile height (128 or 256) when
+// launch_wgmma should run it (nvfp4 W with 16-byte aligned codes and 4-byte aligned scales; 128 to
+// 2047 rows per group, or forced), else 0.
+int wreg_wgmma_tile(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& groups,
+                    WgmmaRoute forced);
+void launch_wgmma_wreg(int tile, const GemmOperandView& a, const GemmOperandView& w, int64_t n,
+                       const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
+                       DeviceBuffer& workspace, cudaStream_t stream);
 
 // bf16 inner values of `op` [rows, K] written to `scratch` (the data pointer itself for bf16
 // operands): the tiles' exact decode, one pass (qgemm_cublas_cuda.cu).

@@ -7,6 +7,9 @@
 // lane-replicated tables) into two 128-byte-swizzled tiles; the dequantization of step k + 1 runs
 // while the asynchronous wgmma of step k does. Formats are template parameters. Outer scales and
 // the epilogue are applied last, as everywhere.
+#include <cstdlib>
+#include <string>
+
 #include "qgemm_cuda.cuh"
 #include "qgemm_wgmma_cuda.cuh"
 
@@ -16,31 +19,6 @@ namespace {
 constexpr int kBM = 128, kBK = 64;
 constexpr int kThreads = 256;
 constexpr int kRowBytes = kBK * 2;  // 128 B: one swizzle row
-
-__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t da, uint64_t db, int accumulate) {
-#if defined(LOCKSTEP_WGMMA)
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(da), "l"(db), "r"(accumulate));
-#else
-  (void)d, (void)da, (void)db, (void)accumulate;
-  __trap();
-#endif
-}
 
 // ---- raw stages: packed bytes of one 64-wide k step of the A and W tiles, copied with cp.async
 // (stages - 1 steps in flight: as many as fit, since packed steps are small and the latency
@@ -302,6 +280,20 @@ void launch_wgmma_bn(const GemmOperandView& a, const GemmOperandView& w, int64_t
 
 }  // namespace
 
+WgmmaRoute wgmma_route_forced() {
+  static const WgmmaRoute r = [] {
+    const char* v = std::getenv("LOCKSTEP_WGMMA_KERNEL");
+    const std::string s = v ? v : "";
+    if (s.empty() || s == "auto") return WgmmaRoute::kAuto;
+    if (s == "inloop") return WgmmaRoute::kInloop;
+    if (s == "staged") return WgmmaRoute::kStaged;
+    if (s == "wreg128") return WgmmaRoute::kWreg128;
+    if (s == "wreg256") return WgmmaRoute::kWreg256;
+    throw GemmError(cat("LOCKSTEP_WGMMA_KERNEL: unknown kernel '", s, "' (auto, inloop, staged, wreg128, wreg256)"));
+  }();
+  return r;
+}
+
 bool wgmma_supported(int64_t k) {
   if (k % kBK != 0) return false;
   static const int cc = [] {
@@ -320,11 +312,14 @@ void launch_wgmma(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
   if (!wgmma_supported(K))
     throw GemmError(cat("qgemm wgmma kernel: needs an sm_90 GPU and K % ", kBK, " == 0 (K = ", K, ")"));
   if (groups.groups == 0 || groups.max_rows == 0 || n == 0) return;
-  if (wreg_wgmma_preferred(a, w, groups)) {  // the same chain, nvfp4 W decoded inside the kernel
-    launch_wgmma_wreg(a, w, n, groups, ep, out, workspace, stream);
+  const WgmmaRoute forced = wgmma_route_forced();
+  if (const int tile = wreg_wgmma_tile(a, w, groups, forced)) {  // the same chain, nvfp4 W decoded inside the kernel
+    launch_wgmma_wreg(tile, a, w, n, groups, ep, out, workspace, stream);
     return;
   }
-  if (staged_wgmma_preferred(a, w, groups)) {  // the same chain on bf16 copies through TMA
+  if (forced == WgmmaRoute::kStaged ? staged_wgmma_usable(a, w)
+                                    : forced != WgmmaRoute::kInloop && staged_wgmma_preferred(a, w, groups)) {
+    // the same chain on bf16 copies through TMA
     launch_wgmma_staged(a, w, n, groups, ep, out, workspace, stream);
     return;
   }

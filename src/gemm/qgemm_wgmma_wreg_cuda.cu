@@ -34,24 +34,35 @@
 namespace lockstep::cuda::gemm_detail {
 namespace {
 
-constexpr int kThreads = 384;  // warpgroup 0: producer; 1, 2: consumers (64 W rows each)
-constexpr int kTA = 256;       // A rows per tile (wgmma N)
-constexpr int kTW = 128;       // W rows per tile (2 x wgmma M)
+constexpr int kThreads = 384;  // warpgroup 0: producer; 1, 2: consumers
 constexpr int kBK = 64;        // k per step
-constexpr int kABytes = kTA * kBK * 2;  // swizzled bf16 A tile
-constexpr int kCodeBytes = kTW * kBK / 2;  // E2M1 codes, 32 bytes per W row
-constexpr int kScaleBytes = kTW * 4;       // E4M3 block scales, 4 per W row
-constexpr int kWStageBytes = kCodeBytes + kScaleBytes;
-constexpr int kAStages = 4;             // ring of A tiles (held until the wgmma reading them finishes)
-constexpr int kWStages = 6;             // ring of packed W (released as soon as it is decoded)
-constexpr int kRowsPerLane = kTW / 32;  // W rows whose scales one producer lane copies
-constexpr int kWBufs = 3;               // decoded W tiles: steps s - 1 and s in flight while s + 1 is decoded
-constexpr int kWBytes = kTW * kBK * 2;  // one decoded bf16 W tile (128-byte swizzled rows)
-// A ring + decoded W tiles + packed W ring + full / empty barriers of both rings + the tile's row
-// outer scales + the E4M3 scale table + alignment slack
-constexpr int kSmemBytes = kAStages * kABytes + kWBufs * kWBytes + kWStages * kWStageBytes +
-                           2 * (kAStages + kWStages) * 8 + kTA * 4 + 256 * 2 + 1024;
-static_assert(kSmemBytes <= 227 * 1024, "fits one CTA per SM");
+constexpr int kAStages = 4;    // ring of A tiles (held until the wgmma reading them finishes)
+constexpr int kWStages = 6;    // ring of packed W (released as soon as it is decoded)
+constexpr int kWBufs = 3;      // decoded W tiles: steps s - 1 and s in flight while s + 1 is decoded
+
+// The two tile shapes: TA A rows (wgmma N) x TW W rows. TA = 256, TW = 128: each consumer
+// warpgroup runs one m64n256 wgmma on its 64 W rows; TA = 128, TW = 256 (groups of 128-255 rows:
+// no half-empty A tile): two m64n128 wgmmas on its 128 W rows. Either way 128 fp32 accumulators per
+// thread, and the same chain per element.
+template <int TA>
+struct WregTile {
+  static_assert(TA == 256 || TA == 128, "A tiles of 256 or 128 rows");
+  static constexpr int kTA = TA;
+  static constexpr int kTW = TA == 256 ? 128 : 256;
+  static constexpr int kSub = kTW / 128;        // m64 W sub-tiles per consumer warpgroup
+  static constexpr int kNI = kTA / 8;           // 8-column groups of one sub-tile's accumulator
+  static constexpr int kABytes = kTA * kBK * 2;     // swizzled bf16 A tile
+  static constexpr int kCodeBytes = kTW * kBK / 2;  // E2M1 codes, 32 bytes per W row
+  static constexpr int kScaleBytes = kTW * 4;       // E4M3 block scales, 4 per W row
+  static constexpr int kWStageBytes = kCodeBytes + kScaleBytes;
+  static constexpr int kRowsPerLane = kTW / 32;     // W rows whose scales one producer lane copies
+  static constexpr int kWBytes = kTW * kBK * 2;     // one decoded bf16 W tile (128-byte swizzled rows)
+  // A ring + decoded W tiles + packed W ring + full / empty barriers of both rings + the tile's row
+  // outer scales + the E4M3 scale table + alignment slack
+  static constexpr int kSmemBytes = kAStages * kABytes + kWBufs * kWBytes + kWStages * kWStageBytes +
+                                    2 * (kAStages + kWStages) * 8 + kTA * 4 + 256 * 2 + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "fits one CTA per SM");
+};
 
 __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src) : "memory");
@@ -85,11 +96,11 @@ __device__ __forceinline__ void e2m1x8_to_bf16x8(uint32_t x, uint32_t (&o)[4]) {
   }
 }
 
-// Consumer thread t (0..255) decodes W tile row t / 2, k [32 (t % 2), +32) of one step from the
-// stage's codes and scales into the swizzled bf16 W tile `wt` (the layout of a 128-byte swizzled
-// TMA box: chunk q of a row = k 8q .. 8q + 7).
-__device__ __forceinline__ void decode_w(const uint8_t* stage, uint8_t* wt, int t, const uint16_t* s_scale) {
-  const int row = t >> 1, half = t & 1;
+// Decodes W tile row `row`, k [32 half, +32) of one step from the stage's codes (32 bytes per row)
+// and scales (4 per row, from byte code_bytes) into the swizzled bf16 W tile `wt` (the layout of a
+// 128-byte swizzled TMA box: chunk q of a row = k 8q .. 8q + 7).
+template <int kCodeBytes>
+__device__ __forceinline__ void decode_w(const uint8_t* stage, uint8_t* wt, int row, int half, const uint16_t* s_scale) {
   const uint4 c = *reinterpret_cast<const uint4*>(stage + row * 32 + half * 16);
   const uint32_t sw = *reinterpret_cast<const uint32_t*>(stage + kCodeBytes + row * 4);
   const uint32_t words[4] = {c.x, c.y, c.z, c.w};
@@ -105,11 +116,11 @@ __device__ __forceinline__ void decode_w(const uint8_t* stage, uint8_t* wt, int 
   }
 }
 
-// The epilogue of one consumer thread: acc[4i + 2h + e] is output row (A row) m0 + 8i + 2 (lane %
-// 4) + e, column (W row) n0 + wrow + 8h. Per element the steps of epilogue_value in order, the row
+// The epilogue of one consumer thread and W sub-tile: acc[4i + 2h + e] (i < kNI) is output row
+// (A row) m0 + 8i + 2 (lane % 4) + e, column (W row) n0 + wrow + 8h. Per element the steps of epilogue_value in order, the row
 // outer scales from shared memory (s_oa), the two columns' from registers.
-template <bool kBf16Out>
-__device__ __forceinline__ void epilogue_t(const float (&acc)[128], int64_t m0, int64_t n0, int wrow, int lane,
+template <bool kBf16Out, int kNI>
+__device__ __forceinline__ void epilogue_t(const float (&acc)[4 * kNI], int64_t m0, int64_t n0, int wrow, int lane,
                                            const GemmGroupDesc& G, const GemmOperandView& w, int64_t n,
                                            const DeviceEpilogue& ep, const GemmOutView& out, float* raw,
                                            const float* s_oa) {
@@ -126,7 +137,7 @@ __device__ __forceinline__ void epilogue_t(const float (&acc)[128], int64_t m0, 
   const bool has_bias = ep.bias != nullptr;
   const float alpha = ep.alpha;
 #pragma unroll
-  for (int i = 0; i < 32; ++i) {
+  for (int i = 0; i < kNI; ++i) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int rt = 8 * i + 2 * (lane & 3) + e;  // row in the tile
@@ -159,8 +170,8 @@ __device__ __forceinline__ void epilogue_t(const float (&acc)[128], int64_t m0, 
 // The epilogue when the whole tile is stored, is made of tokens and has no SwiGLU (N even): each
 // element's value as in epilogue_t, then lanes g and g ^ 1 (W rows r, r + 1) swap one value so
 // that each stores two adjacent columns of one row (bf16x2 / float2).
-template <bool kBf16Out>
-__device__ __forceinline__ void epilogue_full(const float (&acc)[128], int64_t m0, int64_t n0, int wrow, int lane,
+template <bool kBf16Out, int kNI>
+__device__ __forceinline__ void epilogue_full(const float (&acc)[4 * kNI], int64_t m0, int64_t n0, int wrow, int lane,
                                               const GemmGroupDesc& G, const GemmOperandView& w, int64_t n,
                                               const DeviceEpilogue& ep, const GemmOutView& out, const float* s_oa) {
   const bool odd = (lane >> 2) & 1;  // this lane keeps row e = 1 of each pair, columns (r - 1, r)
@@ -176,7 +187,7 @@ __device__ __forceinline__ void epilogue_full(const float (&acc)[128], int64_t m
   const int64_t row0 = G.a_row0 + m0 + 2 * (lane & 3) + e_keep;  // output row at i = 0
   const int64_t col0 = n0 + wrow - (odd ? 1 : 0);                   // first of the pair at h = 0
 #pragma unroll
-  for (int i = 0; i < 32; ++i) {
+  for (int i = 0; i < kNI; ++i) {
     const float oa[2] = {s_oa[8 * i + 2 * (lane & 3)], s_oa[8 * i + 2 * (lane & 3) + 1]};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -199,14 +210,19 @@ __device__ __forceinline__ void epilogue_full(const float (&acc)[128], int64_t m
   }
 }
 
-// Persistent, one CTA per SM over the tiles of tile_space(groups, n, 256, 128). Rows of a TMA box
+// Persistent, one CTA per SM over the tiles of tile_space(groups, n, TA, TW). Rows of a TMA box
 // past the group belong to the next group or are zero-filled past the tensor; W rows past the
 // tensor take the last row's scales: either way they only reach outputs that are not stored.
+template <int TA>
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wreg_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_codes,
                       GemmOperandView a, GemmOperandView w, int64_t n, const GemmGroupDesc* groups, DeviceEpilogue ep,
                       GemmOutView out, float* raw, TileSpace ts) {
 #if defined(LOCKSTEP_WGMMA)
+  using T = WregTile<TA>;
+  constexpr int kTA = T::kTA, kTW = T::kTW, kSub = T::kSub, kNI = T::kNI;
+  constexpr int kABytes = T::kABytes, kCodeBytes = T::kCodeBytes, kWStageBytes = T::kWStageBytes;
+  constexpr int kRowsPerLane = T::kRowsPerLane, kWBytes = T::kWBytes;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);  // the swizzle atom
   uint8_t* wbuf = smem + kAStages * kABytes;     // [kWBufs][kWBytes]
@@ -215,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* empty_a = full_a + kAStages;
   uint64_t* full_w = empty_a + kAStages;
   uint64_t* empty_w = full_w + kWStages;
-  float* s_oa = reinterpret_cast<float*>(empty_w + kWStages);  // [256] row outer scales of the tile
+  float* s_oa = reinterpret_cast<float*>(empty_w + kWStages);  // [kTA] row outer scales of the tile
   uint16_t* s_scale = reinterpret_cast<uint16_t*>(s_oa + kTA);  // [256] bf16 of the E4M3 scale codes
   const int tid = threadIdx.x, wg = tid >> 7;
   const int64_t K = a.cols;
@@ -253,8 +269,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         continue;
       }
-      // lane l: TMA of the codes (lane 0) and the scales of W rows 4l .. 4l + 3 (rows past the
-      // tensor read the last row's)
+      // lane l: TMA of the codes (lane 0) and the scales of W rows kRowsPerLane l .. + kRowsPerLane - 1
+      // (rows past the tensor read the last row's)
       const int yw = int(G.w_row0 + n0);
       const uint8_t* sc[kRowsPerLane];
 #pragma unroll
@@ -280,7 +296,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   setmaxnreg_inc<232>();
   const int t = tid - 128, lane = t & 31, c = wg - 1;
-  const int wrow = 64 * c + 16 * ((t & 127) >> 5) + (lane >> 2);  // this thread's first W row (epilogue)
+  // this thread's first W row in sub-tile 0 (epilogue); sub-tile j adds 64 j
+  const int wrow = 64 * kSub * c + 16 * ((t & 127) >> 5) + (lane >> 2);
   int64_t total = 0;  // k steps of this CTA (the producer fills exactly these)
   for (int64_t u = blockIdx.x; u < ts.units; u += gridDim.x) {
     GemmGroupDesc G;
@@ -288,13 +305,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tile_of(u, groups, ts, G, m0, n0)) total += ktiles;
   }
   // Decode step i's W into wbuf[i % kWBufs] once its packed stage has landed, and release that
-  // stage. A warpgroup decodes exactly the 64 rows its own wgmma reads, so its own wgmma_wait and a
-  // barrier of its 128 threads (with the async-proxy fence) order the stores against its wgmma: the
-  // two warpgroups never wait for each other here.
+  // stage. A warpgroup decodes exactly the 64 kSub rows its own wgmma reads (thread t: TW = 128 row
+  // t / 2, half t % 2; TW = 256 row t, both halves), so its own wgmma_wait and a barrier of its 128
+  // threads (with the async-proxy fence) order the stores against its wgmma: the two warpgroups
+  // never wait for each other here.
   auto decode = [&](int64_t i) {
     const int s = int(i % kWStages);
     mbar_wait(&full_w[s], uint32_t(i / kWStages) & 1u);
-    decode_w(wring + s * kWStageBytes, wbuf + (i % kWBufs) * kWBytes, t, s_scale);
+    const uint8_t* st = wring + s * kWStageBytes;
+    uint8_t* wt = wbuf + (i % kWBufs) * kWBytes;
+    if constexpr (kSub == 1) {
+      decode_w<kCodeBytes>(st, wt, t >> 1, t & 1, s_scale);
+    } else {
+      decode_w<kCodeBytes>(st, wt, t, 0, s_scale);
+      decode_w<kCodeBytes>(st, wt, t, 1, s_scale);
+    }
     mbar_arrive(&empty_w[s]);
     fence_proxy_async();
     asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory");
@@ -308,17 +333,27 @@ __global__ void __launch_bounds__(kThreads, 1)
     GemmGroupDesc G;
     int64_t m0, n0;
     if (!tile_of(u, groups, ts, G, m0, n0)) continue;
-    float acc[128];
+    float acc[kSub][4 * kNI];
 #pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+    for (int j = 0; j < kSub; ++j)
+#pragma unroll
+      for (int i = 0; i < 4 * kNI; ++i) acc[j][i] = 0.0f;
     for (int kt = 0; kt < ktiles; ++kt, ++it) {
       const int sa = int(it % kAStages);
       mbar_wait(&full_a[sa], uint32_t(it / kAStages) & 1u);
       const uint8_t* st = smem + sa * kABytes;
-      const uint8_t* wt = wbuf + (it % kWBufs) * kWBytes + c * 64 * 128;
+      const uint8_t* wt = wbuf + (it % kWBufs) * kWBytes + c * kSub * 64 * 128;
       wgmma_fence();
 #pragma unroll
-      for (int j = 0; j < kBK / 16; ++j) wgmma_m64n256k16(acc, smem_desc(wt + j * 32), smem_desc(st + j * 32));
+      for (int j = 0; j < kBK / 16; ++j) {
+        if constexpr (kSub == 1) {
+          wgmma_m64n256k16(acc[0], smem_desc(wt + j * 32), smem_desc(st + j * 32));
+        } else {
+#pragma unroll
+          for (int q = 0; q < kSub; ++q)
+            wgmma_m64n128k16(acc[q], smem_desc(wt + q * 64 * 128 + j * 32), smem_desc(st + j * 32), 1);
+        }
+      }
       wgmma_commit();
       wgmma_wait<kWBufs - 1>();  // step it + 1 - kWBufs has finished: its stage and wbuf[(it + 1) % kWBufs] are free
       release_upto(it + 2 - kWBufs);
@@ -329,17 +364,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The tile's row outer scales into shared memory (both warpgroups are past the previous tile's
     // epilogue at the first barrier).
     consumer_bar();
-    s_oa[t] = m0 + t < G.rows ? outer_of(a, G.a_row0 + m0 + t) : 1.0f;
+    if (t < kTA) s_oa[t] = m0 + t < G.rows ? outer_of(a, G.a_row0 + m0 + t) : 1.0f;
     consumer_bar();
     const bool full = !raw && m0 + kTA <= G.tokens && n0 + kTW <= n && n % 2 == 0;
-    if (full && out.d_bf16)
-      epilogue_full<true>(acc, m0, n0, wrow, lane, G, w, n, ep, out, s_oa);
-    else if (full)
-      epilogue_full<false>(acc, m0, n0, wrow, lane, G, w, n, ep, out, s_oa);
-    else if (out.d_bf16)
-      epilogue_t<true>(acc, m0, n0, wrow, lane, G, w, n, ep, out, raw, s_oa);
-    else
-      epilogue_t<false>(acc, m0, n0, wrow, lane, G, w, n, ep, out, raw, s_oa);
+#pragma unroll
+    for (int q = 0; q < kSub; ++q) {
+      if (full && out.d_bf16)
+        epilogue_full<true, kNI>(acc[q], m0, n0, wrow + 64 * q, lane, G, w, n, ep, out, s_oa);
+      else if (full)
+        epilogue_full<false, kNI>(acc[q], m0, n0, wrow + 64 * q, lane, G, w, n, ep, out, s_oa);
+      else if (out.d_bf16)
+        epilogue_t<true, kNI>(acc[q], m0, n0, wrow + 64 * q, lane, G, w, n, ep, out, raw, s_oa);
+      else
+        epilogue_t<false, kNI>(acc[q], m0, n0, wrow + 64 * q, lane, G, w, n, ep, out, raw, s_oa);
+    }
   }
 #else
   (void)map_a, (void)map_codes, (void)a, (void)w, (void)n, (void)groups, (void)ep, (void)out, (void)raw, (void)ts;
@@ -347,27 +385,47 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+template <int TA>
+void launch_wreg_t(const CUtensorMap& ma, const CUtensorMap& mc, const GemmOperandView& a, const GemmOperandView& w,
+                   int64_t n, const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out, float* raw,
+                   cudaStream_t stream) {
+  using T = WregTile<TA>;
+  static const int ctas = persistent_ctas(reinterpret_cast<const void*>(wgmma_wreg_kernel<TA>), kThreads, T::kSmemBytes);
+  const TileSpace ts = tile_space(groups, n, T::kTA, T::kTW);
+  const unsigned grid = unsigned(std::min<int64_t>(ctas, ts.units));
+  wgmma_wreg_kernel<TA><<<grid, kThreads, T::kSmemBytes, stream>>>(ma, mc, a, w, n, groups.table.as<GemmGroupDesc>(),
+                                                                    ep, out, raw, ts);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
-// From 256 up to 2047 average rows per group. Measured on the H200 (128 experts, FC1 K=2048 N=1536 /
-// FC2 K=768 N=2048): at 512 rows per expert 918 / 540 us against 1085 / 720 us for the staged
-// kernel, which writes a bf16 copy of every expert's W (at 1024 rows 1792 / 1043 us against
-// 2033 / 1344 us measured before the copy pass was coalesced); at 128 rows the in-loop kernel is
-// faster (549 / 317 us vs 770 / 482). Dense 4096^3 and 8192^3, where one W copy serves thousands of
-// rows, are faster staged (230 / 1671 us vs 269 / 2214 us). 256 and 2048 themselves are not
-// measured boundaries; the choice never changes a bit.
-bool wreg_wgmma_preferred(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& groups) {
+// A tile of 128 A rows (256 W rows) for 128-255 average rows per group, of 256 A rows (128 W rows)
+// from 256 up to 2047. Measured on the H200 (128 experts, FC1 K=2048 N=1536 / FC2 K=768 N=2048),
+// 256-row tiles: at 512 rows per expert 918 / 540 us against 1085 / 720 us for the staged kernel,
+// which writes a bf16 copy of every expert's W (at 1024 rows 1792 / 1043 us against 2033 / 1344 us
+// measured before the copy pass was coalesced); at 128 rows the in-loop kernel is faster than the
+// half-empty 256-row tiles (549 / 317 us vs 770 / 482). Dense 4096^3 and 8192^3, where one W copy
+// serves thousands of rows, are faster staged (230 / 1671 us vs 269 / 2214 us). The bounds
+// themselves are not measured; the choice never changes a bit.
+int wreg_wgmma_tile(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& groups,
+                    WgmmaRoute forced) {
   if (w.format != GemmFormat::kNvfp4 || !tensor_maps_available() || a.rows >= (int64_t(1) << 31) ||
       w.rows >= (int64_t(1) << 31) || reinterpret_cast<uintptr_t>(w.data) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(w.block_scale) % 4 != 0 ||
       (a.format == GemmFormat::kBf16 && reinterpret_cast<uintptr_t>(a.data) % 16 != 0) || groups.groups == 0)
-    return false;
+    return 0;
+  if (forced == WgmmaRoute::kWreg128) return 128;
+  if (forced == WgmmaRoute::kWreg256) return 256;
+  if (forced != WgmmaRoute::kAuto) return 0;
   const int64_t per_group = groups.total_rows / groups.groups;
-  return per_group >= 256 && per_group < 2048;
+  if (per_group >= 128 && per_group < 256) return 128;
+  return per_group >= 256 && per_group < 2048 ? 256 : 0;
 }
 
-void launch_wgmma_wreg(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                       const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream) {
+void launch_wgmma_wreg(int tile, const GemmOperandView& a, const GemmOperandView& w, int64_t n,
+                       const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
+                       DeviceBuffer& workspace, cudaStream_t stream) {
   const int64_t K = a.cols;
   const size_t a_bytes = bf16_copy_bytes(a);
   const size_t raw_bytes = ep.swiglu ? size_t(groups.total_rows) * size_t(n) * sizeof(float) : 0;
@@ -375,14 +433,13 @@ void launch_wgmma_wreg(const GemmOperandView& a, const GemmOperandView& w, int64
   uint8_t* base = workspace.as<uint8_t>();
   const uint16_t* ab = dequantized(a, reinterpret_cast<uint16_t*>(base), stream);
   float* raw = ep.swiglu ? reinterpret_cast<float*>(base + a_bytes) : nullptr;
-  const CUtensorMap ma = tensor_map_2d(ab, 2, a.rows, K, kBK, kTA, CU_TENSOR_MAP_SWIZZLE_128B);
-  const CUtensorMap mc = tensor_map_2d(w.data, 1, w.rows, K / 2, kBK / 2, kTW, CU_TENSOR_MAP_SWIZZLE_NONE);
-  static const int ctas = persistent_ctas(reinterpret_cast<const void*>(wgmma_wreg_kernel), kThreads, kSmemBytes);
-  const TileSpace ts = tile_space(groups, n, kTA, kTW);
-  const unsigned grid = unsigned(std::min<int64_t>(ctas, ts.units));
-  wgmma_wreg_kernel<<<grid, kThreads, kSmemBytes, stream>>>(ma, mc, a, w, n, groups.table.as<GemmGroupDesc>(), ep, out,
-                                                            raw, ts);
-  LOCKSTEP_CUDA_CHECK_LAUNCH();
+  const int tw = tile == 256 ? WregTile<256>::kTW : WregTile<128>::kTW;
+  const CUtensorMap ma = tensor_map_2d(ab, 2, a.rows, K, kBK, tile, CU_TENSOR_MAP_SWIZZLE_128B);
+  const CUtensorMap mc = tensor_map_2d(w.data, 1, w.rows, K / 2, kBK / 2, tw, CU_TENSOR_MAP_SWIZZLE_NONE);
+  if (tile == 256)
+    launch_wreg_t<256>(ma, mc, a, w, n, groups, ep, out, raw, stream);
+  else
+    launch_wreg_t<128>(ma, mc, a, w, n, groups, ep, out, raw, stream);
   if (raw) launch_epilogue(raw, 1, groups.total_rows, a, w, n, groups, ep, out, stream);
 }
 

@@ -183,7 +183,8 @@ void test_grid_exact() {
   };
   std::vector<Shape> shapes = {Shape{1, 136, 256}, Shape{3, 256, 384}, Shape{16, 200, 256}, Shape{37, 137, 256},
                                Shape{130, 260, 128}, Shape{5, 128, 4224}, Shape{300, 136, 256}};
-  // (M = 300: the wgmma kernel runs on TMA-fed bf16 copies from 256 rows per group on)
+  // (wgmma kernel by rows per group: 130 with an nvfp4 W in-kernel decode on 128-row A tiles, 300
+  // 256-row tiles or TMA-fed bf16 copies; LOCKSTEP_WGMMA_KERNEL forces one for every shape)
   if (g_reduced) shapes = {Shape{3, 256, 384}, Shape{130, 260, 128}, Shape{300, 136, 256}};
   for (const Shape s : shapes)
     for (const Pairing& p : pairings()) {
@@ -218,7 +219,7 @@ void test_random_bound() {
     int64_t M, N, K;
   };
   std::vector<Shape> shapes = {Shape{1, 136, 512}, Shape{9, 200, 4352}, Shape{16, 64, 2048}, Shape{70, 150, 512},
-                               Shape{260, 150, 512}};
+                               Shape{200, 300, 512}, Shape{260, 150, 512}};
   if (g_reduced) shapes = {Shape{9, 136, 512}, Shape{70, 150, 512}, Shape{260, 150, 512}};
   for (const Shape s : shapes)
     for (const Pairing& p : pairings()) {
@@ -295,6 +296,7 @@ void test_grouped() {
   std::vector<std::pair<std::vector<int64_t>, QgemmKernel>> cases = {{{1, 0, 3, 1}, QgemmKernel::kDecode},
                                                                       {{40, 0, 131, 7}, QgemmKernel::kTiled},
                                                                       {{40, 0, 131, 7}, QgemmKernel::kWgmma},
+                                                                      {{130, 0, 200, 190}, QgemmKernel::kWgmma},
                                                                       {{300, 0, 520, 260}, QgemmKernel::kWgmma}};
   if (cuda::qgemm_cublas_available()) {
     cases.push_back({{40, 0, 131, 7}, QgemmKernel::kCublas});  // per-group cuBLAS calls
