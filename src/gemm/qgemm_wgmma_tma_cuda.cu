@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 2 * 128);  // every consumer thread releases the stage
+      mbar_init(&empty[s], 2 * 4);  // every consumer warp releases the stage
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -103,10 +103,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_m64n256k16(acc, smem_desc(st + c * 64 * 128 + j * 32), smem_desc(st + kATile + j * 32));
       wgmma_commit();
       wgmma_wait<1>();  // step it - 1 has finished reading its stage: release it
-      if (kt > 0) mbar_arrive(&empty[(it - 1) % kStages]);
+      if (kt > 0) mbar_arrive_warp(&empty[(it - 1) % kStages]);
     }
     wgmma_wait<0>();
-    mbar_arrive(&empty[(it - 1) % kStages]);
+    mbar_arrive_warp(&empty[(it - 1) % kStages]);
     // The tile's column outer scales and biases into shared memory (both warpgroups are past the
     // previous tile's epilogue at the first barrier).
     consumer_bar();

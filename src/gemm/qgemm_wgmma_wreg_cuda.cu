@@ -40,6 +40,18 @@ constexpr int kAStages = 4;    // ring of A tiles (held until the wgmma reading 
 constexpr int kWStages = 6;    // ring of packed W (released as soon as it is decoded)
 constexpr int kWBufs = 3;      // decoded W tiles: steps s - 1 and s in flight while s + 1 is decoded
 
+// A position in a ring of N slots: the slot and the parity of the lap (the mbarrier phase). Advanced
+// one step at a time, so that the loops need no 64-bit division by the ring sizes (6 and 3 are not
+// powers of two: measured, the divisions were a large share of the consumers' instructions).
+template <int N>
+struct RingPos {
+  int slot = 0;
+  uint32_t lap = 0;
+  __device__ __forceinline__ void next() {
+    if (++slot == N) slot = 0, lap ^= 1u;
+  }
+};
+
 // The two tile shapes: TA A rows (wgmma N) x TW W rows. TA = 256, TW = 128: each consumer
 // warpgroup runs one m64n256 wgmma on its 64 W rows; TA = 128, TW = 256 (groups of 128-255 rows:
 // no half-empty A tile): two m64n128 wgmmas on its 128 W rows. Either way 128 fp32 accumulators per
@@ -239,11 +251,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) {
     for (int s = 0; s < kAStages; ++s) {
       mbar_init(&full_a[s], 1);
-      mbar_init(&empty_a[s], 2 * 128);  // every consumer thread releases the stage
+      mbar_init(&empty_a[s], 2 * 4);  // every consumer warp releases the stage
     }
     for (int s = 0; s < kWStages; ++s) {
       mbar_init(&full_w[s], 1 + 32);  // the codes' TMA transaction + the scale copies of producer warp 1
-      mbar_init(&empty_w[s], 2 * 128);
+      mbar_init(&empty_w[s], 2 * 4);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -254,16 +266,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     setmaxnreg_dec<40>();
     const int warp = tid >> 5, lane = tid & 31;
     if (warp > 1 || (warp == 0 && lane > 0)) return;
-    int64_t it = 0;  // k steps issued so far (ring position and phase)
+    int64_t it = 0;  // k steps issued so far
+    RingPos<kAStages> pa;  // warp 0: the A slot of step it
+    RingPos<kWStages> pw;  // warp 1: the packed W slot of step it
     for (int64_t u = blockIdx.x; u < ts.units; u += gridDim.x) {
       GemmGroupDesc G;
       int64_t m0, n0;
       if (!tile_of(u, groups, ts, G, m0, n0)) continue;
       if (warp == 0) {
         const int ya = int(G.a_row0 + m0);
-        for (int kt = 0; kt < ktiles; ++kt, ++it) {
-          const int s = int(it % kAStages);
-          if (it >= kAStages) mbar_wait(&empty_a[s], uint32_t((it / kAStages) - 1) & 1u);
+        for (int kt = 0; kt < ktiles; ++kt, ++it, pa.next()) {
+          const int s = pa.slot;
+          if (it >= kAStages) mbar_wait(&empty_a[s], pa.lap ^ 1u);  // released in the previous lap
           mbar_expect_tx(&full_a[s], kABytes);
           tma_load(smem + s * kABytes, &map_a, &full_a[s], kt * kBK, ya);
         }
@@ -276,9 +290,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int r = 0; r < kRowsPerLane; ++r)
         sc[r] = w.block_scale + std::min<int64_t>(G.w_row0 + n0 + kRowsPerLane * lane + r, w.rows - 1) * (K / 16);
-      for (int kt = 0; kt < ktiles; ++kt, ++it) {
-        const int s = int(it % kWStages);
-        if (it >= kWStages) mbar_wait(&empty_w[s], uint32_t((it / kWStages) - 1) & 1u);
+      for (int kt = 0; kt < ktiles; ++kt, ++it, pw.next()) {
+        const int s = pw.slot;
+        if (it >= kWStages) mbar_wait(&empty_w[s], pw.lap ^ 1u);
         uint8_t* st = wring + s * kWStageBytes;
         if (lane == 0) {
           mbar_expect_tx(&full_w[s], kCodeBytes);
@@ -304,30 +318,35 @@ __global__ void __launch_bounds__(kThreads, 1)
     int64_t m0, n0;
     if (tile_of(u, groups, ts, G, m0, n0)) total += ktiles;
   }
-  // Decode step i's W into wbuf[i % kWBufs] once its packed stage has landed, and release that
+  // Decode the next step's W into the next of the kWBufs tiles once its packed stage has landed, and release that
   // stage. A warpgroup decodes exactly the 64 kSub rows its own wgmma reads (thread t: TW = 128 row
   // t / 2, half t % 2; TW = 256 row t, both halves), so its own wgmma_wait and a barrier of its 128
   // threads (with the async-proxy fence) order the stores against its wgmma: the two warpgroups
   // never wait for each other here.
-  auto decode = [&](int64_t i) {
-    const int s = int(i % kWStages);
-    mbar_wait(&full_w[s], uint32_t(i / kWStages) & 1u);
+  RingPos<kWStages> dw;  // packed W slot of the next decode
+  RingPos<kWBufs> db;    // decoded tile it goes to
+  auto decode = [&] {
+    const int s = dw.slot;
+    mbar_wait(&full_w[s], dw.lap);
     const uint8_t* st = wring + s * kWStageBytes;
-    uint8_t* wt = wbuf + (i % kWBufs) * kWBytes;
+    uint8_t* wt = wbuf + db.slot * kWBytes;
+    dw.next(), db.next();
     if constexpr (kSub == 1) {
       decode_w<kCodeBytes>(st, wt, t >> 1, t & 1, s_scale);
     } else {
       decode_w<kCodeBytes>(st, wt, t, 0, s_scale);
       decode_w<kCodeBytes>(st, wt, t, 1, s_scale);
     }
-    mbar_arrive(&empty_w[s]);
+    mbar_arrive_warp(&empty_w[s]);
     fence_proxy_async();
     asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory");
   };
-  if (total > 0) decode(0);
+  if (total > 0) decode();
   int64_t it = 0, released = 0;  // steps issued, A stages released
+  RingPos<kAStages> ra, rr;      // A slot of step it; of step `released`
+  RingPos<kWBufs> mb;            // decoded W tile of step it
   auto release_upto = [&](int64_t done) {  // steps < done have finished
-    for (; released < done; ++released) mbar_arrive(&empty_a[released % kAStages]);
+    for (; released < done; ++released, rr.next()) mbar_arrive_warp(&empty_a[rr.slot]);
   };
   for (int64_t u = blockIdx.x; u < ts.units; u += gridDim.x) {
     GemmGroupDesc G;
@@ -338,11 +357,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int j = 0; j < kSub; ++j)
 #pragma unroll
       for (int i = 0; i < 4 * kNI; ++i) acc[j][i] = 0.0f;
-    for (int kt = 0; kt < ktiles; ++kt, ++it) {
-      const int sa = int(it % kAStages);
-      mbar_wait(&full_a[sa], uint32_t(it / kAStages) & 1u);
-      const uint8_t* st = smem + sa * kABytes;
-      const uint8_t* wt = wbuf + (it % kWBufs) * kWBytes + c * kSub * 64 * 128;
+    for (int kt = 0; kt < ktiles; ++kt, ++it, ra.next(), mb.next()) {
+      mbar_wait(&full_a[ra.slot], ra.lap);
+      const uint8_t* st = smem + ra.slot * kABytes;
+      const uint8_t* wt = wbuf + mb.slot * kWBytes + c * kSub * 64 * 128;
       wgmma_fence();
 #pragma unroll
       for (int j = 0; j < kBK / 16; ++j) {
@@ -357,7 +375,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_commit();
       wgmma_wait<kWBufs - 1>();  // step it + 1 - kWBufs has finished: its stage and wbuf[(it + 1) % kWBufs] are free
       release_upto(it + 2 - kWBufs);
-      if (it + 1 < total) decode(it + 1);
+      if (it + 1 < total) decode();
     }
     wgmma_wait<0>();
     release_upto(it);
