@@ -72,7 +72,7 @@ struct WregTile {
   // A ring + decoded W tiles + packed W ring + full / empty barriers of both rings + the tile's row
   // outer scales + the E4M3 scale table + alignment slack
   static constexpr int kSmemBytes = kAStages * kABytes + kWBufs * kWBytes + kWStages * kWStageBytes +
-                                    2 * (kAStages + kWStages) * 8 + kTA * 4 + 256 * 2 + 1024;
+                                    2 * (kAStages + kWStages) * 8 + kTA * 4 + 256 * 4 + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "fits one CTA per SM");
 };
 
@@ -87,24 +87,25 @@ __device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
 // Eight E2M1 codes (nibble i = element i) -> their exact bf16 values as four bf16x2 words
 // (element 2j in the low half of word j), the values pair_entry gives: magnitudes by byte
 // permutes from two 8-entry byte tables (high and low byte of the bf16 of 0, 0.5, 1, 1.5, 2, 3,
-// 4, 6), signs moved from bit 3 of each nibble to bit 15 of each half. Checked against
-// decode_e2m1 for every 16-bit code pattern.
+// 4, 6); signs by one permute in sign-replicate mode per four values (byte j of x carries the sign
+// of code 2j + 1 in its top bit, byte j of x << 4 that of code 2j), or-ed into the high bytes.
+// 15 operations per eight values. Checked against decode_e2m1 through the GEMM tests, whose grid
+// operands take every code.
 __device__ __forceinline__ void e2m1x8_to_bf16x8(uint32_t x, uint32_t (&o)[4]) {
   constexpr uint32_t kHiLo = 0x3F3F3F00u, kHiHi = 0x40404040u;  // high bytes, codes 0-3 / 4-7
   constexpr uint32_t kLoLo = 0xC0800000u, kLoHi = 0xC0804000u;  // low bytes
-  const uint32_t m = x & 0x77777777u, sg = x & 0x88888888u, sg4 = sg << 4;
+  const uint32_t m = x & 0x77777777u, x4 = x << 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const uint32_t sel = h ? m >> 16 : m;
     const uint32_t hi = __byte_perm(kHiLo, kHiHi, sel), lo = __byte_perm(kLoLo, kLoHi, sel);
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      const int j = 2 * h + q;  // word j: codes 2j (low half), 2j + 1 (high half), both in byte j of x
-      const uint32_t mag = __byte_perm(lo, hi, q ? 0x7362u : 0x5140u);
-      // byte 1 <- byte j of sg4 (bit 7: sign of code 2j), byte 3 <- byte j of sg (sign of 2j + 1)
-      const uint32_t sign = __byte_perm(sg4, sg, uint32_t(j << 4) | uint32_t((4 + j) << 12)) & 0x80008000u;
-      o[j] = mag | sign;
-    }
+    // bytes 0..3: 0xFF / 0x00 by the signs of codes 4h, 4h + 1, 4h + 2, 4h + 3 (selector nibbles
+    // with bit 3 set replicate the top bit of the chosen byte of {x4, x})
+    uint32_t sgn;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(sgn) : "r"(x4), "r"(x), "r"(h ? 0xFBEAu : 0xD9C8u));
+    const uint32_t hs = hi | (sgn & 0x80808080u);
+    o[2 * h] = __byte_perm(lo, hs, 0x5140u);      // codes 4h (low half), 4h + 1
+    o[2 * h + 1] = __byte_perm(lo, hs, 0x7362u);  // codes 4h + 2, 4h + 3
   }
 }
 
@@ -112,14 +113,16 @@ __device__ __forceinline__ void e2m1x8_to_bf16x8(uint32_t x, uint32_t (&o)[4]) {
 // and scales (4 per row, from byte code_bytes) into the swizzled bf16 W tile `wt` (the layout of a
 // 128-byte swizzled TMA box: chunk q of a row = k 8q .. 8q + 7).
 template <int kCodeBytes>
-__device__ __forceinline__ void decode_w(const uint8_t* stage, uint8_t* wt, int row, int half, const uint16_t* s_scale) {
+__device__ __forceinline__ void decode_w(const uint8_t* stage, uint8_t* wt, int row, int half, const uint32_t* s_scale) {
   const uint4 c = *reinterpret_cast<const uint4*>(stage + row * 32 + half * 16);
   const uint32_t sw = *reinterpret_cast<const uint32_t*>(stage + kCodeBytes + row * 4);
   const uint32_t words[4] = {c.x, c.y, c.z, c.w};
+  // the two 16-wide blocks of this half: scale codes 2 half, 2 half + 1 of the row's four
+  const uint32_t sc2[2] = {s_scale[(sw >> (16 * half)) & 0xFF], s_scale[(sw >> (16 * half + 8)) & 0xFF]};
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     const int chunk = 4 * half + q;  // k 8 chunk .. + 7: block scale chunk / 2
-    const uint32_t sc = uint32_t(s_scale[(sw >> (8 * (chunk >> 1))) & 0xFF]) * 0x10001u;
+    const uint32_t sc = sc2[q >> 1];
     uint32_t o[4];
     e2m1x8_to_bf16x8(words[q], o);
 #pragma unroll
@@ -244,7 +247,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* full_w = empty_a + kAStages;
   uint64_t* empty_w = full_w + kWStages;
   float* s_oa = reinterpret_cast<float*>(empty_w + kWStages);  // [kTA] row outer scales of the tile
-  uint16_t* s_scale = reinterpret_cast<uint16_t*>(s_oa + kTA);  // [256] bf16 of the E4M3 scale codes
+  uint32_t* s_scale = reinterpret_cast<uint32_t*>(s_oa + kTA);  // [256] bf16x2 {s, s} of the E4M3 scale codes
   const int tid = threadIdx.x, wg = tid >> 7;
   const int64_t K = a.cols;
   const int ktiles = int(K / kBK);
@@ -259,7 +262,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  if (tid < 256) s_scale[tid] = scale_entry(GemmFormat::kNvfp4, uint32_t(tid));
+  if (tid < 256) s_scale[tid] = uint32_t(scale_entry(GemmFormat::kNvfp4, uint32_t(tid))) * 0x10001u;
   __syncthreads();
 
   if (wg == 0) {  // producers: warp 0 thread 0 the A ring, warp 1 the packed W ring
@@ -277,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int ya = int(G.a_row0 + m0);
         for (int kt = 0; kt < ktiles; ++kt, ++it, pa.next()) {
           const int s = pa.slot;
-          if (it >= kAStages) mbar_wait(&empty_a[s], pa.lap ^ 1u);  // released in the previous lap
+          if (it >= kAStages) mbar_wait_backoff(&empty_a[s], pa.lap ^ 1u);  // released in the previous lap
           mbar_expect_tx(&full_a[s], kABytes);
           tma_load(smem + s * kABytes, &map_a, &full_a[s], kt * kBK, ya);
         }
@@ -292,7 +295,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         sc[r] = w.block_scale + std::min<int64_t>(G.w_row0 + n0 + kRowsPerLane * lane + r, w.rows - 1) * (K / 16);
       for (int kt = 0; kt < ktiles; ++kt, ++it, pw.next()) {
         const int s = pw.slot;
-        if (it >= kWStages) mbar_wait(&empty_w[s], pw.lap ^ 1u);
+        if (it >= kWStages) mbar_wait_backoff(&empty_w[s], pw.lap ^ 1u);
         uint8_t* st = wring + s * kWStageBytes;
         if (lane == 0) {
           mbar_expect_tx(&full_w[s], kCodeBytes);
