@@ -422,13 +422,13 @@ void launch_wreg_t(const CUtensorMap& ma, const CUtensorMap& mc, const GemmOpera
 }  // namespace
 
 // A tile of 128 A rows (256 W rows) for 128-255 average rows per group, of 256 A rows (128 W rows)
-// from 256 up to 2047. Measured on the H200 (128 experts, FC1 K=2048 N=1536 / FC2 K=768 N=2048),
-// 256-row tiles: at 512 rows per expert 918 / 540 us against 1085 / 720 us for the staged kernel,
-// which writes a bf16 copy of every expert's W (at 1024 rows 1792 / 1043 us against 2033 / 1344 us
-// measured before the copy pass was coalesced); at 128 rows the in-loop kernel is faster than the
-// half-empty 256-row tiles (549 / 317 us vs 770 / 482). Dense 4096^3 and 8192^3, where one W copy
-// serves thousands of rows, are faster staged (230 / 1671 us vs 269 / 2214 us). The bounds
-// themselves are not measured; the choice never changes a bit.
+// from 256 up to 2047. Measured on the H200 (128 experts, FC1 K=2048 N=1536 / FC2 K=768 N=2048):
+// at 128 rows per expert 128-row tiles 334-352 / 177-186 us against 549 / 317 us for the in-loop
+// kernel (and 770 / 482 us for half-empty 256-row tiles); at 512 rows 256-row tiles 860 / 501 us
+// against 1212 / 687 us with 128-row tiles and 1085 / 720 us for the staged kernel, which writes a
+// bf16 copy of every expert's W. Dense 4096^3 and 8192^3, where one W copy serves thousands of
+// rows, are faster staged (230 / 1671 us vs 269 / 2214 us). The bounds themselves are not
+// measured; the choice never changes a bit.
 int wreg_wgmma_tile(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& groups,
                     WgmmaRoute forced) {
   if (w.format != GemmFormat::kNvfp4 || !tensor_maps_available() || a.rows >= (int64_t(1) << 31) ||
