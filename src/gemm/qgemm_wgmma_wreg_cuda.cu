@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     for (int s = 0; s < kWStages; ++s) {
       mbar_init(&full_w[s], 1 + 32);  // the codes' TMA transaction + the scale copies of producer warp 1
-      mbar_init(&empty_w[s], 2 * 4);
+      mbar_init(&empty_w[s], 2 * 128);  // every consumer thread (its reads of the cp.async-written scales)
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -340,7 +340,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       decode_w<kCodeBytes>(st, wt, t, 0, s_scale);
       decode_w<kCodeBytes>(st, wt, t, 1, s_scale);
     }
-    mbar_arrive_warp(&empty_w[s]);
+    mbar_arrive(&empty_w[s]);
     fence_proxy_async();
     asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory");
   };
