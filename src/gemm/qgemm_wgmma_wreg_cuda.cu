@@ -1,20 +1,22 @@
 // The Hopper wgmma GEMM with packed nvfp4 W decoded inside the kernel (part of
 // QgemmKernel::kWgmma, sm_90a): no bf16 copy of W is written. The tensor cores compute the
-// transposed tile D^T = W A^T: a 128-row W tile (64 rows per consumer warpgroup) is wgmma's "A"
-// operand and the bf16 A tile (256 rows, fed by TMA as in qgemm_wgmma_tma_cuda.cu; a packed A is
-// dequantized into a bf16 copy first) its "B" operand, both in shared memory.
+// transposed tile D^T = W A^T: the W tile is wgmma's "A" operand and the bf16 A tile (fed by TMA as
+// in qgemm_wgmma_tma_cuda.cu; a packed A is dequantized into a bf16 copy first) its "B" operand,
+// both in shared memory.
 //
-// One CTA per SM walks 256 (A rows) x 128 (W rows) output tiles. Warpgroup 0 produces through two
-// rings: thread 0 TMA-loads the A tiles (128-byte swizzle; a stage is held until the wgmma reading
-// it has finished), warp 1 TMA-loads the W tile's E2M1 codes (32 bytes per row per 64-wide k step)
-// and copies its E4M3 block-scale bytes with cp.async (a stage is released as soon as it is
-// decoded, so this ring runs further ahead). Warpgroups 1 and 2 consume: while the tensor cores run
-// steps s - 1 and s, each consumer thread decodes 4 x 8 values of step s + 1 (the E2M1 values by
+// One CTA per SM walks output tiles of TA A rows x TW W rows (WregTile): 256 x 128 (one m64n256
+// wgmma per consumer warpgroup on its 64 W rows) or, for 128-255 rows per group, 128 x 256 (two
+// m64n128 wgmmas on its 128 W rows). Warpgroup 0 produces through two rings: thread 0 TMA-loads the
+// A tiles (128-byte swizzle; a stage is held until the wgmma reading it has finished), warp 1
+// TMA-loads the W tile's E2M1 codes (32 bytes per row per 64-wide k step) and copies its E4M3
+// block-scale bytes with cp.async (a stage is released as soon as it is decoded, so this ring runs
+// further ahead). Warpgroups 1 and 2 consume: while the tensor cores run steps s - 1 and s, each
+// consumer thread decodes 32 (TW = 128) or 64 (TW = 256) values of step s + 1 (the E2M1 values by
 // byte permutes, times the block scale in one bf16x2 multiply: the exact inner values of
 // docs/gemm.md section 2) into one of three swizzled bf16 W tiles in shared memory. A warpgroup
-// decodes exactly the 64 W rows its own wgmma reads, so the two warpgroups never wait for each
-// other. Tiles that are stored whole take a short epilogue whose lane pairs swap one value each to
-// store two adjacent columns (the transposed accumulator holds two W rows per thread).
+// decodes exactly the W rows its own wgmma reads, so the two warpgroups never wait for each other.
+// Tiles that are stored whole take a short epilogue whose lane pairs swap one value each to store
+// two adjacent columns (the transposed accumulator holds two W rows per thread).
 //
 // The chain of every output element is the one of the other two wgmma kernels: fp32 accumulators
 // from +0, 64-wide k steps of four k16 steps, ascending, no split-K, the same exact bf16 products.
