@@ -163,7 +163,9 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
 // One arrival per warp (the barrier counts warps): lane 0 arrives once the warp's lanes are past
-// __syncwarp, which orders their earlier shared-memory reads before it.
+// __syncwarp. Used only to release stages that wgmma reads (each warp's wgmma.wait_group has seen
+// those reads complete); a stage the threads read themselves is released by every thread, since
+// compute-sanitizer racecheck does not order the other lanes' reads before lane 0's arrival.
 __device__ __forceinline__ void mbar_arrive_warp(uint64_t* bar) {
   __syncwarp();
   if ((threadIdx.x & 31) == 0) mbar_arrive(bar);
