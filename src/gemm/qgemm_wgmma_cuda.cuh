@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "qgemm_cuda.cuh"
+#include "../tensor/cuda_async.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define LOCKSTEP_WGMMA 1
@@ -131,37 +132,10 @@ __device__ __forceinline__ void stage_columns(int c, int64_t n0, int64_t n, cons
 
 // --- mbarriers, TMA and register rebalancing (the warp-specialized kernels) ---
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+// (smem_addr, mbar_init, mbar_expect_tx, mbar_try_wait, mbar_wait, mbar_wait_backoff, mbar_arrive:
+// tensor/cuda_async.cuh)
+using namespace lockstep::cuda::async;
 
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-// Whether the phase of parity `parity` of the barrier has completed (try_wait: may block briefly).
-__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(smem_addr(bar)), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-// Block until the phase of parity `parity` of the barrier has completed.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  while (!mbar_try_wait(bar, parity)) {
-  }
-}
-// mbar_wait for a producer that runs ahead: a short sleep between polls, so that its polling takes
-// few issue slots from the consumer warps of its SM sub-partition.
-__device__ __forceinline__ void mbar_wait_backoff(uint64_t* bar, uint32_t parity) {
-  while (!mbar_try_wait(bar, parity)) __nanosleep(32);
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
 // One arrival per warp (the barrier counts warps): lane 0 arrives once the warp's lanes are past
 // __syncwarp. Used only to release stages that wgmma reads (each warp's wgmma.wait_group has seen
 // those reads complete); a stage the threads read themselves is released by every thread, since

@@ -19,7 +19,8 @@ bool swiglu_smem_fits() {
   int dev = 0, optin = 0;
   LOCKSTEP_CUDA_CHECK(cudaGetDevice(&dev));
   LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  const size_t need = swiglu_stage_bytes(kSwigluThreads, kSwigluChunks, kSwigluStages) + 2 * kSiluN * 4 + 2 * 32 * 4;
+  const size_t need = swiglu_stage_bytes(kSwigluThreads, kSwigluChunks, kSwigluStages) + 2 * kSiluN * 4 + 2 * 32 * 4 +
+                      size_t(kSwigluTeams) * kSwigluStages * 8;
   return size_t(optin) >= need;
 }
 
