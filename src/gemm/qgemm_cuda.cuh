@@ -301,5 +301,9 @@ void cublas_gemm_bf16(const void* a, const void* w, void* d, bool d_f32, int64_t
                       int64_t stride_d = 0);
 
 constexpr int kDecodeMaxRows = 16;  // rows per group the decode kernel takes
+// Whether the decode kernel's shared memory (tables, the staged A slice) fits one block for this W
+// format, K and rows per group (<= kDecodeMaxRows); the automatic choice falls back to the other
+// kernels when it does not (nvfp4 W with 9-16 rows: K <= 48128; 8-bit W or <= 8 rows: larger).
+bool decode_fits(GemmFormat w_format, int64_t K, int64_t max_rows);
 
 }  // namespace lockstep::cuda::gemm_detail

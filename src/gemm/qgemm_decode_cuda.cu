@@ -49,7 +49,8 @@ constexpr int kMaxWarps = 16;
 constexpr int kSaturatingWarps = 10;
 constexpr int kSmemLimit = 227 * 1024;  // per block (sm_90)
 // Pair table: entry b at byte offset 128 b holds one copy per lane (word 32 b + lane: conflict-free
-// lookups); address = (code byte << 7) | (lane << 2), one shift and one LOP3.
+// lookups); address = ((code byte << 8) | (lane << 3)) >> 1: one byte permute (prmt) of the code
+// word and lane << 3, one shift.
 // 8-bit codes use no table: cvt.rn.f16x2.e4m3x2 / .e5m2x2 (exact), f16 -> f32 -> bf16x2 (exact).
 constexpr int kFmtNvfp4 = 0, kFmtE4m3 = 1, kFmtE5m2 = 2;
 // Bytes before the staged A: pair table (nvfp4) + scale table (bf16x2 {s, s} per scale code).
@@ -251,11 +252,10 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   float acc[kNT][4];
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-  const uint32_t lane4 = uint32_t(lane) << 2;
-  // Table word for byte k (0..3) of x: LDS at (x.byte[k] << 7) | lane << 2.
-#define LS_LUT(x, k)                                                                                    \
-  (*reinterpret_cast<const uint32_t*>(                                                                \
-      smem + ((((k) == 0 ? ((x) << 7) : ((x) >> (8 * (k) - 7))) & 0x7F80u) | lane4)))
+  const uint32_t lane8 = uint32_t(lane) << 3;
+  // Table word for byte k (0..3) of x: LDS at (x.byte[k] << 7) | lane << 2, as one prmt (result
+  // bytes {lane8.byte0, x.byte[k], 0, 0}: selector nibbles 4, k, 5, 5; lane8 < 256) and one shift.
+#define LS_LUT(x, k) (*reinterpret_cast<const uint32_t*>(smem + (__byte_perm((x), lane8, 0x5504u | ((k) << 4)) >> 1)))
   const uint16_t* abase = As + g * AS + t * 4;
   for (int b0 = 0; b0 < nblk; b0 += kRing) {
 #pragma unroll
@@ -513,6 +513,12 @@ void launch_decode_t(int slice_blocks, int slices, cudaStream_t stream, const Ge
 
 }  // namespace
 
+bool decode_fits(GemmFormat wf, int64_t K, int64_t max_rows) {
+  if (K / 128 > (int64_t(1) << 20)) return false;  // (keeps the int arithmetic below in range)
+  const int fmt = wf == GemmFormat::kNvfp4 ? kFmtNvfp4 : kFmtE4m3;
+  return decode_smem_bytes(fmt, max_rows > 8 ? 2 : 1, 4, decode_slice_blocks(K)) <= kSmemLimit;
+}
+
 void launch_epilogue(const float* ws, int slices, int64_t rows_total, const GemmOperandView& a,
                      const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups, const DeviceEpilogue& ep,
                      GemmOutView out, cudaStream_t stream) {
@@ -536,9 +542,9 @@ void launch_decode(const GemmOperandView& a, const GemmOperandView& w, int64_t n
   const int sb = decode_slice_blocks(K);
   const int fmt = w.format == GemmFormat::kNvfp4 ? kFmtNvfp4 : w.elem == ElemCodec::kE5M2 ? kFmtE5m2 : kFmtE4m3;
   const int nt = groups.max_rows > 8 ? 2 : 1;
-  const int smem = decode_smem_bytes(fmt, nt, 4, sb);
-  if (smem > kSmemLimit)
-    throw GemmError(cat("qgemm decode kernel: K = ", K, " needs ", smem, " bytes of shared memory per block (max 227 KiB)"));
+  if (!decode_fits(w.format, K, groups.max_rows))
+    throw GemmError(cat("qgemm decode kernel: K = ", K, " with ", groups.max_rows, " rows per group needs ",
+                        decode_smem_bytes(fmt, nt, 4, sb), " bytes of shared memory per block (max 227 KiB)"));
   const int slices = int((K / 128 + sb - 1) / sb);
   if (fmt == kFmtNvfp4 && nt == 1) launch_decode_t<kFmtNvfp4, 1>(sb, slices, stream, a, w, n, groups, ep, out);
   if (fmt == kFmtNvfp4 && nt == 2) launch_decode_t<kFmtNvfp4, 2>(sb, slices, stream, a, w, n, groups, ep, out);

@@ -132,7 +132,8 @@ const char* qgemm_kernel_name(QgemmKernel k) {
 
 QgemmKernel qgemm_pick_kernel(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& g) {
   if (a.chunk_scale || w.chunk_scale) return QgemmKernel::kTiled;
-  if (g.max_rows <= gemm_detail::kDecodeMaxRows && w.cols % 128 == 0 && w.format != GemmFormat::kBf16)
+  if (g.max_rows <= gemm_detail::kDecodeMaxRows && w.cols % 128 == 0 && w.format != GemmFormat::kBf16 &&
+      gemm_detail::decode_fits(w.format, w.cols, g.max_rows))
     return QgemmKernel::kDecode;
   return gemm_detail::wgmma_supported(w.cols) ? QgemmKernel::kWgmma : QgemmKernel::kTiled;
 }

@@ -442,6 +442,33 @@ void test_refusals() {
     }
     check(threw, std::string("fp8 block scaling refused by ") + cuda::qgemm_kernel_name(k) + " with a GemmError naming it");
   }
+  // The decode kernel's shared memory (the 32 KB pair table and the staged A slice) bounds K: nvfp4
+  // W with 9-16 rows fits up to K = 48128 (a 16-row A slice of 47 k-blocks of 128). Beyond, kAuto
+  // picks another kernel and a forced kDecode is refused with a GemmError naming the limit.
+  auto pick = [](int64_t rows, int64_t K) {
+    cuda::GemmOperandView av, wv;
+    av.format = GemmFormat::kBf16, av.rows = rows, av.cols = K;
+    wv.format = GemmFormat::kNvfp4, wv.rows = 8, wv.cols = K;
+    return cuda::qgemm_pick_kernel(av, wv, cuda::make_dense_table(rows));
+  };
+  check(pick(12, 48128) == QgemmKernel::kDecode, "decode route: nvfp4, 12 rows, K = 48128");
+  check(pick(12, 49152) != QgemmKernel::kDecode, "decode route: nvfp4, 12 rows, K = 49152 falls back");
+  check(pick(4, 49152) == QgemmKernel::kDecode, "decode route: nvfp4, 4 rows, K = 49152");
+  {
+    const int64_t M = 12, K = 49152;
+    Held a2 = make(bf16_kind(), random_values(M * K, 3, 1.0f), M, K);
+    Held w2 = make(q_kind(Format::kNvfp4, Scaling::kPerRow), random_values(8 * K, 4, 0.05f), 8, K);
+    bool threw = false;
+    try {
+      cuda::qgemm_cuda(a2.op("a"), w2.op("w"), {}, QgemmKernel::kDecode);
+    } catch (const GemmError& e) {
+      threw = std::string(e.what()).find("shared memory") != std::string::npos;
+    }
+    check(threw, "decode kernel refuses K = 49152 with 12 rows, naming shared memory");
+    const GemmResult aut = cuda::qgemm_cuda(a2.op("a"), w2.op("w"));
+    const GemmResult picked = cuda::qgemm_cuda(a2.op("a"), w2.op("w"), {}, pick(M, K));
+    check(same_bits(aut.d, picked.d, "auto vs picked"), "kAuto runs K = 49152 with 12 rows on the picked kernel");
+  }
 }
 
 }  // namespace

@@ -85,7 +85,8 @@ struct GemmOutView {
 };
 
 enum class QgemmKernel : uint8_t {
-  kAuto,    // decode when every group has <= 16 rows and K % 128 == 0, else wgmma where available, else tiled
+  kAuto,    // decode when every group has <= 16 rows, K % 128 == 0 and its shared memory fits (decode_fits),
+            // else wgmma where available, else tiled
             // (always tiled when an operand has fp8 chunk scales)
   kDecode,  // small-M streaming kernel
   kTiled,   // tiled tensor-core kernel (any M; the only one that takes fp8 1x128 / 128x128 operands)
