@@ -60,8 +60,9 @@ __device__ __forceinline__ void team_bar(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Dynamic shared memory of swiglu_nvfp4_rows_kernel: kStages row buffers of kC * 64 bytes per thread
-// (sized for kThreads threads: the buffers are indexed with compile-time strides).
+// Dynamic shared memory of swiglu_nvfp4_rows_kernel: each team's kStages input rows of 4H bytes. A
+// bound for every H the kernel takes: teams x 4H = teams x 64 nchunks <= 64 kC x teams x tt <=
+// 64 kC kThreads bytes per stage.
 constexpr size_t swiglu_stage_bytes(int threads, int chunks, int stages) {
   return size_t(threads) * 64 * size_t(chunks) * size_t(stages);
 }
@@ -115,10 +116,10 @@ __device__ __forceinline__ float swiglu_chunk(const float* silu_tab, const uint4
 
 // in: [rows, 2 * half] bf16; p: NVFP4 per_row parameters of the [rows, half] output (p.cols = half).
 // blockDim.x = teams * tt <= kThreads, tt a multiple of 32 with kC * tt >= p.nchunks; a thread
-// handles chunks tid, tid + tt, ... (kC of them) of its team's row. Each thread copies its own
-// chunks' 64 bytes each of the rows kStages - 1 steps ahead into its own shared-memory slots
-// (cp.async, one commit group per row) and reads back only what it copied, so the buffers need no
-// barrier; the router probability is loaded one row ahead into a register.
+// handles chunks tid, tid + tt, ... (kC of them) of its team's row, read from the row's image in
+// the team's stage buffer (filled by one bulk copy, kStages - 1 rows ahead, completing on the
+// stage's mbarrier; a stage is refilled only after the whole team passed the next row's team
+// barrier); the router probability is loaded one row ahead into a register.
 template <int kThreads, int kC, int kStages, bool Swz>
 __global__ void __launch_bounds__(kThreads, 1)
     swiglu_nvfp4_rows_kernel(const uint16_t* __restrict__ in, const float* __restrict__ prob, int64_t half, RowParams p, int tt) {
