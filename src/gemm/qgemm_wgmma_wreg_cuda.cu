@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(&full_w[s], 1 + 32);  // the codes' TMA transaction + the scale copies of producer warp 1
       mbar_init(&empty_w[s], 2 * 128);  // every consumer thread (its reads of the cp.async-written scales)
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    fence_mbarrier_init();
   }
   if (tid < 256) s_scale[tid] = uint32_t(scale_entry(GemmFormat::kNvfp4, uint32_t(tid))) * 0x10001u;
   __syncthreads();
