@@ -101,23 +101,20 @@ void run_gemm(const GemmArgs& a) {
   if (a.device == "cuda") {
 #if defined(LOCKSTEP_HAVE_CUDA)
     // --deterministic: the wgmma kernel (the tiled one where wgmma does not run: not sm_90, K % 64),
-    // whose order depends on K only (batch-invariant for every M); otherwise the decode kernel for
-    // M <= 16 (also batch-invariant within M <= 16) and above that the cuBLAS fast path (not
-    // batch-invariant; the deterministic kernel when libcublas is missing).
+    // whose order depends on K only (batch-invariant for every M); otherwise the fast path
+    // (cuda::qgemm_fast_kernel: the decode kernel for M <= 16, also batch-invariant within
+    // M <= 16; above that wgmma for nvfp4 / fp8 W and cuBLAS for mxfp8 / bf16 W, not batch-invariant).
     // fp8 block-scaled operands (per-128 k chunk scales) run on the tiled kernel only.
     auto fp8_block = [](const GemmOperand& o) {
       return o.q && o.q->format == Format::kFp8 &&
              (o.q->scaling == Scaling::kBlock1x128 || o.q->scaling == Scaling::kBlock128x128);
     };
     const bool chunked = fp8_block(ao) || fp8_block(wo);
-    const bool decode = ao.n_rows() <= 16 && wo.q && ao.n_cols() % 128 == 0;
     const cuda::QgemmKernel det =
         cuda::qgemm_wgmma_available(ao.n_cols()) ? cuda::QgemmKernel::kWgmma : cuda::QgemmKernel::kTiled;
-    const cuda::QgemmKernel k = chunked                            ? cuda::QgemmKernel::kTiled
-                                : a.deterministic                  ? det
-                                : decode                           ? cuda::QgemmKernel::kDecode
-                                : cuda::qgemm_cublas_available() ? cuda::QgemmKernel::kCublas
-                                                                   : det;
+    const cuda::QgemmKernel k = chunked           ? cuda::QgemmKernel::kTiled
+                                : a.deterministic ? det
+                                                  : cuda::qgemm_fast_kernel(wo.format(), 1, ao.n_rows(), ao.n_cols());
     r = cuda::qgemm_cuda(ao, wo, {}, k);
     path = cuda::qgemm_kernel_name(k);
 #endif

@@ -262,8 +262,13 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
   // strided batched call) ------------------------------------------------------------------------
   auto large = [&](const std::string& sec, const std::string& label, GemmFormat f, int64_t groups, int64_t rows,
                    int64_t n, int64_t k) {
+    // The fast path (QgemmKernel::kFast) names the kernel it picks for the call.
+    const QgemmKernel fast_kernel = qgemm_fast_kernel(f, groups, rows, k);
+    const char* fast_kind = fast_kernel == QgemmKernel::kCublas  ? "cuBLAS"
+                            : fast_kernel == QgemmKernel::kWgmma ? "wgmma"
+                                                                 : "tiled";
     const std::string det_name = label + " (deterministic tiled)", wg_name = label + " (deterministic wgmma)",
-                      fast_name = label + " (fast, cuBLAS)";
+                      fast_name = label + " (fast: " + fast_kind + ")";
     const bool want_det = want(sec, det_name), want_fast = cb.ok() && want(sec, fast_name),
                want_wg = qgemm_wgmma_available(k) && want(sec, wg_name);
     if (!want_det && !want_fast && !want_wg) return;
@@ -339,7 +344,7 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
     };
     if (want_det) row(det_name, QgemmKernel::kTiled, 0.75);
     if (want_wg) row(wg_name, QgemmKernel::kWgmma, 0.75);
-    if (want_fast) row(fast_name, QgemmKernel::kCublas, 0.9);
+    if (want_fast) row(fast_name, QgemmKernel::kFast, 0.9);
   };
   const std::vector<int64_t> dense = quick ? std::vector<int64_t>{4096} : std::vector<int64_t>{4096, 8192};
   for (int64_t d : dense)

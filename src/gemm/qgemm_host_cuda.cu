@@ -126,6 +126,7 @@ const char* qgemm_kernel_name(QgemmKernel k) {
     case QgemmKernel::kTiled: return "cuda_tiled";
     case QgemmKernel::kCublas: return "cuda_cublas";
     case QgemmKernel::kWgmma: return "cuda_wgmma";
+    case QgemmKernel::kFast: return "cuda_fast";
     default: return "cuda_auto";
   }
 }
@@ -138,6 +139,22 @@ QgemmKernel qgemm_pick_kernel(const GemmOperandView& a, const GemmOperandView& w
   return gemm_detail::wgmma_supported(w.cols) ? QgemmKernel::kWgmma : QgemmKernel::kTiled;
 }
 
+QgemmKernel qgemm_fast_kernel(GemmFormat wf, int64_t groups, int64_t max_rows, int64_t k) {
+  if (max_rows <= gemm_detail::kDecodeMaxRows && k % 128 == 0 && wf != GemmFormat::kBf16 &&
+      gemm_detail::decode_fits(wf, k, max_rows))
+    return QgemmKernel::kDecode;
+  const bool wg = gemm_detail::wgmma_supported(k), cb = gemm_detail::cublas_available() && k % 16 == 0;
+  const bool prefer_wg = groups > 1 || wf == GemmFormat::kNvfp4 || wf == GemmFormat::kFp8;
+  if (prefer_wg && wg) return QgemmKernel::kWgmma;
+  if (cb) return QgemmKernel::kCublas;
+  return wg ? QgemmKernel::kWgmma : QgemmKernel::kTiled;
+}
+
+QgemmKernel qgemm_pick_fast(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& g) {
+  if (a.chunk_scale || w.chunk_scale) return QgemmKernel::kTiled;
+  return qgemm_fast_kernel(w.format, g.groups, g.max_rows, w.cols);
+}
+
 void qgemm_device(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
                   const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, QgemmKernel kernel,
                   cudaStream_t stream) {
@@ -146,6 +163,7 @@ void qgemm_device(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
   if (ep.swiglu && n % 2 != 0) throw GemmError(gemm_detail::cat("qgemm cuda: swiglu needs an even N (got ", n, ")"));
   if (!out.d_f32 == !out.d_bf16) throw GemmError("qgemm cuda: give exactly one of d_f32 / d_bf16");
   if (kernel == QgemmKernel::kAuto) kernel = qgemm_pick_kernel(a, w, groups);
+  if (kernel == QgemmKernel::kFast) kernel = qgemm_pick_fast(a, w, groups);
   if ((a.chunk_scale || w.chunk_scale) && kernel != QgemmKernel::kTiled)
     throw GemmError(gemm_detail::cat("qgemm cuda: fp8 block scaling (1x128 / 128x128: per-128 k chunk scales) runs only on the tiled kernel, not ", qgemm_kernel_name(kernel)));
   if (kernel == QgemmKernel::kDecode)

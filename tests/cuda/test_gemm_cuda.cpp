@@ -471,6 +471,32 @@ void test_refusals() {
   }
 }
 
+// The fast path's routing (qgemm_fast_kernel) and kFast running the kernel it names.
+void test_fast_path() {
+  const bool wg = cuda::qgemm_wgmma_available(2048), cb = cuda::qgemm_cublas_available();
+  const QgemmKernel dense_mx = cb ? QgemmKernel::kCublas : wg ? QgemmKernel::kWgmma : QgemmKernel::kTiled;
+  const QgemmKernel packed = wg ? QgemmKernel::kWgmma : cb ? QgemmKernel::kCublas : QgemmKernel::kTiled;
+  check(cuda::qgemm_fast_kernel(GemmFormat::kNvfp4, 8, 1, 2048) == QgemmKernel::kDecode, "fast path: 1 row per expert -> decode");
+  check(cuda::qgemm_fast_kernel(GemmFormat::kNvfp4, 128, 512, 2048) == packed, "fast path: grouped nvfp4 -> wgmma");
+  check(cuda::qgemm_fast_kernel(GemmFormat::kMxfp8, 128, 512, 2048) == packed, "fast path: grouped mxfp8 -> wgmma");
+  check(cuda::qgemm_fast_kernel(GemmFormat::kNvfp4, 1, 4096, 2048) == packed, "fast path: dense nvfp4 -> wgmma");
+  check(cuda::qgemm_fast_kernel(GemmFormat::kFp8, 1, 4096, 2048) == packed, "fast path: dense fp8 -> wgmma");
+  check(cuda::qgemm_fast_kernel(GemmFormat::kMxfp8, 1, 4096, 2048) == dense_mx, "fast path: dense mxfp8 -> cuBLAS");
+  check(cuda::qgemm_fast_kernel(GemmFormat::kBf16, 1, 4, 2048) == dense_mx, "fast path: bf16 W, 4 rows -> cuBLAS");
+  // K % 64 != 0 leaves wgmma out.
+  const QgemmKernel k96 = cuda::qgemm_fast_kernel(GemmFormat::kNvfp4, 4, 100, 96);
+  check(k96 == (cb ? QgemmKernel::kCublas : QgemmKernel::kTiled), "fast path: K = 96 -> cuBLAS or tiled");
+  // kFast gives the bits of the kernel it names (grouped nvfp4, random inputs).
+  const int64_t E = 3, N = 128, K = 256;
+  const std::vector<int64_t> off = {0, 40, 40, 170};
+  Held a = make(bf16_kind(), random_values(off.back() * K, 7, 1.0f), off.back(), K);
+  Held w = make(q_kind(Format::kNvfp4, Scaling::kPerRow), random_values(E * N * K, 8, 0.05f), E * N, K);
+  const GemmResult fast = cuda::grouped_qgemm_cuda(a.op("a"), off, w.op("w"), {}, {}, QgemmKernel::kFast);
+  const QgemmKernel named = cuda::qgemm_fast_kernel(GemmFormat::kNvfp4, E, 130, K);
+  const GemmResult ref = cuda::grouped_qgemm_cuda(a.op("a"), off, w.op("w"), {}, {}, named);
+  check(same_bits(fast.d, ref.d, "kFast vs named"), std::string("kFast runs ") + cuda::qgemm_kernel_name(named));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -487,6 +513,7 @@ int main(int argc, char** argv) {
     test_grouped();
     test_decode_preload();
     test_refusals();
+    test_fast_path();
   } catch (const std::exception& e) {
     std::printf("ERROR: %s\n", e.what());
     ++g_fail;

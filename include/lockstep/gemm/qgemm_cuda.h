@@ -91,7 +91,9 @@ enum class QgemmKernel : uint8_t {
   kDecode,  // small-M streaming kernel
   kTiled,   // tiled tensor-core kernel (any M; the only one that takes fp8 1x128 / 128x128 operands)
   kWgmma,   // Hopper wgmma kernel (sm_90, K % 64 == 0), batch-invariant like kTiled
-  kCublas,  // fast path, NOT batch-invariant: exact bf16 dequantize + cuBLAS (fp32 accumulate) + epilogue
+  kCublas,  // NOT batch-invariant: exact bf16 dequantize + cuBLAS (fp32 accumulate) + epilogue
+  kFast,    // the fast path: the kernel measured fastest for the call (qgemm_pick_fast); NOT guaranteed
+            // batch-invariant (it may be kCublas)
 };
 // Whether libcublas was found (dlopen) for QgemmKernel::kCublas.
 bool qgemm_cublas_available();
@@ -100,6 +102,17 @@ bool qgemm_wgmma_available(int64_t k);
 const char* qgemm_kernel_name(QgemmKernel k);
 // Which kernel kAuto picks.
 QgemmKernel qgemm_pick_kernel(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& g);
+// Which kernel kFast picks for W of format wf, `groups` groups of at most max_rows rows and
+// reduction length k (fp8 chunk-scaled operands aside, which only the tiled kernel takes), from
+// `lockstep bench gemm` on the H200 (bench/RESULTS.md, seventh session):
+// - max_rows <= 16: as kAuto (the decode kernel where it fits);
+// - grouped calls (groups > 1), and dense calls with nvfp4 or fp8 W: the wgmma kernel (grouped
+//   128 experts x 128-1024 rows: 1.3-2.5x faster than dequantize + cuBLAS; dense 4096^3 / 8192^3
+//   within 3 %);
+// - dense calls with mxfp8 or bf16 W: cuBLAS (dense 4096^3 mxfp8: 1.15x faster than wgmma);
+// - where the pick does not run (no sm_90 / K % 64, libcublas missing): the other, else tiled.
+QgemmKernel qgemm_fast_kernel(GemmFormat wf, int64_t groups, int64_t max_rows, int64_t k);
+QgemmKernel qgemm_pick_fast(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& g);
 
 // D = A W^T per group, asynchronous on `stream`. n: W rows per group (N). `workspace` is resized
 // as needed (fp32 results before a SwiGLU epilogue, the cuBLAS path's bf16 operands). Throws
