@@ -189,7 +189,10 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   // loads either way: only the timing differs. Measured on the H200 (dev/micro_decode2.cu): MoE
   // decode graph 770 -> 716 us, dense decode rows 1-5% faster. Tried and slower: a bulk L2 prefetch
   // of the rest of the slice before the wait, a ring of 6, block sizes or a register cap that leave
-  // room for the next kernel's blocks (the host's block-size choice stays the fastest).
+  // room for the next kernel's blocks (the host's block-size choice stays the fastest), a ring of 3
+  // with three 8-warp blocks per SM (register cap 80: spills; 4096x14336 nearly 2x slower), and the
+  // tables copied from a global image by one bulk copy instead of built below (2-6 % slower on
+  // every row: bench/RESULTS.md, eighth session).
   auto load_ring = [&] {
 #pragma unroll
     for (int u = 0; u < kRing; ++u)
