@@ -13,11 +13,14 @@
 #include "lockstep/numerics/block_rules.h"
 #include "lockstep/numerics/transcendental.h"
 #include "lockstep/quant/quantize.h"
+#include "gemm_operands.h"
 
 using namespace lockstep;
 namespace num = lockstep::num;
 
 namespace {
+
+using namespace lockstep::gemm_test;
 
 uint64_t test_seed() {
   static const uint64_t s = [] {
@@ -26,83 +29,6 @@ uint64_t test_seed() {
     return v;
   }();
   return s;
-}
-
-// One operand kind: bf16 (no quantization) or a quantizer spec.
-struct Kind {
-  std::string label;
-  bool bf16 = false;
-  QuantSpec spec;
-};
-
-Kind bf16_kind() { return Kind{"bf16", true, {}}; }
-Kind q_kind(Format f, Scaling s, bool pow2 = false) {
-  QuantSpec q;
-  q.format = f;
-  q.scaling = s;
-  q.pow2 = pow2;
-  return Kind{std::string(format_name(f)) + "/" + std::string(scaling_name(s)) + (pow2 ? "/pow2" : ""), false, q};
-}
-
-// A held operand: its values and, when quantized, its QTensor.
-struct Held {
-  std::vector<float> x;
-  int64_t rows = 0, cols = 0;
-  std::optional<QTensor> q;
-  GemmOperand op(const std::string& name) const {
-    return q ? GemmOperand::quantized(*q, name) : GemmOperand::bf16(x, rows, cols, name);
-  }
-};
-
-Held make(const Kind& k, std::vector<float> x, int64_t rows, int64_t cols) {
-  Held h{std::move(x), rows, cols, std::nullopt};
-  if (!k.bf16) h.q = quantize(MatrixF32{h.x, rows, cols, num::kFltMax, "x"}, k.spec);
-  return h;
-}
-
-std::vector<float> random_values(int64_t n, uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 g(seed);
-  std::student_t_distribution<float> d(3.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = num::bf16_to_f32(num::f32_to_bf16(d(g) * scale));
-  return v;
-}
-
-// Values on the grid of `k`, so that quantization is lossless (checked by the caller) and every
-// product and partial sum stays a small multiple of a power of two (premise checked separately).
-// nvfp4: each row has amax 10.5 = 2688 * 2^-8 (S_dec = 2^-8) at column `amax_col`, alone in its
-// block (block scale 448); other blocks have E2M1 x {0.5, 1, 2} x 2^-8 with one element at +-6.
-// Others: integers |v| <= 15 (at most 4 significant bits) times a power of two per 32-block,
-// zero in columns 0..15.
-std::vector<float> grid_values(const Kind& k, int64_t rows, int64_t cols, uint64_t seed, int64_t amax_col) {
-  std::mt19937_64 g(seed);
-  std::vector<float> v(size_t(rows * cols), 0.0f);
-  auto pick = [&](int n) { return int(g() % uint64_t(n)); };
-  const bool nvfp4 = !k.bf16 && k.spec.format == Format::kNvfp4;
-  for (int64_t r = 0; r < rows; ++r) {
-    if (nvfp4) {
-      const float e2m1[] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-      const float scales[] = {0.5f, 1.0f, 2.0f};
-      for (int64_t b = 0; b < cols / 16; ++b) {
-        float* blk = v.data() + r * cols + b * 16;
-        if (amax_col / 16 == b) {
-          blk[amax_col % 16] = (pick(2) ? 1.0f : -1.0f) * 6.0f * 448.0f * 0x1p-8f;
-          continue;
-        }
-        const float s = scales[pick(3)];
-        for (int c = 0; c < 16; ++c) blk[c] = (pick(2) ? 1.0f : -1.0f) * e2m1[pick(8)] * s * 0x1p-8f;
-        blk[pick(16)] = (pick(2) ? 1.0f : -1.0f) * 6.0f * s * 0x1p-8f;
-      }
-    } else {
-      for (int64_t b = 0; b < (cols + 31) / 32; ++b) {
-        const float p = std::ldexp(1.0f, pick(5) - 2);
-        for (int64_t c = b * 32; c < std::min(cols, b * 32 + 32); ++c) v[size_t(r * cols + c)] = float(pick(31) - 15) * p;
-      }
-      // Columns 0..15 stay zero: they meet the other operand's nvfp4 amax block (inner 2688).
-      for (int64_t c = 0; c < std::min<int64_t>(cols, 16); ++c) v[size_t(r * cols + c)] = 0.0f;
-    }
-  }
-  return v;
 }
 
 // The premise of the exactness claim, from the decoded operands alone: every product, partial

@@ -15,11 +15,19 @@
 #include "lockstep/gemm/qgemm_cuda.h"
 #include "lockstep/numerics/hd.h"
 #include "lockstep/quant/quantize.h"
+#include "../gemm_operands.h"
 
 using namespace lockstep;
 using lockstep::cuda::QgemmKernel;
 
 namespace {
+
+using gemm_test::bf16_kind;
+using gemm_test::Held;
+using gemm_test::Kind;
+using gemm_test::make;
+using gemm_test::q_kind;
+using gemm_test::random_values;
 
 int g_pass = 0, g_fail = 0, g_skip = 0;
 bool g_reduced = false;  // --reduced: fewer shapes and pairings (the compute-sanitizer passes)
@@ -34,67 +42,9 @@ void check(bool ok, const std::string& what) {
   }
 }
 
-struct Kind {
-  std::string label;
-  bool bf16 = false;
-  QuantSpec spec;
-};
-Kind bf16_kind() { return Kind{"bf16", true, {}}; }
-Kind q_kind(Format f, Scaling s) {
-  QuantSpec q;
-  q.format = f;
-  q.scaling = s;
-  return Kind{std::string(format_name(f)) + "/" + std::string(scaling_name(s)), false, q};
-}
-struct Held {
-  std::vector<float> x;
-  int64_t rows = 0, cols = 0;
-  std::optional<QTensor> q;
-  GemmOperand op(const std::string& name) const {
-    return q ? GemmOperand::quantized(*q, name) : GemmOperand::bf16(x, rows, cols, name);
-  }
-};
-Held make(const Kind& k, std::vector<float> x, int64_t rows, int64_t cols) {
-  Held h{std::move(x), rows, cols, std::nullopt};
-  if (!k.bf16) h.q = quantize(MatrixF32{h.x, rows, cols, num::kFltMax, "x"}, k.spec);
-  return h;
-}
-std::vector<float> random_values(int64_t n, uint64_t seed, float scale) {
-  std::mt19937_64 g(seed);
-  std::student_t_distribution<float> d(3.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = num::bf16_to_f32(num::f32_to_bf16(d(g) * scale));
-  return v;
-}
-// Format-grid values (as tests/test_gemm.cpp): lossless quantization, small multiples of powers of two.
-std::vector<float> grid_values(const Kind& k, int64_t rows, int64_t cols, uint64_t seed, int64_t amax_col) {
-  std::mt19937_64 g(seed);
-  std::vector<float> v(size_t(rows * cols), 0.0f);
-  auto pick = [&](int n) { return int(g() % uint64_t(n)); };
-  const bool nvfp4 = !k.bf16 && k.spec.format == Format::kNvfp4;
-  for (int64_t r = 0; r < rows; ++r) {
-    if (nvfp4) {
-      const float e2m1[] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-      const float scales[] = {0.5f, 1.0f, 2.0f};
-      for (int64_t b = 0; b < cols / 16; ++b) {
-        float* blk = v.data() + r * cols + b * 16;
-        if (amax_col / 16 == b) {
-          blk[amax_col % 16] = (pick(2) ? 1.0f : -1.0f) * 6.0f * 448.0f * 0x1p-8f;
-          continue;
-        }
-        const float s = scales[pick(3)];
-        for (int c = 0; c < 16; ++c) blk[c] = (pick(2) ? 1.0f : -1.0f) * e2m1[pick(8)] * s * 0x1p-8f;
-        blk[pick(16)] = (pick(2) ? 1.0f : -1.0f) * 6.0f * s * 0x1p-8f;
-      }
-    } else {
-      for (int64_t b = 0; b < (cols + 31) / 32; ++b) {
-        const float p = std::ldexp(1.0f, pick(3) - 1);
-        for (int64_t c = b * 32; c < std::min(cols, b * 32 + 32); ++c) v[size_t(r * cols + c)] = float(pick(15) - 7) * p;
-      }
-      for (int64_t c = 0; c < std::min<int64_t>(cols, 16); ++c) v[size_t(r * cols + c)] = 0.0f;
-    }
-  }
-  return v;
+// Format-grid values (gemm_test::grid_values) with a narrower spread for the formats other than nvfp4.
+std::vector<float> grid_values_narrow(const Kind& k, int64_t rows, int64_t cols, uint64_t seed, int64_t amax_col) {
+  return gemm_test::grid_values(k, rows, cols, seed, amax_col, gemm_test::GridSpread{3, 7});
 }
 // Premise of bit-exactness for ANY summation order (tensor cores, slices): with G the largest power
 // of two dividing every product of an output, sum |products| < 2^24 G, so every partial sum of any
@@ -190,8 +140,8 @@ void test_grid_exact() {
     for (const Pairing& p : pairings()) {
       const std::string what = p.a.label + " x " + p.w.label + " " + std::to_string(s.M) + "x" + std::to_string(s.N) +
                                "x" + std::to_string(s.K);
-      Held a = make(p.a, grid_values(p.a, s.M, s.K, g_seed, 3), s.M, s.K);
-      Held w = make(p.w, grid_values(p.w, s.N, s.K, g_seed + 1, 5), s.N, s.K);
+      Held a = make(p.a, grid_values_narrow(p.a, s.M, s.K, g_seed, 3), s.M, s.K);
+      Held w = make(p.w, grid_values_narrow(p.w, s.N, s.K, g_seed + 1, 5), s.N, s.K);
       if (!any_order_exact(a.op("a"), w.op("w"))) {
         ++g_skip;
         continue;
@@ -311,8 +261,8 @@ void test_grouped() {
     const Pairing p = pairings()[0];
     const std::string what = std::string("grouped w4a16 ") + cuda::qgemm_kernel_name(kernel);
     const int64_t M = off.back();
-    Held a = make(p.a, grid_values(p.a, M, K, g_seed + 2, 3), M, K);
-    Held w = make(p.w, grid_values(p.w, E * N, K, g_seed + 3, 5), E * N, K);
+    Held a = make(p.a, grid_values_narrow(p.a, M, K, g_seed + 2, 3), M, K);
+    Held w = make(p.w, grid_values_narrow(p.w, E * N, K, g_seed + 3, 5), E * N, K);
     std::vector<float> bias(static_cast<size_t>(E * N)), prob(static_cast<size_t>(M));
     for (size_t i = 0; i < bias.size(); ++i) bias[i] = float(int(i % 7) - 3) * 0.25f;
     for (size_t i = 0; i < prob.size(); ++i) prob[i] = 0.125f * float(1 + i % 5);
