@@ -144,7 +144,7 @@ QgemmKernel qgemm_fast_kernel(GemmFormat wf, int64_t groups, int64_t max_rows, i
       gemm_detail::decode_fits(wf, k, max_rows))
     return QgemmKernel::kDecode;
   const bool wg = gemm_detail::wgmma_supported(k), cb = gemm_detail::cublas_available() && k % 16 == 0;
-  const bool prefer_wg = groups > 1 || wf == GemmFormat::kNvfp4 || wf == GemmFormat::kFp8;
+  const bool prefer_wg = wf == GemmFormat::kNvfp4 || wf == GemmFormat::kFp8 || (groups > 1 && wf != GemmFormat::kBf16);
   if (prefer_wg && wg) return QgemmKernel::kWgmma;
   if (cb) return QgemmKernel::kCublas;
   return wg ? QgemmKernel::kWgmma : QgemmKernel::kTiled;

@@ -433,6 +433,7 @@ void test_fast_path() {
   check(cuda::qgemm_fast_kernel(GemmFormat::kFp8, 1, 4096, 2048) == packed, "fast path: dense fp8 -> wgmma");
   check(cuda::qgemm_fast_kernel(GemmFormat::kMxfp8, 1, 4096, 2048) == dense_mx, "fast path: dense mxfp8 -> cuBLAS");
   check(cuda::qgemm_fast_kernel(GemmFormat::kBf16, 1, 4, 2048) == dense_mx, "fast path: bf16 W, 4 rows -> cuBLAS");
+  check(cuda::qgemm_fast_kernel(GemmFormat::kBf16, 128, 512, 2048) == dense_mx, "fast path: grouped bf16 W -> cuBLAS");
   // K % 64 != 0 leaves wgmma out.
   const QgemmKernel k96 = cuda::qgemm_fast_kernel(GemmFormat::kNvfp4, 4, 100, 96);
   check(k96 == (cb ? QgemmKernel::kCublas : QgemmKernel::kTiled), "fast path: K = 96 -> cuBLAS or tiled");

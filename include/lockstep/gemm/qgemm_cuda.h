@@ -106,10 +106,11 @@ QgemmKernel qgemm_pick_kernel(const GemmOperandView& a, const GemmOperandView& w
 // reduction length k (fp8 chunk-scaled operands aside, which only the tiled kernel takes), from
 // `lockstep bench gemm` on the H200 (bench/RESULTS.md, seventh and eighth sessions):
 // - max_rows <= 16: as kAuto (the decode kernel where it fits);
-// - grouped calls (groups > 1), and dense calls with nvfp4 or fp8 W: the wgmma kernel (grouped
-//   nvfp4, 128 experts x 128-1024 rows: 1.3-2.5x faster than dequantize + cuBLAS; dense 4096^3 /
-//   8192^3 nvfp4 and fp8 within 3 %; grouped mxfp8, fp8 and bf16 W are not benchmarked);
-// - dense calls with mxfp8 or bf16 W: cuBLAS (dense 4096^3 mxfp8: 1.15x faster than wgmma);
+// - nvfp4 or fp8 W, and grouped calls with mxfp8 W: the wgmma kernel (grouped nvfp4, 128 experts x
+//   128-1024 rows: 1.3-2.5x faster than dequantize + cuBLAS, which dequantizes every expert's W;
+//   dense 4096^3 / 8192^3 nvfp4 and fp8 within 3 %; grouped mxfp8 and fp8 are not benchmarked);
+// - dense calls with mxfp8 W, and bf16 W: cuBLAS (dense 4096^3 mxfp8: 1.15x faster than wgmma;
+//   bf16 W needs no dequantize, so cuBLAS is the bf16 baseline itself);
 // - where the pick does not run (no sm_90 / K % 64, libcublas missing): the other, else tiled.
 QgemmKernel qgemm_fast_kernel(GemmFormat wf, int64_t groups, int64_t max_rows, int64_t k);
 QgemmKernel qgemm_pick_fast(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& g);
