@@ -14,17 +14,21 @@
 //   each team looping over rows r, r + teams * grid, ...; the team's thread 0 loads each whole
 //   input row (gate and up halves, 4H bytes) with one bulk copy (TMA, cp.async.bulk) into one of
 //   the team's kSwigluStages row buffers, kSwigluStages - 1 rows ahead, completing on the buffer's
-//   mbarrier (up to 128 KB per SM in flight). Per-thread 16-byte cp.async copies (the previous version)
-//   requested every 32-byte sector from L2 in two halves and wrote shared memory one lane per
-//   wavefront (256 of the 400 wavefronts per warp and row): 0.46 of copy against 0.73 now.
+//   mbarrier. Per-thread 16-byte cp.async copies (an earlier version) requested every 32-byte
+//   sector from L2 in two halves and wrote shared memory one lane per wavefront: 0.46 of copy.
+// - Shared-memory wavefronts count: a thread reads its chunk's two 16-byte gate (and up) halves in
+//   a lane-dependent order, so the 8 lanes of a quarter warp hit 8 distinct bank quads (no 2-way
+//   conflict at the 32-byte lane stride); 0.75 -> 0.77 of copy at 512 x 2 x 3 in the same run.
 // - Row amax: redux.sync over order-preserving integer keys (NaN ignored, all NaN gives NaN), one
 //   barrier per row; encode as the NVFP4 row kernel: block scale two_level_block_scale_fast, factor
 //   two_level_encode_factor_fast, codes by e2m1_code_magic (encode_e2m1x16_f32_nonan), a chunk with
 //   a NaN y by encode_e2m1x16_rn.
-// - Measured on the H200 and dropped (bench/RESULTS.md, eighth session): 4 % fewer instructions
-//   (a silu table addressed by (c & 0x8FFF) << 2, no saturating min in the encode below 7), 5 or 6
-//   teams per CTA, 4 chunks per thread, refills right after the team barrier, an L2 evict-first
-//   policy on the bulk copies: none faster. The kernel waits on each row's latency chain.
+// - Measured on the H200 and dropped (bench/RESULTS.md, eighth and ninth sessions): 4 % fewer
+//   instructions (a silu table addressed by (c & 0x8FFF) << 2, no saturating min in the encode below
+//   7), 5 or 6 teams per CTA, 4 chunks per thread, refills right after the team barrier, an L2
+//   evict-first policy on the bulk copies; y kept in shared memory in place of the row (phase A of
+//   row i overlapped with phase B of row i - 1, team amax through an mbarrier, no team barrier):
+//   0.62 of copy, the extra shared-memory traffic costs more than the barrier.
 #pragma once
 
 #include "quantize_rows_cuda.cuh"
@@ -34,9 +38,12 @@ namespace lockstep::cuda::detail {
 
 constexpr uint32_t kSiluBase = (127u - 16u) << 7;  // bf16 magnitude code of 2^-16
 constexpr uint32_t kSiluN = 24u * 128u;            // table codes per sign: |g| in [2^-16, 2^8)
-constexpr int kSwigluThreads = 512;                // most threads per CTA (one CTA per SM)
-constexpr int kSwigluChunks = 2;                   // 16-element chunks per thread and row
-constexpr int kSwigluStages = 3;                   // row buffers per thread (2 rows ahead)
+// 1024 threads x 1 chunk x 2 row buffers per team: 0.80-0.81 of copy in development runs (H200,
+// bench shape), against 0.76-0.78 for 1024 x 1 x 3, 0.76-0.78 for 512 x 2 x 3 and 0.72 for 768 x 1
+// x 4 (with the conflict-free chunk reads below); bench/RESULTS.md, ninth session.
+constexpr int kSwigluThreads = 1024;               // most threads per CTA (one CTA per SM)
+constexpr int kSwigluChunks = 1;                   // 16-element chunks per thread and row
+constexpr int kSwigluStages = 2;                   // row buffers per team (1 row ahead)
 constexpr int kSwigluTeams = 15;                   // most teams per CTA (named barriers 1..15)
 
 // silu of 16 bf16 gates (8 words) when some leave the table's range: the table where it applies,
@@ -112,10 +119,15 @@ __device__ __forceinline__ float swiglu_chunk(const float* silu_tab, const uint4
     y[2 * i] = num::mul_rn(num::mul_rn(s[2 * i], __uint_as_float(uw[i] << 16)), pr);
     y[2 * i + 1] = num::mul_rn(num::mul_rn(s[2 * i + 1], __uint_as_float(uw[i] & 0xFFFF0000u)), pr);
   }
-  float camn = fabsf(y[0]);
+  // A tree of maxima (4 levels instead of a chain of 15: max.NaN is associative).
+  float m[8];
 #pragma unroll
-  for (int i = 1; i < 16; ++i) camn = fmax_nan_f32(camn, fabsf(y[i]));
-  return camn;
+  for (int i = 0; i < 8; ++i) m[i] = fmax_nan_f32(fabsf(y[2 * i]), fabsf(y[2 * i + 1]));
+#pragma unroll
+  for (int w = 4; w >= 1; w >>= 1)
+#pragma unroll
+    for (int i = 0; i < w; ++i) m[i] = fmax_nan_f32(m[i], m[i + w]);
+  return m[0];
 }
 
 // in: [rows, 2 * half] bf16; p: NVFP4 per_row parameters of the [rows, half] output (p.cols = half).
@@ -134,6 +146,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int t = threadIdx.x, nt = blockDim.x, lane = t & 31, warp = t >> 5;
   const int team = t / tt, tid = t - team * tt;
   const int teams = nt / tt, wpt = tt >> 5;
+  const int sw = (lane >> 2) & 1;  // read order of a chunk's two halves (bank conflicts)
   const int64_t stride = int64_t(gridDim.x) * teams;
   int64_t r = int64_t(blockIdx.x) * teams + team;
   bool valid[kC];
@@ -185,8 +198,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       cam[c] = num::amax_empty();
       has_nan[c] = false;
       if (valid[c]) {
-        const uint4* g = sp + 2 * c * tt;
-        cam[c] = swiglu_chunk(silu_tab, g[0], g[1], g[up], g[up + 1], pr, y[c]);
+        // Lanes 4-7 of each quarter warp read a chunk's second half first (sw = 1): a 16-byte
+        // load at a 32-byte lane stride then covers 8 distinct bank quads (no 2-way conflict).
+        // y[c] then holds elements 8..15 before 0..7; the encode swaps its two words back.
+        const uint4* g = sp + 2 * c * tt + sw;
+        const uint4* h = sp + 2 * c * tt + (1 - sw);
+        cam[c] = swiglu_chunk(silu_tab, g[0], h[0], g[up], h[up], pr, y[c]);
         has_nan[c] = num::is_nan(cam[c]);
         if (__builtin_expect(has_nan[c], 0)) cam[c] = amax16(y[c]);  // NaN ignored; all NaN gives NaN
         key = max(key, amax_redux_key(cam[c]));
@@ -210,7 +227,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint8_t sc = num::two_level_block_scale_fast(cam[c], outer);
         const float f = num::two_level_encode_factor_fast(sc, outer);
         const uint2 q = __builtin_expect(has_nan[c], 0) ? encode_e2m1x16_rn(y[c], f) : encode_e2m1x16_f32_nonan(y[c], f);
-        *reinterpret_cast<uint2*>(drow + b * 8) = q;
+        *reinterpret_cast<uint2*>(drow + b * 8) = sw ? make_uint2(q.y, q.x) : q;
         store_scale<Swz>(p.scale, r, b, sc);
       }
     }
