@@ -75,12 +75,16 @@ constexpr int kDequantThreads = 256;
 // (two 16-byte stores 32 bytes apart) cost 3-10 us more at 4096^3 and about 140 us more for the
 // grouped FC1 (128 experts x 512 rows); one launch for both operands with four half-pieces per
 // iteration about 20 us more at 4096^3.
+// Launched with programmatic dependent launch: the tables are built while the previous kernel in
+// the stream finishes; the operand is read and `out` written only after pdl_wait().
 template <GemmFormat F>
 __global__ void __launch_bounds__(kDequantThreads) dequant_bf16_kernel(GemmOperandView op, uint16_t* out) {
   __shared__ OperandLuts lut;
+  pdl_launch_dependents();
   lut.pair[threadIdx.x] = pair_entry(op.format, op.elem, threadIdx.x);
   lut.scale[threadIdx.x] = scale_entry(op.format, threadIdx.x);
   __syncthreads();
+  pdl_wait();
   const int64_t halves = op.rows * (op.cols / 8), stride = int64_t(gridDim.x) * blockDim.x;
   const uint8_t* d = static_cast<const uint8_t*>(op.data);
   auto load = [&](int64_t h, RawTile& r) {
@@ -119,17 +123,10 @@ const uint16_t* dequantized(const GemmOperandView& op, uint16_t* scratch, cudaSt
   const int64_t halves = op.rows * (op.cols / 8);
   if (halves == 0) return scratch;
   const int64_t blocks = std::min<int64_t>((halves + 2 * kDequantThreads - 1) / (2 * kDequantThreads), 132 * 16);
-  switch (op.format) {
-    case GemmFormat::kNvfp4:
-      dequant_bf16_kernel<GemmFormat::kNvfp4><<<unsigned(blocks), kDequantThreads, 0, stream>>>(op, scratch);
-      break;
-    case GemmFormat::kMxfp8:
-      dequant_bf16_kernel<GemmFormat::kMxfp8><<<unsigned(blocks), kDequantThreads, 0, stream>>>(op, scratch);
-      break;
-    default:
-      dequant_bf16_kernel<GemmFormat::kFp8><<<unsigned(blocks), kDequantThreads, 0, stream>>>(op, scratch);
-      break;
-  }
+  auto* kernel = op.format == GemmFormat::kNvfp4   ? dequant_bf16_kernel<GemmFormat::kNvfp4>
+                 : op.format == GemmFormat::kMxfp8 ? dequant_bf16_kernel<GemmFormat::kMxfp8>
+                                                   : dequant_bf16_kernel<GemmFormat::kFp8>;
+  launch_pdl(kernel, dim3(unsigned(blocks)), dim3(kDequantThreads), 0, stream, op, scratch);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
   return scratch;
 }

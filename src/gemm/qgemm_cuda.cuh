@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "lockstep/gemm/qgemm_cuda.h"
 #include "lockstep/numerics/block_rules.h"
@@ -24,6 +25,29 @@ std::string cat(const T&... x) {
   std::ostringstream os;
   (os << ... << x);
   return os.str();
+}
+
+// Programmatic dependent launch (sm_90). A kernel launched with launch_pdl (or the attribute
+// cudaLaunchAttributeProgrammaticStreamSerialization) may start while the previous kernel in the
+// stream is still running: it must call pdl_wait() before it touches global memory that earlier
+// work writes or reads. pdl_launch_dependents() lets the next such kernel start early. Both are
+// no-ops for a kernel launched without the attribute.
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+
+template <class... KArgs, class... Args>
+void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
 // bf16 bits of a value that is exactly a bf16 (every inner value the kernels build is: docs/gemm.md

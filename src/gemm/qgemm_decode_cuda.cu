@@ -94,9 +94,6 @@ __device__ __forceinline__ void fp8x4_to_bf16x2(uint32_t q, uint32_t& lo, uint32
   }
 }
 
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
-
 // One block of nw warps: tile bx of group z (W rows [bx*16nw, +16nw); swiglu: gate rows [bx*8nw, +8nw)
 // and up rows [I + bx*8nw, +8nw)), K slice y (cluster rank y of the cluster (1, slices, 1)); kNT
 // n-tiles of 8 A rows.

@@ -58,6 +58,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_mbarrier_init();
   }
   __syncthreads();
+  pdl_launch_dependents();
+  pdl_wait();  // the bf16 copies (and the group table) come from earlier work in the stream
 
   auto tile = [&](int64_t u, GemmGroupDesc& G, int64_t& m0, int64_t& n0) { return tile_of(u, groups, ts, G, m0, n0); };
 
@@ -207,8 +209,9 @@ void launch_wgmma_staged(const GemmOperandView& a, const GemmOperandView& w, int
   static const int ctas = persistent_ctas(reinterpret_cast<const void*>(wgmma_staged_kernel), kThreads, kSmemBytes);
   const TileSpace ts = tile_space(groups, n, kBM, kBN);
   const unsigned grid = unsigned(std::min<int64_t>(ctas, ts.units));
-  wgmma_staged_kernel<<<grid, kThreads, kSmemBytes, stream>>>(ma, mw, a, w, n, groups.table.as<GemmGroupDesc>(), ep,
-                                                               out, raw, ts);
+  // Programmatic dependent launch: the CTAs start (barriers) while the dequantize passes finish.
+  launch_pdl(wgmma_staged_kernel, dim3(grid), dim3(kThreads), size_t(kSmemBytes), stream, ma, mw, a, w, n,
+             groups.table.as<GemmGroupDesc>(), ep, out, raw, ts);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
   if (raw) launch_epilogue(raw, 1, groups.total_rows, a, w, n, groups, ep, out, stream);
 }
