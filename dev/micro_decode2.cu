@@ -3,7 +3,8 @@
 // and the MoE decode graph (48 layers x 8 experts, FC1 + SwiGLU, FC2), events around 20
 // back-to-back launches, weights rotated past L2; ratio to a 1 GiB D2D copy measured in the same
 // run; a pure streaming-read probe (the ceiling of a ~10 us read kernel); cluster occupancy.
-// Each dense row is timed with W preload unset and set (GemmOperandView::preload, "pre" column);
+// Each dense row is timed with W preload unset and set (GemmOperandView::preload, "pre" column;
+// the old kernel with it set, as `lockstep bench gemm` runs it);
 // MoE variants P:N1:N2 set preload and force the FC1 / FC2 block sizes.
 // Checks: new == old bit for bit when both use the same order (cmp=bits), else max rel diff;
 // batch invariance (row 0 alone == row 0 of M = 16).
@@ -184,7 +185,11 @@ int main(int argc, char** argv) {
         gemm_detail::launch_decode(a, w[0].view, sh.n, t, {}, on, ws_new, s);
         if (g_verbose) std::printf("\n");
         g_verbose = 0;
+        g_verbose = verbose && (m == 1 || m == 16);
+        if (g_verbose) std::printf("  old:");
         gemm_old::launch_decode(a, w[0].view, sh.n, t, {}, oo, ws_old, s);
+        if (g_verbose) std::printf("\n");
+        g_verbose = 0;
         LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
         auto hn = down(out_new, no), ho = down(out_old, no);
         char cmp[64];
@@ -226,7 +231,7 @@ int main(int argc, char** argv) {
         const bool pre_same = std::memcmp(down(out_new, no).data(), hn.data(), no * 4) == 0;
         if (!pre_same) ++bad;
         const double upre = median_time_us([&](int i) { gemm_detail::launch_decode(a, pre_view(i % copies), sh.n, t, {}, on, ws_new, s); }, iters, s, batch);
-        const double uo = !old ? 0 : median_time_us([&](int i) { gemm_old::launch_decode(a, w[i % copies].view, sh.n, t, {}, oo, ws_old, s); }, iters, s, batch);
+        const double uo = !old ? 0 : median_time_us([&](int i) { gemm_old::launch_decode(a, pre_view(i % copies), sh.n, t, {}, oo, ws_old, s); }, iters, s, batch);
         const double gb = w[0].bytes / un * 1e-3;
         char nm[64];
         std::snprintf(nm, sizeof nm, "%s%s %lldx%lld", fname(f), fm.e5 ? "(e5m2)" : "", (long long)sh.n, (long long)sh.k);

@@ -48,13 +48,23 @@ constexpr int kMaxWarps = 16;
 // Warps per SM below which the decode loop is latency-bound (the block-size model below).
 constexpr int kSaturatingWarps = 10;
 constexpr int kSmemLimit = 227 * 1024;  // per block (sm_90)
-// Pair table: entry b at byte offset 128 b holds one copy per lane (word 32 b + lane: conflict-free
-// lookups); address = ((code byte << 8) | (lane << 3)) >> 1: one byte permute (prmt) of the code
-// word and lane << 3, one shift.
+// Pair table, one copy per lane (conflict-free lookups), in one of two layouts:
+// - wide (blocks of more than 8 warps, which run one per SM): entry b at byte offset 256 b, lane
+//   l's copy at 8 (l & 15) + 4 (l >> 4) (32 distinct banks; bytes 128..255 of each entry unused):
+//   the address is one byte permute (prmt) of the code word and the lane offset, {offset, code
+//   byte, 0, 0}, which the lookup adds to the table base in its own addressing; 64 KB.
+// - compact (blocks of up to 8 warps, two per SM): entry b at 128 b, lane l's copy at 4 l; address
+//   = ((code byte << 8) | (lane << 3)) >> 1: the permute and one shift; 32 KB. (Measured on the
+//   H200: the wide table there puts two blocks at up to 209 KB of shared memory, which leaves the
+//   SM 28 KB of L1 for the W loads in flight; 4096x14336 M = 1 took 24.4 instead of 18.7 us.)
 // 8-bit codes use no table: cvt.rn.f16x2.e4m3x2 / .e5m2x2 (exact), f16 -> f32 -> bf16x2 (exact).
 constexpr int kFmtNvfp4 = 0, kFmtE4m3 = 1, kFmtE5m2 = 2;
-// Bytes before the staged A: pair table (nvfp4) + scale table (bf16x2 {s, s} per scale code).
-__host__ __device__ constexpr int smem_fixed(int fmt) { return (fmt == kFmtNvfp4 ? 256 * 32 * 4 : 0) + 1024; }
+__host__ __device__ constexpr bool wide_lut(int fmt, int max_warps) { return fmt == kFmtNvfp4 && max_warps > 8; }
+// Bytes before the staged A: pair table (nvfp4) + scale table (bf16x2 {s, s} per scale code), for
+// a block of nw warps.
+__host__ __device__ constexpr int smem_fixed(int fmt, int nw) {
+  return (fmt != kFmtNvfp4 ? 0 : wide_lut(fmt, nw) ? 256 * 256 : 256 * 32 * 4) + 1024;
+}
 constexpr int kMaxSlices = 8;               // cluster size (portable)
 // Register cap 65536 / 512 = 128 (the rings below fit); smaller blocks may share an SM.
 
@@ -70,7 +80,7 @@ __host__ __device__ constexpr int decode_slice_blocks(int64_t K) {
 // Staged A row stride in bf16: slice + 16 (row stride = 8 words mod 32 banks: conflict-free).
 __host__ __device__ constexpr int a_stride(int slice_blocks) { return slice_blocks * 128 + 16; }
 constexpr int decode_smem_bytes(int fmt, int nt, int nw, int slice_blocks) {
-  return smem_fixed(fmt) + nt * 8 * a_stride(slice_blocks) * 2 + 16 * nw * nt * 8 * 4;
+  return smem_fixed(fmt, nw) + nt * 8 * a_stride(slice_blocks) * 2 + 16 * nw * nt * 8 * 4;
 }
 
 // Four fp8 codes (bytes 0..3 of q) -> bf16x2 {b0, b1} and {b2, b3}, exact (every E4M3 / E5M2 value
@@ -110,8 +120,9 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   constexpr int kBytesPerBlock = kNvfp4 ? 64 : 128;  // per row per 128-wide k block
   constexpr int kScaleStep = kNvfp4 ? 8 : 4;         // scale bytes per row per k block
   const int AS = a_stride(slice_blocks);
-  constexpr int kFixed = smem_fixed(kFmt);
-  uint32_t* lut = reinterpret_cast<uint32_t*>(smem);                     // [256][32] pair table (nvfp4)
+  constexpr int kFixed = smem_fixed(kFmt, kMaxW);  // the wide table for kMaxW 16 (nw > 8)
+  constexpr bool kWide = wide_lut(kFmt, kMaxW);
+  uint32_t* lut = reinterpret_cast<uint32_t*>(smem);                     // pair table (nvfp4)
   uint32_t* slut = reinterpret_cast<uint32_t*>(smem + kFixed - 1024);   // [256]
   uint16_t* As = reinterpret_cast<uint16_t*>(smem + kFixed);            // [kM][AS], permuted k
   float* part = reinterpret_cast<float*>(smem + kFixed + kM * AS * 2);  // [16 nw][kM]
@@ -203,7 +214,13 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
     if constexpr (kNvfp4) {
       const uint32_t v = pair_entry(w.format, w.elem, uint32_t(b));
 #pragma unroll 8
-      for (int c = 0; c < 32; ++c) lut[b * 32 + ((c + b) & 31)] = v;
+      for (int c = 0; c < 32; ++c) {
+        const int l = (c + b) & 31;
+        if constexpr (kWide)
+          lut[b * 64 + (l & 15) * 2 + (l >> 4)] = v;
+        else
+          lut[b * 32 + l] = v;
+      }
     }
     slut[b] = uint32_t(scale_entry(w.format, uint32_t(b))) * 0x10001u;
   }
@@ -212,7 +229,10 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
 
   // Stage A[rows of the group, k0 .. k0 + ks) as exact bf16, permuted so that lane (g, t) of mma
   // step s of k block b reads its 4 elements 128b + 32t + 4s + {0..3} from one 8-byte word at
-  // b*128 + s*16 + t*4 (conflict-free). Rows past the group are zero.
+  // b*128 + s*16 + t*4 (conflict-free). Rows past the group are zero; the main loop's lanes of
+  // those mma columns read row 0 instead (a broadcast: fewer shared-memory wavefronts for M < 8;
+  // those columns are never stored). Skipping the zero rows' stores is left out: with the
+  // conditional stores, ptxas spills in the 8-bit kernels at the 128-register cap.
   const int rows_here = G.rows < kM ? G.rows : kM;
   {
     const int vec = ks / 8;  // 8-element vectors per row
@@ -252,17 +272,19 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   float acc[kNT][4];
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-  const uint32_t lane8 = uint32_t(lane) << 3;
-  // Table word for byte k (0..3) of x: LDS at (x.byte[k] << 7) | lane << 2, as one prmt (result
-  // bytes {lane8.byte0, x.byte[k], 0, 0}: selector nibbles 4, k, 5, 5; lane8 < 256) and one shift.
-#define LS_LUT(x, k) (*reinterpret_cast<const uint32_t*>(smem + (__byte_perm((x), lane8, 0x5504u | ((k) << 4)) >> 1)))
-  const uint16_t* abase = As + g * AS + t * 4;
+  // Table word for byte k (0..3) of x: wide layout, LDS at {loff, x.byte[k], 0, 0} (selector
+  // nibbles 4, k, 5, 5; loff < 128); compact layout, LDS at (x.byte[k] << 7) | lane << 2, as the
+  // permute with lane << 3 and one shift.
+  const uint32_t loff = kWide ? uint32_t(((lane & 15) << 3) | ((lane >> 4) << 2)) : uint32_t(lane) << 3;
+#define LS_LUT(x, k) (*reinterpret_cast<const uint32_t*>(smem + (__byte_perm((x), loff, 0x5504u | ((k) << 4)) >> (kWide ? 0 : 1))))
+  const uint16_t* abase[kNT];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) abase[nt] = As + (nt * 8 + g < rows_here ? nt * 8 + g : 0) * AS + t * 4;
   for (int b0 = 0; b0 < nblk; b0 += kRing) {
 #pragma unroll
     for (int u = 0; u < kRing; ++u) {
       const int b = b0 + u;
       if (b >= nblk) break;
-      const uint16_t* arow = abase + b * 128;
       const uint32_t* w0 = reinterpret_cast<const uint32_t*>(&x0[u][0]);
       const uint32_t* w1 = reinterpret_cast<const uint32_t*>(&x1[u][0]);
       uint32_t sA = 0, sB = 0, sA2 = 0, sB2 = 0;
@@ -296,7 +318,7 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
         }
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
-          const uint2 bv = *reinterpret_cast<const uint2*>(arow + nt * 8 * AS + s * 16);
+          const uint2 bv = *reinterpret_cast<const uint2*>(abase[nt] + b * 128 + s * 16);
           mma_bf16_16816(acc[nt], a0, a1, a2, a3, bv.x, bv.y);
         }
       }
