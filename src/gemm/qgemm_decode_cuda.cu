@@ -54,9 +54,16 @@ constexpr int kSmemLimit = 227 * 1024;  // per block (sm_90)
 //   the address is one byte permute (prmt) of the code word and the lane offset, {offset, code
 //   byte, 0, 0}, which the lookup adds to the table base in its own addressing; 64 KB.
 // - compact (blocks of up to 8 warps, two per SM): entry b at 128 b, lane l's copy at 4 l; address
-//   = ((code byte << 8) | (lane << 3)) >> 1: the permute and one shift; 32 KB. (Measured on the
-//   H200: the wide table there puts two blocks at up to 209 KB of shared memory, which leaves the
-//   SM 28 KB of L1 for the W loads in flight; 4096x14336 M = 1 took 24.4 instead of 18.7 us.)
+//   = ((code byte << 8) | (lane << 3)) >> 1: the permute and one shift; 32 KB. (With the wide
+//   table two such blocks take up to 209 KB of shared memory and 4096x14336 M = 1 ran 24.4
+//   instead of 18.7 us on the H200; our reading: the 28 KB of L1 left is too little for the W
+//   loads in flight.)
+// Measured on the H200 (tenth session): the wide table removes one instruction per code byte (the
+// shift), 12.5 % of the kernel's instructions at 14336x4096 M = 1, and the rows it serves got 3-5 %
+// faster; the lookups' shared-memory wavefronts stay, and stalls on them (short scoreboard, MIO
+// throttle) grew, so the kernel is now bound by its table lookups. Decoding half of the codes by
+// byte permutes instead (the transposed wgmma kernel's decoder: 15 instructions per 8 codes, no
+// shared memory) was 1-4 % slower on those rows and 3 % slower on the MoE decode.
 // 8-bit codes use no table: cvt.rn.f16x2.e4m3x2 / .e5m2x2 (exact), f16 -> f32 -> bf16x2 (exact).
 constexpr int kFmtNvfp4 = 0, kFmtE4m3 = 1, kFmtE5m2 = 2;
 __host__ __device__ constexpr bool wide_lut(int fmt, int max_warps) { return fmt == kFmtNvfp4 && max_warps > 8; }
@@ -200,7 +207,10 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   // room for the next kernel's blocks (the host's block-size choice stays the fastest), a ring of 3
   // with three 8-warp blocks per SM (register cap 80: spills; 4096x14336 nearly 2x slower), and the
   // tables copied from a global image by one bulk copy instead of built below (2-6 % slower on
-  // every row: bench/RESULTS.md, eighth session).
+  // every row: bench/RESULTS.md, eighth session); the ring in shared memory, filled by cp.async.cg
+  // (4-8 blocks deep: 8-bit codes 1.6x slower, nvfp4 1.0-1.5x), and only the first one or two
+  // ring slots issued before the wait with A's first loads ahead of the rest (2-8 % slower; the
+  // hoisted A loads made ptxas spill) (tenth session).
   auto load_ring = [&] {
 #pragma unroll
     for (int u = 0; u < kRing; ++u)
@@ -229,10 +239,7 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
 
   // Stage A[rows of the group, k0 .. k0 + ks) as exact bf16, permuted so that lane (g, t) of mma
   // step s of k block b reads its 4 elements 128b + 32t + 4s + {0..3} from one 8-byte word at
-  // b*128 + s*16 + t*4 (conflict-free). Rows past the group are zero; the main loop's lanes of
-  // those mma columns read row 0 instead (a broadcast: fewer shared-memory wavefronts for M < 8;
-  // those columns are never stored). Skipping the zero rows' stores is left out: with the
-  // conditional stores, ptxas spills in the 8-bit kernels at the 128-register cap.
+  // b*128 + s*16 + t*4 (conflict-free). Rows past the group are zero.
   const int rows_here = G.rows < kM ? G.rows : kM;
   {
     const int vec = ks / 8;  // 8-element vectors per row
@@ -277,14 +284,13 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   // permute with lane << 3 and one shift.
   const uint32_t loff = kWide ? uint32_t(((lane & 15) << 3) | ((lane >> 4) << 2)) : uint32_t(lane) << 3;
 #define LS_LUT(x, k) (*reinterpret_cast<const uint32_t*>(smem + (__byte_perm((x), loff, 0x5504u | ((k) << 4)) >> (kWide ? 0 : 1))))
-  const uint16_t* abase[kNT];
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) abase[nt] = As + (nt * 8 + g < rows_here ? nt * 8 + g : 0) * AS + t * 4;
+  const uint16_t* abase = As + g * AS + t * 4;
   for (int b0 = 0; b0 < nblk; b0 += kRing) {
 #pragma unroll
     for (int u = 0; u < kRing; ++u) {
       const int b = b0 + u;
       if (b >= nblk) break;
+      const uint16_t* arow = abase + b * 128;
       const uint32_t* w0 = reinterpret_cast<const uint32_t*>(&x0[u][0]);
       const uint32_t* w1 = reinterpret_cast<const uint32_t*>(&x1[u][0]);
       uint32_t sA = 0, sB = 0, sA2 = 0, sB2 = 0;
@@ -318,7 +324,7 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
         }
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
-          const uint2 bv = *reinterpret_cast<const uint2*>(abase[nt] + b * 128 + s * 16);
+          const uint2 bv = *reinterpret_cast<const uint2*>(arow + nt * 8 * AS + s * 16);
           mma_bf16_16816(acc[nt], a0, a1, a2, a3, bv.x, bv.y);
         }
       }
