@@ -63,7 +63,9 @@ constexpr int kSmemLimit = 227 * 1024;  // per block (sm_90)
 // faster; the lookups' shared-memory wavefronts stay, and stalls on them (short scoreboard, MIO
 // throttle) grew, so the kernel is now bound by its table lookups. Decoding half of the codes by
 // byte permutes instead (the transposed wgmma kernel's decoder: 15 instructions per 8 codes, no
-// shared memory) was 1-4 % slower on those rows and 3 % slower on the MoE decode.
+// shared memory) was 1-4 % slower on those rows and 3 % slower on the MoE decode; A fragments
+// loaded only by the lanes of present rows (half the A wavefronts for M <= 4) were 1-4.5 % faster
+// on nvfp4 rows but 6 % slower on fp8 4096x14336 and 1 % slower on the MoE decode.
 // 8-bit codes use no table: cvt.rn.f16x2.e4m3x2 / .e5m2x2 (exact), f16 -> f32 -> bf16x2 (exact).
 constexpr int kFmtNvfp4 = 0, kFmtE4m3 = 1, kFmtE5m2 = 2;
 __host__ __device__ constexpr bool wide_lut(int fmt, int max_warps) { return fmt == kFmtNvfp4 && max_warps > 8; }
