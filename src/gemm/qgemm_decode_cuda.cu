@@ -63,9 +63,7 @@ constexpr int kSmemLimit = 227 * 1024;  // per block (sm_90)
 // faster; the lookups' shared-memory wavefronts stay, and stalls on them (short scoreboard, MIO
 // throttle) grew, so the kernel is now bound by its table lookups. Decoding half of the codes by
 // byte permutes instead (the transposed wgmma kernel's decoder: 15 instructions per 8 codes, no
-// shared memory) was 1-4 % slower on those rows and 3 % slower on the MoE decode; A fragments
-// loaded only by the lanes of present rows (half the A wavefronts for M <= 4) were 1-4.5 % faster
-// on nvfp4 rows but 6 % slower on fp8 4096x14336 and 1 % slower on the MoE decode.
+// shared memory) was 1-4 % slower on those rows and 3 % slower on the MoE decode.
 // 8-bit codes use no table: cvt.rn.f16x2.e4m3x2 / .e5m2x2 (exact), f16 -> f32 -> bf16x2 (exact).
 constexpr int kFmtNvfp4 = 0, kFmtE4m3 = 1, kFmtE5m2 = 2;
 __host__ __device__ constexpr bool wide_lut(int fmt, int max_warps) { return fmt == kFmtNvfp4 && max_warps > 8; }
@@ -281,6 +279,15 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   float acc[kNT][4];
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+  // A fragments. With the compact table, only the lanes of present rows load them (predicated;
+  // the others keep zeros, and their mma columns are never stored): half the A wavefronts for
+  // M <= 4. Measured on the H200: nvfp4 4096x14336 M = 1 17.2 against 18.0 us; in the other
+  // kernels it was neutral or slower (fp8 4096x14336 M = 1 +6 %, MoE decode +1 %).
+  constexpr bool kPredA = kNvfp4 && !kWide;
+  uint2 bv[kNT];
+  bool a_act[kNT];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) bv[nt] = make_uint2(0, 0), a_act[nt] = !kPredA || nt * 8 + g < rows_here;
   // Table word for byte k (0..3) of x: wide layout, LDS at {loff, x.byte[k], 0, 0} (selector
   // nibbles 4, k, 5, 5; loff < 128); compact layout, LDS at (x.byte[k] << 7) | lane << 2, as the
   // permute with lane << 3 and one shift.
@@ -326,8 +333,8 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
         }
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
-          const uint2 bv = *reinterpret_cast<const uint2*>(arow + nt * 8 * AS + s * 16);
-          mma_bf16_16816(acc[nt], a0, a1, a2, a3, bv.x, bv.y);
+          if (a_act[nt]) bv[nt] = *reinterpret_cast<const uint2*>(arow + nt * 8 * AS + s * 16);
+          mma_bf16_16816(acc[nt], a0, a1, a2, a3, bv[nt].x, bv[nt].y);
         }
       }
       // The ring slot is consumed: refill it with block b + kRing (keeps kRing blocks in flight).
