@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   // tables copied from a global image by one bulk copy instead of built below (2-6 % slower on
   // every row: bench/RESULTS.md, eighth session); the ring in shared memory, filled by cp.async.cg
   // (4-8 blocks deep: 8-bit codes 1.6x slower, nvfp4 1.0-1.5x), and only the first one or two
-  // ring slots issued before the wait with A's first loads ahead of the rest (2-8 % slower; the
+  // ring slots issued before the wait with A's first loads ahead of the rest (2-9 % slower; the
   // hoisted A loads made ptxas spill) (tenth session).
   auto load_ring = [&] {
 #pragma unroll
