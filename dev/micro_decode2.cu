@@ -16,7 +16,9 @@
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --fmad=false -prec-div=true -prec-sqrt=true \
 //     -ftz=false --expt-relaxed-constexpr -Iinclude -Isrc [-DLOCKSTEP_DECODE_...] dev/micro_decode2.cu \
 //     -o gpu-bin-h3/micro_decode2 build-cuda/liblockstep.a -Xcompiler "-static-libstdc++ -static-libgcc -fopenmp"
-// Run: gpu-bin-h3/micro_decode2 [quick] [nomoe] [nodense] [noold] [sweep] [verbose] [P:N1:N2 ...]
+// Run: gpu-bin-h3/micro_decode2 [quick] [nomoe] [nodense] [noold] [sweep] [verbose] [timeline] [P:N1:N2 ...]
+// (timeline: per-phase %globaltimer stamps of every warp over 24 back-to-back calls at M = 1 and 16
+// and of the MoE FC1 / FC2 calls; the kernel records them only in this build, LOCKSTEP_DECODE_TIMELINE)
 // (P:N1:N2: an extra MoE variant, W preload 0/1 and the FC1 / FC2 block size in warps, 0 = auto)
 #include <algorithm>
 #include <array>
@@ -30,9 +32,11 @@
 #include "lockstep/tensor/cuda_timing.h"
 
 int g_force_nw = 0, g_last_nw = 0, g_verbose = 0;
+bool g_timeline = false;
 #define LOCKSTEP_DECODE_VERBOSE g_verbose
 #define LOCKSTEP_DECODE_FORCE_NW g_force_nw
 #define LOCKSTEP_DECODE_LAST_NW g_last_nw
+#define LOCKSTEP_DECODE_TIMELINE 1
 #include "../src/gemm/qgemm_decode_cuda.cu"
 
 namespace lockstep::cuda::gemm_old {
@@ -111,6 +115,65 @@ __global__ void __launch_bounds__(256) read_probe(const uint8_t* p, size_t bytes
   if (x == 0x12345678u) sink[0] = x;
 }
 
+// Timeline of back-to-back launches (W preload set): lane 0 of each warp records %globaltimer at
+// entry (0), after the table build and griddepcontrol.wait (1), after A is staged (2), at the end of
+// the k loop (3), after the first cluster barrier (4) and at exit (5). Prints, per phase boundary,
+// the min / median / max over warps relative to the launch's first entry (ns), averaged over
+// launches, and the launch period.
+void timeline(const char* name, const std::function<void(int)>& launch, cudaStream_t s) {
+  const int launches = 24;
+  DeviceBuffer buf(size_t(launches + 4) * 16 * 8 * 8192);
+  LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(buf.get(), 0, buf.size(), s));
+  for (int i = 0; i < 3; ++i) launch(i);
+  LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
+  unsigned long long* p = buf.as<unsigned long long>();
+  unsigned zero = 0;
+  LOCKSTEP_CUDA_CHECK(cudaMemcpyToSymbol(gemm_detail::g_decode_tl, &p, sizeof p));
+  LOCKSTEP_CUDA_CHECK(cudaMemcpyToSymbol(gemm_detail::g_decode_tl_ticket, &zero, sizeof zero));
+  for (int i = 0; i < launches; ++i) launch(i);
+  LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
+  unsigned tickets = 0;
+  LOCKSTEP_CUDA_CHECK(cudaMemcpyFromSymbol(&tickets, gemm_detail::g_decode_tl_ticket, sizeof tickets));
+  p = nullptr;
+  LOCKSTEP_CUDA_CHECK(cudaMemcpyToSymbol(gemm_detail::g_decode_tl, &p, sizeof p));
+  std::vector<unsigned long long> h(size_t(tickets) * 16);
+  LOCKSTEP_CUDA_CHECK(cudaMemcpy(h.data(), buf.get(), h.size() * 8, cudaMemcpyDeviceToHost));
+  const size_t per = tickets / launches;
+  if (per * launches != tickets) { std::printf("timeline %s: %u tickets for %d launches\n", name, tickets, launches); return; }
+  double q[6][3] = {}, period = 0, gap = 0, cyc[5] = {};
+  int used = 0;
+  std::vector<unsigned long long> prev_start(1, 0), prev_end(1, 0);
+  for (int L = 4; L < launches; ++L) {
+    const unsigned long long* r = h.data() + size_t(L) * per * 16;
+    unsigned long long st = ~0ull, en = 0;
+    for (size_t i = 0; i < per; ++i) st = std::min(st, r[i * 16 + 0]), en = std::max(en, r[i * 16 + 5]);
+    if (L > 4) period += double(st - prev_start[0]), gap += double(int64_t(st) - int64_t(prev_end[0]));
+    prev_start[0] = st, prev_end[0] = en;
+    for (int k = 0; k < 6; ++k) {
+      std::vector<double> v(per);
+      for (size_t i = 0; i < per; ++i) v[i] = double(r[i * 16 + k] - st);
+      std::sort(v.begin(), v.end());
+      q[k][0] += v[0], q[k][1] += v[per / 2], q[k][2] += v[per - 1];
+    }
+    for (int k = 0; k < 5; ++k) {
+      std::vector<double> v(per);
+      for (size_t i = 0; i < per; ++i) v[i] = double(r[i * 16 + 7 + k] - r[i * 16 + 6 + k]);
+      std::sort(v.begin(), v.end());
+      cyc[k] += v[per / 2];
+    }
+    ++used;
+  }
+  std::printf("timeline %-34s %zu warps/launch, period %.2f us, start - previous end %.2f us\n", name, per,
+              period / (used - 1) * 1e-3, gap / (used - 1) * 1e-3);
+  const char* names[6] = {"entry", "wait done", "A staged", "loop end", "cluster 1", "exit"};
+  for (int k = 0; k < 6; ++k)
+    std::printf("   %-10s min %7.2f  med %7.2f  max %7.2f us%s", names[k], q[k][0] / used * 1e-3, q[k][1] / used * 1e-3,
+                q[k][2] / used * 1e-3, k ? "" : "");
+  std::printf("\n   median cycles per phase: table+wait %.0f, A %.0f, loop %.0f, barrier %.0f, reduce+store %.0f\n",
+              cyc[0] / used, cyc[1] / used, cyc[2] / used, cyc[3] / used, cyc[4] / used);
+  LOCKSTEP_CUDA_CHECK(cudaMemcpyToSymbol(gemm_detail::g_decode_tl_ticket, &zero, sizeof zero));
+}
+
 int main(int argc, char** argv) {
   bool quick = false, moe = true, old = true, sweep = false, verbose = false, dense = true;
   std::vector<const char*> moe_specs;  // extra MoE variants "P:N1:N2" (preload, FC1 nw, FC2 nw)
@@ -122,6 +185,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "noold")) old = false;
     if (!std::strcmp(argv[i], "sweep")) sweep = true;
     if (!std::strcmp(argv[i], "verbose")) verbose = true;
+    if (!std::strcmp(argv[i], "timeline")) g_timeline = true;
   }
   const int iters = 15, batch = 20;
   cudaStream_t s;
@@ -239,6 +303,10 @@ int main(int argc, char** argv) {
         std::printf("%-28s %4lld %9.2f %9.0f %7.3f | pre %9.2f %7.3f%s | %9.2f %7.3f | %s nw %d", nm, (long long)m, un, gb, gb / copy_gbps,
                     upre, w[0].bytes / upre * 1e-3 / copy_gbps, pre_same ? "" : " DIFF", uo,
                     uo > 0 ? w[0].bytes / uo * 1e-3 / copy_gbps : 0.0, cmp, nw_auto);
+        if (g_timeline && (m == 1 || m == 16)) {
+          std::printf("\n");
+          timeline(nm, [&](int i) { gemm_detail::launch_decode(a, pre_view(i % copies), sh.n, t, {}, on, ws_new, s); }, s);
+        }
         if (sweep && (m == 1 || m == 16)) {
           for (int fnw : {4, 8, 12, 14, 16}) {
             g_force_nw = fnw;
@@ -295,6 +363,18 @@ int main(int argc, char** argv) {
     }
     vlist.push_back({0, 0, 0});  // repeats: the run-to-run noise
     vlist.push_back({1, 0, 0});
+    if (g_timeline) {
+      timeline("moe fc1 (swiglu) 8x1536x2048", [&](int i) {
+        GemmOperandView v = fc1[i % layers].view;
+        v.preload = true;
+        gemm_detail::launch_decode(a1, v, 2 * I, t1, ep1, o1, w1, s);
+      }, s);
+      timeline("moe fc2 8x2048x768", [&](int i) {
+        GemmOperandView v = fc2[i % layers].view;
+        v.preload = true;
+        gemm_detail::launch_decode(a2, v, H, t2, {}, o2, w2, s);
+      }, s);
+    }
     std::vector<float> y0;
     for (size_t vi = 0; vi < vlist.size(); ++vi) {
       const Var var = vlist[vi];

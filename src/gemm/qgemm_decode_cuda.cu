@@ -6,9 +6,11 @@
 // (5 k-blocks of 128 deep for nvfp4, 3 for 8-bit codes: a slot is refilled as soon as it is
 // consumed), dequantizes them exactly into bf16 (nvfp4: shared-memory pair table built from the
 // codec; 8-bit codes: cvt.rn.f16x2.e4m3x2 / e5m2x2, then f16 -> f32 -> bf16, all exact) and runs
-// bf16 mma.sync with fp32 accumulators. The slices of one row tile form one thread-block cluster:
-// partials stay in shared memory and are summed in ascending slice order through distributed
-// shared memory, then the epilogue (SwiGLU x router prob included: a block owns gate rows and the
+// bf16 mma.sync with fp32 accumulators. The slices of one row tile form one thread-block cluster
+// (one block per slice), or, where such clusters would need more than one wave, run in one block
+// (nw = slices x row warps: "whole-block mode"): either way the partials stay in shared memory and
+// are summed in ascending slice order (through distributed shared memory between the blocks of a
+// cluster), then the epilogue (SwiGLU x router prob included: a block owns gate rows and the
 // matching up rows) is applied in the same kernel: one launch, no workspace. Launched with
 // programmatic dependent launch: a kernel builds its tables while the previous kernel in the
 // stream finishes, and reads A and writes D only after griddepcontrol.wait; W too, unless w.preload
@@ -19,8 +21,10 @@
 #include <cooperative_groups.h>
 
 #include <array>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "qgemm_cuda.cuh"
 
@@ -65,6 +69,32 @@ constexpr int kSmemLimit = 227 * 1024;  // per block (sm_90)
 // byte permutes instead (the transposed wgmma kernel's decoder: 15 instructions per 8 codes, no
 // shared memory) was 1-4 % slower on those rows and 3 % slower on the MoE decode.
 // 8-bit codes use no table: cvt.rn.f16x2.e4m3x2 / .e5m2x2 (exact), f16 -> f32 -> bf16x2 (exact).
+// Optional timeline (dev/micro_decode2.cu defines LOCKSTEP_DECODE_TIMELINE): lane 0 of every warp
+// records %globaltimer and clock64 at entry (0), after griddepcontrol.wait (1), after A is staged
+// (2), at the end of the k loop (3), after the first cluster barrier (4) and at exit (5); never
+// compiled into the library.
+#ifdef LOCKSTEP_DECODE_TIMELINE
+__device__ unsigned long long* g_decode_tl = nullptr;  // [ticket][16]: 6 globaltimer, 6 clock64, ids
+__device__ unsigned int g_decode_tl_ticket = 0;
+#define LS_TL_BEGIN()                                                                        \
+  unsigned long long* tl_ = nullptr;                                                         \
+  if ((threadIdx.x & 31) == 0 && g_decode_tl != nullptr) {                                   \
+    tl_ = g_decode_tl + 16ull * atomicAdd(&g_decode_tl_ticket, 1u);                          \
+    unsigned sm_;                                                                            \
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_));                                         \
+    tl_[12] = sm_, tl_[13] = blockIdx.x, tl_[14] = blockIdx.y, tl_[15] = threadIdx.x >> 5;   \
+  }                                                                                          \
+  LS_TL(0)
+#define LS_TL(i)                                                         \
+  if (tl_ != nullptr) {                                                  \
+    unsigned long long gt_;                                              \
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(gt_));              \
+    tl_[i] = gt_, tl_[6 + (i)] = clock64();                              \
+  }
+#else
+#define LS_TL_BEGIN()
+#define LS_TL(i)
+#endif
 constexpr int kFmtNvfp4 = 0, kFmtE4m3 = 1, kFmtE5m2 = 2;
 __host__ __device__ constexpr bool wide_lut(int fmt, int max_warps) { return fmt == kFmtNvfp4 && max_warps > 8; }
 // Bytes before the staged A: pair table (nvfp4) + scale table (bf16x2 {s, s} per scale code), for
@@ -88,6 +118,11 @@ __host__ __device__ constexpr int decode_slice_blocks(int64_t K) {
 __host__ __device__ constexpr int a_stride(int slice_blocks) { return slice_blocks * 128 + 16; }
 constexpr int decode_smem_bytes(int fmt, int nt, int nw, int slice_blocks) {
   return smem_fixed(fmt, nw) + nt * 8 * a_stride(slice_blocks) * 2 + 16 * nw * nt * 8 * 4;
+}
+// Whole-block mode (all S slices in one block of nw = S x row warps): the A rows of the group (at
+// most `rows`) and one zero row over all of K.
+constexpr int decode_block_smem_bytes(int fmt, int nt, int nw, int slice_blocks, int slices, int rows) {
+  return smem_fixed(fmt, nw) + (rows + 1) * a_stride(slices * slice_blocks) * 2 + 16 * nw * nt * 8 * 4;
 }
 
 // Four fp8 codes (bytes 0..3 of q) -> bf16x2 {b0, b1} and {b2, b3}, exact (every E4M3 / E5M2 value
@@ -115,10 +150,10 @@ __device__ __forceinline__ void fp8x4_to_bf16x2(uint32_t q, uint32_t& lo, uint32
 // and up rows [I + bx*8nw, +8nw)), K slice y (cluster rank y of the cluster (1, slices, 1)); kNT
 // n-tiles of 8 A rows.
 // kMaxW: the largest block the instantiation takes (8: two blocks per SM, as register cap 128).
-template <int kFmt, int kNT, int kMaxW>
+template <int kFmt, int kNT, int kMaxW, bool kBlk>
 __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(GemmOperandView a, GemmOperandView w, int64_t n,
                                                                 const GemmGroupDesc* groups, DeviceEpilogue ep,
-                                                                GemmOutView out, int slice_blocks) {
+                                                                GemmOutView out, int slice_blocks, int spb_arg) {
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr bool kNvfp4 = kFmt == kFmtNvfp4;
   constexpr int kM = kNT * 8;
@@ -126,37 +161,46 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   constexpr int kVec = kNvfp4 ? 1 : 2;               // 16-byte loads per row per thread per k block
   constexpr int kBytesPerBlock = kNvfp4 ? 64 : 128;  // per row per 128-wide k block
   constexpr int kScaleStep = kNvfp4 ? 8 : 4;         // scale bytes per row per k block
-  const int AS = a_stride(slice_blocks);
+  const int spb = kBlk ? spb_arg : 1;  // slices per block (whole-block mode: all of them)
+  const int AS = a_stride(spb * slice_blocks);
   constexpr int kFixed = smem_fixed(kFmt, kMaxW);  // the wide table for kMaxW 16 (nw > 8)
   constexpr bool kWide = wide_lut(kFmt, kMaxW);
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem);                     // pair table (nvfp4)
   uint32_t* slut = reinterpret_cast<uint32_t*>(smem + kFixed - 1024);   // [256]
-  uint16_t* As = reinterpret_cast<uint16_t*>(smem + kFixed);            // [kM][AS], permuted k
-  float* part = reinterpret_cast<float*>(smem + kFixed + kM * AS * 2);  // [16 nw][kM]
+  uint16_t* As = reinterpret_cast<uint16_t*>(smem + kFixed);  // [staged rows][AS], permuted k
 
+  LS_TL_BEGIN();
   pdl_launch_dependents();  // the next kernel may start its prologue (it waits before touching data)
   const GemmGroupDesc G = groups[blockIdx.z];
   if (G.rows == 0) return;  // the whole cluster (same group) returns
-  const int slices = gridDim.y;
+  // Two ways to split K (docs/gemm.md "CUDA decode order"; the same chains and the same sum):
+  // - clusters (spb = 1): block y of the cluster (1, slices, 1) runs slice y with all nw warps;
+  // - whole block (spb = S slices, gridDim.y = 1): warp w runs row warp w % (nw / S) of slice
+  //   w / (nw / S); the partials meet in the block's shared memory.
+  const int slices = gridDim.y;  // blocks per row tile (cluster size)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int nthreads = int(blockDim.x), nw = nthreads >> 5, rows_blk = 16 * nw, half = nw >> 1;
+  const int nthreads = int(blockDim.x), nw = nthreads >> 5;
+  const int rwarps = nw / spb, rw = kBlk ? warp % rwarps : warp, slice = kBlk ? warp / rwarps : int(blockIdx.y);
+  const int rows_blk = 16 * rwarps, half = rwarps >> 1;
   const int g = lane >> 2, t = lane & 3;
   const int64_t K = w.cols;
-  const int64_t k0 = int64_t(blockIdx.y) * slice_blocks * 128;
+  const int64_t kb0 = int64_t(blockIdx.y) * spb * slice_blocks * 128;  // the block's k range (staged A)
+  const int64_t kb1 = kb0 + int64_t(spb) * slice_blocks * 128 < K ? kb0 + int64_t(spb) * slice_blocks * 128 : K;
+  const int ks = int(kb1 - kb0);
+  const int64_t k0 = int64_t(slice) * slice_blocks * 128;  // this warp's slice
   const int nblk = int((K - k0) / 128 < slice_blocks ? (K - k0) / 128 : slice_blocks);
-  const int ks = nblk * 128;
 
   // This warp's 16 W rows (local rows lr0 = warp*16 + g, lr1 = lr0 + 8 of the tile).
   const int64_t oc = ep.swiglu ? n / 2 : n;  // output columns
   int64_t j0, j1;
   bool v0, v1;
   if (ep.swiglu) {
-    const int64_t c0 = int64_t(blockIdx.x) * (16 * half) + (warp % half) * 16 + g;
-    const int64_t base = (warp / half) * oc;
+    const int64_t c0 = int64_t(blockIdx.x) * (16 * half) + (rw % half) * 16 + g;
+    const int64_t base = (rw / half) * oc;
     v0 = c0 < oc, v1 = c0 + 8 < oc;
     j0 = base + c0, j1 = base + c0 + 8;
   } else {
-    j0 = int64_t(blockIdx.x) * rows_blk + warp * 16 + g, j1 = j0 + 8;
+    j0 = int64_t(blockIdx.x) * rows_blk + rw * 16 + g, j1 = j0 + 8;
     v0 = j0 < n, v1 = j1 < n;
   }
   const int64_t wr0 = G.w_row0 + (v0 ? j0 : 0), wr1 = G.w_row0 + (v1 ? j1 : 0);  // clamped; discarded
@@ -235,12 +279,16 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
     slut[b] = uint32_t(scale_entry(w.format, uint32_t(b))) * 0x10001u;
   }
   pdl_wait();  // the previous kernel's writes (A, and anything it wrote to W or D) are visible now
+  LS_TL(1);
   if (!preload) load_ring();
 
-  // Stage A[rows of the group, k0 .. k0 + ks) as exact bf16, permuted so that lane (g, t) of mma
+  // Stage A[rows of the group, kb0 .. kb1) as exact bf16, permuted so that lane (g, t) of mma
   // step s of k block b reads its 4 elements 128b + 32t + 4s + {0..3} from one 8-byte word at
-  // b*128 + s*16 + t*4 (conflict-free). Rows past the group are zero.
+  // b*128 + s*16 + t*4 (conflict-free). Staged rows past the group are zero: kM rows with clusters;
+  // in whole-block mode the group's rows and one zero row, which the lanes of absent rows read.
   const int rows_here = G.rows < kM ? G.rows : kM;
+  const int rows_staged = kBlk ? rows_here + 1 : kM;
+  float* part = reinterpret_cast<float*>(smem + kFixed + rows_staged * AS * 2);  // [spb][16 rwarps][kM]
   {
     const int vec = ks / 8;  // 8-element vectors per row
     if (a.format == GemmFormat::kBf16) {
@@ -249,16 +297,17 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
       for (int c = tid; c < vec; c += nthreads) {
         const int e = c * 8;  // element e..e+7: block e/128, t (e/32)%4, steps s, s+1
         const int off = (e >> 7) * 128 + ((e >> 2) & 7) * 16 + ((e >> 5) & 3) * 4;
-#pragma unroll
-        for (int r0 = 0; r0 < kM; r0 += 8) {
+#pragma unroll(kBlk ? 1 : kNT)
+        for (int r0 = 0; r0 < rows_staged; r0 += 8) {
           uint4 v[8];
 #pragma unroll
           for (int r = 0; r < 8; ++r) {
             v[r] = make_uint4(0, 0, 0, 0);
-            if (r0 + r < rows_here) v[r] = *reinterpret_cast<const uint4*>(ad + (G.a_row0 + r0 + r) * K + k0 + e);
+            if (r0 + r < rows_here) v[r] = *reinterpret_cast<const uint4*>(ad + (G.a_row0 + r0 + r) * K + kb0 + e);
           }
 #pragma unroll
           for (int r = 0; r < 8; ++r) {
+            if (r0 + r >= rows_staged) break;
             uint16_t* dst = As + (r0 + r) * AS + off;
             *reinterpret_cast<uint2*>(dst) = make_uint2(v[r].x, v[r].y);
             *reinterpret_cast<uint2*>(dst + 16) = make_uint2(v[r].z, v[r].w);
@@ -266,15 +315,16 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
         }
       }
     } else {
-      for (int i = tid; i < kM * ks; i += nthreads) {
+      for (int i = tid; i < rows_staged * ks; i += nthreads) {
         const int r = i / ks, e = i % ks;
         const int b = e >> 7, tt = (e >> 5) & 3, s = (e >> 2) & 7;
         As[r * AS + b * 128 + s * 16 + tt * 4 + (e & 3)] =
-            r < rows_here ? inner_bf16(a, G.a_row0 + r, k0 + e) : uint16_t(0);
+            r < rows_here ? inner_bf16(a, G.a_row0 + r, kb0 + e) : uint16_t(0);
       }
     }
   }
   __syncthreads();
+  LS_TL(2);
 
   float acc[kNT][4];
 #pragma unroll
@@ -293,7 +343,13 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   // permute with lane << 3 and one shift.
   const uint32_t loff = kWide ? uint32_t(((lane & 15) << 3) | ((lane >> 4) << 2)) : uint32_t(lane) << 3;
 #define LS_LUT(x, k) (*reinterpret_cast<const uint32_t*>(smem + (__byte_perm((x), loff, 0x5504u | ((k) << 4)) >> (kWide ? 0 : 1))))
-  const uint16_t* abase = As + g * AS + t * 4;
+  // A row of n-tile nt for this lane: nt * 8 + g (whole-block mode: the zero row if absent), at
+  // this warp's slice within the staged range.
+  const uint16_t* abase = kBlk ? As + t * 4 + (k0 - kb0) : As + g * AS + t * 4;
+  int aoff[kNT];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+    aoff[nt] = kBlk ? (nt * 8 + g >= rows_here ? rows_here : nt * 8 + g) * AS : nt * 8 * AS;
   for (int b0 = 0; b0 < nblk; b0 += kRing) {
 #pragma unroll
     for (int u = 0; u < kRing; ++u) {
@@ -333,7 +389,7 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
         }
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
-          if (a_act[nt]) bv[nt] = *reinterpret_cast<const uint2*>(arow + nt * 8 * AS + s * 16);
+          if (a_act[nt]) bv[nt] = *reinterpret_cast<const uint2*>(arow + aoff[nt] + s * 16);
           mma_bf16_16816(acc[nt], a0, a1, a2, a3, bv[nt].x, bv[nt].y);
         }
       }
@@ -343,9 +399,10 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   }
 
 #undef LS_LUT
+  LS_TL(3);
 
   // acc[nt][q]: W row (q < 2 ? j0 : j1), A row nt * 8 + 2t + (q & 1).
-  if (slices == 1 && !ep.swiglu) {  // direct
+  if (!kBlk && slices == 1 && !ep.swiglu) {  // direct
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
@@ -360,15 +417,19 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
         store_out(out, orow * n + j, y);
       }
     }
+    LS_TL(4);
+    LS_TL(5);
     return;
   }
-  // Partials of this slice -> shared memory part[local row][token].
+  // Partials of this slice -> shared memory part[slot][local row][token] (slot: the slice in
+  // whole-block mode, else 0).
+  const int slot = rows_blk * kM;
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const int lr = warp * 16 + g + (q < 2 ? 0 : 8);
-      part[lr * kM + nt * 8 + 2 * t + (q & 1)] = acc[nt][q];
+      const int lr = rw * 16 + g + (q < 2 ? 0 : 8);
+      part[(kBlk ? slice : 0) * slot + lr * kM + nt * 8 + 2 * t + (q & 1)] = acc[nt][q];
     }
   }
   cg::cluster_group cluster = cg::this_cluster();
@@ -376,17 +437,22 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
     cluster.sync();
   else
     __syncthreads();
+  LS_TL(4);
   const int rank = int(blockIdx.y);
   const float* parts[kMaxSlices];
 #pragma unroll
-  for (int s = 0; s < kMaxSlices; ++s) parts[s] = s < slices ? (slices > 1 ? cluster.map_shared_rank(part, s) : part) : part;
+  for (int s = 0; s < kMaxSlices; ++s)
+    parts[s] = kBlk                        ? part + (s < spb ? s : 0) * slot
+               : s < slices && slices > 1 ? cluster.map_shared_rank(part, s)
+                                          : part;
+  const int nparts = kBlk ? spb : slices;
   // value(lr, tok): slices summed in ascending order, then steps 1-3 of the epilogue.
   auto value = [&](int lr, int tok, int64_t j) {
     const int idx = lr * kM + tok;
     float s = parts[0][idx];
 #pragma unroll
     for (int q = 1; q < kMaxSlices; ++q)
-      if (q < slices) s = num::add_rn(s, parts[q][idx]);
+      if (q < nparts) s = num::add_rn(s, parts[q][idx]);
     const int64_t orow = G.a_row0 + tok;
     return epilogue_value(s, outer_of(a, orow), outer_of(w, G.w_row0 + j), ep, G.w_row0 + j);
   };
@@ -413,6 +479,7 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
     }
   }
   if (slices > 1) cluster.sync();  // keep this block's partials alive until every rank has read them
+  LS_TL(5);
 }
 
 // Raw fp32 D -> output (used by the tiled and cuBLAS paths): see qgemm_cuda.cuh.
@@ -439,14 +506,14 @@ __global__ void epilogue_kernel(const float* ws, int slices, int64_t rows_total,
 }
 
 // Co-resident clusters of (1, slices, 1) blocks of nw warps (the GPU's answer, cached per shape).
-template <int kFmt, int kNT, int kMaxW>
+template <int kFmt, int kNT, int kMaxW, bool kBlk>
 int active_clusters(int nw, int slices, int smem) {
   static std::mutex mu;
   static std::map<std::array<int, 3>, int> cache;
   std::lock_guard<std::mutex> lock(mu);
   const std::array<int, 3> key{nw, slices, smem};
   if (auto it = cache.find(key); it != cache.end()) return it->second;
-  auto kern = decode_kernel<kFmt, kNT, kMaxW>;
+  auto kern = decode_kernel<kFmt, kNT, kMaxW, kBlk>;
   int dev = 0, sms = 0, r = 0;
   LOCKSTEP_CUDA_CHECK(cudaGetDevice(&dev));
   LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -474,65 +541,116 @@ int active_clusters(int nw, int slices, int smem) {
   return r < 1 ? 1 : r;
 }
 
-template <int kFmt, int kNT, int kMaxW>
-void set_smem_attr(int slice_blocks) {
+template <int kFmt, int kNT, int kMaxW, bool kBlk>
+void raise_smem_attr(int smem_max) {
   static int attr_smem = 0;  // per instantiation (per process; one device)
-  int smem_max = 0;          // the largest block that fits
-  for (int nw = 4; nw <= kMaxW; nw += 2)
-    if (decode_smem_bytes(kFmt, kNT, nw, slice_blocks) <= kSmemLimit) smem_max = decode_smem_bytes(kFmt, kNT, nw, slice_blocks);
   if (smem_max > attr_smem) {
-    LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<kFmt, kNT, kMaxW>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max));
+    LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<kFmt, kNT, kMaxW, kBlk>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max));
     attr_smem = smem_max;
   }
+}
+
+// LOCKSTEP_DECODE_SPLIT = auto | cluster | block: how the decode kernel splits K across slices
+// (kernel tests: the bits must not depend on it). block: whole blocks wherever their shared memory
+// fits; cluster: never whole blocks. Read once per process; an unknown value is a GemmError.
+enum class DecodeSplit : uint8_t { kAuto, kCluster, kBlock };
+DecodeSplit decode_split_forced() {
+  static const DecodeSplit r = [] {
+    const char* v = std::getenv("LOCKSTEP_DECODE_SPLIT");
+    const std::string s = v ? v : "";
+    if (s.empty() || s == "auto") return DecodeSplit::kAuto;
+    if (s == "cluster") return DecodeSplit::kCluster;
+    if (s == "block") return DecodeSplit::kBlock;
+    throw GemmError(cat("LOCKSTEP_DECODE_SPLIT: unknown split '", s, "' (auto, cluster, block)"));
+  }();
+  return r;
 }
 
 template <int kFmt, int kNT>
 void launch_decode_t(int slice_blocks, int slices, cudaStream_t stream, const GemmOperandView& a,
                      const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups, const DeviceEpilogue& ep,
                      GemmOutView out) {
-  set_smem_attr<kFmt, kNT, 8>(slice_blocks);
-  set_smem_attr<kFmt, kNT, 16>(slice_blocks);
-  // Block size: the even nw in 4..16 whose grid needs the least time, modelled as waves x
-  // max(warps per SM in a wave, kSaturatingWarps) (an SM with fewer warps is latency-bound, not
-  // faster); ties go to the larger block (fewer copies of the tables and of A, fewer blocks).
-  // Only the schedule depends on it, never a row's order.
+  // Block size and split mode: only the schedule depends on them, never a row's order.
+  // Block size: the nw whose grid needs the least time, modelled as waves x max(warps per SM in a
+  // wave, kSaturatingWarps) (an SM with fewer warps is latency-bound, not faster); ties go to the
+  // larger block (fewer copies of the tables and of A, fewer blocks).
+  // Several slices: clusters, unless their grid needs more than one wave (clusters of 4 or more
+  // blocks pack the GPCs unevenly: 8192x8192 ran in two) and whole-block mode (no cluster;
+  // nw = slices x row warps; its A rows span all of K) fits in one. Measured on the H200 (eleventh
+  // session, dev/micro_decode2.cu): 8192x8192 M = 1 nvfp4 18.7 against 24.1 us, mxfp8 / fp8 23.4 /
+  // 23.1 against 31.3 / 29.7 us; where clusters take one wave, whole blocks were 0-6 % slower at
+  // M <= 8 and up to 26 % slower at M = 16 (about 220 KB of shared memory per SM, little L1 left).
   int sms = 0, dev = 0;
   LOCKSTEP_CUDA_CHECK(cudaGetDevice(&dev));
   LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int64_t oc = ep.swiglu ? n / 2 : n;
-  int best_nw = 8;
-  int64_t best_cost = -1, best_tiles = 0;
-  for (int nw = kMaxWarps; nw >= 4; nw -= 2) {
-    const int64_t per_tile = ep.swiglu ? 8 * nw : 16 * nw;
+  const int rows = int(groups.max_rows);
+  int best_nw = 8, best_spb = 1, best_smem = 0;
+  int64_t best_cost = -1, best_tiles = 0, best_waves = 0;
+  auto consider = [&](int nw, int spb, int smem, int64_t per_tile, int64_t active_units, int64_t units_per_tile) {
     const int64_t tiles = (oc + per_tile - 1) / per_tile;
-    const int64_t clusters = tiles * groups.groups;
-    const int smem = decode_smem_bytes(kFmt, kNT, nw, slice_blocks);
-    if (smem > kSmemLimit) continue;
-    const int64_t active = nw <= 8 ? active_clusters<kFmt, kNT, 8>(nw, slices, smem)
-                                   : active_clusters<kFmt, kNT, 16>(nw, slices, smem);
-    const int64_t waves = (clusters + active - 1) / active;
-    const int64_t in_wave = (clusters < active ? clusters : active) * slices;
+    const int64_t units = tiles * groups.groups;  // clusters or blocks
+    const int64_t waves = (units + active_units - 1) / active_units;
+    const int64_t in_wave = (units < active_units ? units : active_units) * units_per_tile;
     const int64_t warps_per_sm = ((in_wave + sms - 1) / sms) * nw;
     const int64_t cost = waves * (warps_per_sm > kSaturatingWarps ? warps_per_sm : kSaturatingWarps);
 #ifdef LOCKSTEP_DECODE_VERBOSE
-    if (LOCKSTEP_DECODE_VERBOSE) std::printf("  [nw %d: tiles %lld active %lld waves %lld cost %lld]", nw, (long long)tiles, (long long)active,
-                (long long)waves, (long long)cost);
+    if (LOCKSTEP_DECODE_VERBOSE) std::printf("  [nw %d spb %d: tiles %lld active %lld waves %lld cost %lld]", nw, spb, (long long)tiles,
+                (long long)active_units, (long long)waves, (long long)cost);
 #endif
-    if (best_cost < 0 || cost < best_cost) best_cost = cost, best_nw = nw, best_tiles = tiles;
+    if (best_cost < 0 || cost < best_cost)
+      best_cost = cost, best_nw = nw, best_spb = spb, best_tiles = tiles, best_smem = smem, best_waves = waves;
+  };
+  for (int nw = kMaxWarps; nw >= 4; nw -= 2) {  // clusters (or one slice)
+    const int smem = decode_smem_bytes(kFmt, kNT, nw, slice_blocks);
+    if (smem > kSmemLimit) continue;
+    int64_t active = 0;
+    if (nw <= 8) {
+      raise_smem_attr<kFmt, kNT, 8, false>(smem);
+      active = active_clusters<kFmt, kNT, 8, false>(nw, slices, smem);
+    } else {
+      raise_smem_attr<kFmt, kNT, 16, false>(smem);
+      active = active_clusters<kFmt, kNT, 16, false>(nw, slices, smem);
+    }
+    consider(nw, 1, smem, ep.swiglu ? 8 * nw : 16 * nw, active, slices);
   }
-#ifdef LOCKSTEP_DECODE_FORCE_NW  // dev/micro_decode2.cu: sweep the block size
+  const DecodeSplit split = decode_split_forced();
+  if (slices > 1 && split != DecodeSplit::kCluster && (best_waves > 1 || split == DecodeSplit::kBlock)) {
+    const int c_nw = best_nw, c_smem = best_smem;
+    const int64_t c_tiles = best_tiles, c_cost = best_cost;
+    best_cost = -1;
+    for (int r = kMaxWarps / slices; slices * r > 8; --r) {  // (instantiated for blocks of 9-16 warps)
+      if (ep.swiglu && r % 2 != 0) continue;
+      const int nw = slices * r;
+      const int smem = decode_block_smem_bytes(kFmt, kNT, nw, slice_blocks, slices, rows);
+      if (smem > kSmemLimit) continue;
+      raise_smem_attr<kFmt, kNT, 16, true>(smem);
+      const int64_t active = active_clusters<kFmt, kNT, 16, true>(nw, 1, smem);
+      consider(nw, slices, smem, ep.swiglu ? 8 * r : 16 * r, active, 1);
+    }
+    // no whole-block grid that fits in one wave (or fits at all, when forced): the clusters
+    if (best_cost < 0 || (best_waves > 1 && split != DecodeSplit::kBlock))
+      best_nw = c_nw, best_spb = 1, best_smem = c_smem, best_tiles = c_tiles, best_cost = c_cost;
+  }
+#ifdef LOCKSTEP_DECODE_FORCE_NW  // dev/micro_decode2.cu: sweep the block size (cluster mode)
   if (LOCKSTEP_DECODE_FORCE_NW > 0) {
-    best_nw = LOCKSTEP_DECODE_FORCE_NW;
+    best_nw = LOCKSTEP_DECODE_FORCE_NW, best_spb = 1;
     const int64_t per_tile = ep.swiglu ? 8 * best_nw : 16 * best_nw;
     best_tiles = (oc + per_tile - 1) / per_tile;
+    best_smem = decode_smem_bytes(kFmt, kNT, best_nw, slice_blocks);
+    if (best_nw <= 8)
+      raise_smem_attr<kFmt, kNT, 8, false>(best_smem);
+    else
+      raise_smem_attr<kFmt, kNT, 16, false>(best_smem);
   }
-  LOCKSTEP_DECODE_LAST_NW = best_nw;
+  LOCKSTEP_DECODE_LAST_NW = best_spb > 1 ? 100 * best_spb + best_nw : best_nw;
 #endif
-  const dim3 grid(unsigned(best_tiles), unsigned(slices), unsigned(groups.groups));
+  const int cluster = best_spb > 1 ? 1 : slices;
+  const dim3 grid(unsigned(best_tiles), unsigned(cluster), unsigned(groups.groups));
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = dim3(unsigned(best_nw * 32));
-  cfg.dynamicSmemBytes = size_t(decode_smem_bytes(kFmt, kNT, best_nw, slice_blocks));
+  cfg.dynamicSmemBytes = size_t(best_smem);
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -543,8 +661,11 @@ void launch_decode_t(int slice_blocks, int slices, cudaStream_t stream, const Ge
   attr[1].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = grid.y > 1 ? 2 : 1;
-  auto kern = best_nw <= 8 ? decode_kernel<kFmt, kNT, 8> : decode_kernel<kFmt, kNT, 16>;
-  LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, a, w, n, groups.table.as<GemmGroupDesc>(), ep, out, slice_blocks));
+  auto kern = best_spb > 1    ? decode_kernel<kFmt, kNT, 16, true>
+              : best_nw <= 8 ? decode_kernel<kFmt, kNT, 8, false>
+                             : decode_kernel<kFmt, kNT, 16, false>;
+  LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, a, w, n, groups.table.as<GemmGroupDesc>(), ep, out, slice_blocks,
+                                         best_spb));
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 

@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "lockstep/gemm/qgemm.h"
@@ -199,17 +200,21 @@ void test_batch_invariance() {
   std::vector<Pairing> ps = {pairings()[0], pairings()[4], pairings()[5], pairings()[6], pairings()[7], pairings()[9]};
   if (g_reduced) ps = {pairings()[0], pairings()[9]};
   for (const Pairing& p : ps)
-    for (const auto& [M, kernel] : {std::pair<int64_t, QgemmKernel>{16, QgemmKernel::kDecode},
-                                    std::pair<int64_t, QgemmKernel>{13, QgemmKernel::kDecode},
-                                    std::pair<int64_t, QgemmKernel>{150, QgemmKernel::kTiled},
-                                    std::pair<int64_t, QgemmKernel>{150, QgemmKernel::kWgmma},
-                                    // batch on the TMA-fed copies, a row alone in-loop: the same chain
-                                    std::pair<int64_t, QgemmKernel>{300, QgemmKernel::kWgmma},
-                                    std::pair<int64_t, QgemmKernel>{13, QgemmKernel::kWgmma}}) {
-      const int64_t N = 136, K = 2304;
+    for (const auto& [M, kernel, K] : {std::tuple<int64_t, QgemmKernel, int64_t>{16, QgemmKernel::kDecode, 2304},
+                                       std::tuple<int64_t, QgemmKernel, int64_t>{13, QgemmKernel::kDecode, 2304},
+                                       // decode: 16 rows split K over a cluster, a row alone in one
+                                       // block (its A slice fits); the same chain
+                                       std::tuple<int64_t, QgemmKernel, int64_t>{16, QgemmKernel::kDecode, 8192},
+                                       std::tuple<int64_t, QgemmKernel, int64_t>{150, QgemmKernel::kTiled, 2304},
+                                       std::tuple<int64_t, QgemmKernel, int64_t>{150, QgemmKernel::kWgmma, 2304},
+                                       // batch on the TMA-fed copies, a row alone in-loop: the same chain
+                                       std::tuple<int64_t, QgemmKernel, int64_t>{300, QgemmKernel::kWgmma, 2304},
+                                       std::tuple<int64_t, QgemmKernel, int64_t>{13, QgemmKernel::kWgmma, 2304}}) {
+      const int64_t N = 136;
       if (kernel == QgemmKernel::kWgmma && !cuda::qgemm_wgmma_available(K)) continue;
       if ((chunked(p.a) || chunked(p.w)) && kernel != QgemmKernel::kTiled) continue;
-      const std::string what = p.a.label + " x " + p.w.label + " M=" + std::to_string(M) + " " + cuda::qgemm_kernel_name(kernel);
+      const std::string what = p.a.label + " x " + p.w.label + " M=" + std::to_string(M) + " K=" + std::to_string(K) + " " +
+                               cuda::qgemm_kernel_name(kernel);
       const std::vector<float> xa = random_values(M * K, g_seed + 5, 1.5f), xw = random_values(N * K, g_seed + 6, 0.1f);
       Held w = make(p.w, xw, N, K);
       Held a = make(p.a, xa, M, K);
