@@ -4,7 +4,7 @@
 // back-to-back launches, weights rotated past L2; ratio to a 1 GiB D2D copy measured in the same
 // run; a pure streaming-read probe (the ceiling of a ~10 us read kernel); cluster occupancy.
 // Each dense row is timed with W preload unset and set (GemmOperandView::preload, "pre" column;
-// the old kernel with it set, as `lockstep bench gemm` runs it);
+// the old kernel with it set, as `lockstep bench gemm` runs it, sampled alternately with "pre");
 // MoE variants P:N1:N2 set preload and force the FC1 / FC2 block sizes.
 // Checks: new == old bit for bit when both use the same order (cmp=bits), else max rel diff;
 // batch invariance (row 0 alone == row 0 of M = 16).
@@ -18,7 +18,8 @@
 //     -o gpu-bin-h3/micro_decode2 build-cuda/liblockstep.a -Xcompiler "-static-libstdc++ -static-libgcc -fopenmp"
 // Run: gpu-bin-h3/micro_decode2 [quick] [nomoe] [nodense] [noold] [sweep] [verbose] [timeline] [P:N1:N2 ...]
 // (timeline: per-phase %globaltimer stamps of every warp over 24 back-to-back calls at M = 1 and 16
-// and of the MoE FC1 / FC2 calls; the kernel records them only in this build, LOCKSTEP_DECODE_TIMELINE)
+// and of the MoE FC1 / FC2 calls; needs a build with -DMICRO_TIMELINE, whose kernel records them
+// through LOCKSTEP_DECODE_TIMELINE and is slower for it: time the kernels in a build without it)
 // (P:N1:N2: an extra MoE variant, W preload 0/1 and the FC1 / FC2 block size in warps, 0 = auto)
 #include <algorithm>
 #include <array>
@@ -27,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <tuple>
 #include <vector>
 
 #include "lockstep/tensor/cuda_timing.h"
@@ -36,7 +38,9 @@ bool g_timeline = false;
 #define LOCKSTEP_DECODE_VERBOSE g_verbose
 #define LOCKSTEP_DECODE_FORCE_NW g_force_nw
 #define LOCKSTEP_DECODE_LAST_NW g_last_nw
+#ifdef MICRO_TIMELINE  // -DMICRO_TIMELINE: the kernel stamps its phases (costs it time: a separate build)
 #define LOCKSTEP_DECODE_TIMELINE 1
+#endif
 #include "../src/gemm/qgemm_decode_cuda.cu"
 
 namespace lockstep::cuda::gemm_old {
@@ -121,6 +125,11 @@ __global__ void __launch_bounds__(256) read_probe(const uint8_t* p, size_t bytes
 // the min / median / max over warps relative to the launch's first entry (ns), averaged over
 // launches, and the launch period.
 void timeline(const char* name, const std::function<void(int)>& launch, cudaStream_t s) {
+#ifndef MICRO_TIMELINE
+  (void)launch, (void)s;
+  std::printf("timeline %s: build with -DMICRO_TIMELINE\n", name);
+  return;
+#else
   const int launches = 24;
   DeviceBuffer buf(size_t(launches + 4) * 16 * 8 * 8192);
   LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(buf.get(), 0, buf.size(), s));
@@ -172,6 +181,7 @@ void timeline(const char* name, const std::function<void(int)>& launch, cudaStre
   std::printf("\n   median cycles per phase: table+wait %.0f, A %.0f, loop %.0f, barrier %.0f, reduce+store %.0f\n",
               cyc[0] / used, cyc[1] / used, cyc[2] / used, cyc[3] / used, cyc[4] / used);
   LOCKSTEP_CUDA_CHECK(cudaMemcpyToSymbol(gemm_detail::g_decode_tl_ticket, &zero, sizeof zero));
+#endif
 }
 
 int main(int argc, char** argv) {
@@ -294,8 +304,14 @@ int main(int argc, char** argv) {
         LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
         const bool pre_same = std::memcmp(down(out_new, no).data(), hn.data(), no * 4) == 0;
         if (!pre_same) ++bad;
-        const double upre = median_time_us([&](int i) { gemm_detail::launch_decode(a, pre_view(i % copies), sh.n, t, {}, on, ws_new, s); }, iters, s, batch);
-        const double uo = !old ? 0 : median_time_us([&](int i) { gemm_old::launch_decode(a, pre_view(i % copies), sh.n, t, {}, oo, ws_old, s); }, iters, s, batch);
+        // New and old kernel (both with preload) sampled alternately: drift and run order affect both.
+        auto run_new = [&](int i) { gemm_detail::launch_decode(a, pre_view(i % copies), sh.n, t, {}, on, ws_new, s); };
+        auto run_old = [&](int i) { gemm_old::launch_decode(a, pre_view(i % copies), sh.n, t, {}, oo, ws_old, s); };
+        double upre = 0, uo = 0;
+        if (old)
+          std::tie(upre, uo) = median_time_pair_us(run_new, run_old, iters, s, batch);
+        else
+          upre = median_time_us(run_new, iters, s, batch);
         const double gb = w[0].bytes / un * 1e-3;
         char nm[64];
         std::snprintf(nm, sizeof nm, "%s%s %lldx%lld", fname(f), fm.e5 ? "(e5m2)" : "", (long long)sh.n, (long long)sh.k);
