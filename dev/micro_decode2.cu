@@ -119,6 +119,28 @@ __global__ void __launch_bounds__(256) read_probe(const uint8_t* p, size_t bytes
   if (x == 0x12345678u) sink[0] = x;
 }
 
+// The same, launched with programmatic dependent launch: the next launch may start at once; kWait:
+// the reads wait for the previous kernel (griddepcontrol.wait), as a kernel that needs its input.
+template <int kU, bool kWait>
+__global__ void __launch_bounds__(256) read_probe_pdl(const uint8_t* p, size_t bytes, uint32_t* sink) {
+  gemm_detail::pdl_launch_dependents();
+  if (kWait) gemm_detail::pdl_wait();
+  const size_t chunk = (bytes / gridDim.x) & ~size_t(4095);
+  const uint8_t* b = p + chunk * blockIdx.x;
+  uint32_t x = 0;
+  for (size_t o = size_t(threadIdx.x) * 16; o < chunk; o += size_t(256) * 16 * kU) {
+    uint4 v[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const size_t q = o + size_t(u) * 256 * 16;
+      v[u] = q < chunk ? gemm_detail::ldg_stream16(b + q) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  if (x == 0x12345678u) sink[0] = x;
+}
+
 // Timeline of back-to-back launches (W preload set): lane 0 of each warp records %globaltimer at
 // entry (0), after the table build and griddepcontrol.wait (1), after A is staged (2), at the end of
 // the k loop (3), after the first cluster barrier (4) and at exit (5). Prints, per phase boundary,
@@ -390,6 +412,44 @@ int main(int argc, char** argv) {
         v.preload = true;
         gemm_detail::launch_decode(a2, v, H, t2, {}, o2, w2, s);
       }, s);
+    }
+    {  // the read ceiling of the graph: 96 pure-read kernels over the same bytes (FC1, FC2 sizes)
+      DeviceBuffer sink(64);
+      std::vector<DeviceBuffer> rb(2 * layers);
+      std::vector<size_t> rbytes(2 * layers);
+      for (int l = 0; l < layers; ++l) {
+        rbytes[2 * l] = size_t(fc1[l].bytes), rbytes[2 * l + 1] = size_t(fc2[l].bytes);
+        fill(rb[2 * l], rbytes[2 * l], 3000 + 2 * l, 0);
+        fill(rb[2 * l + 1], rbytes[2 * l + 1], 3001 + 2 * l, 0);
+      }
+      for (int mode = 0; mode < 3; ++mode) {  // 0: plain launches; 1: PDL, no wait; 2: PDL + wait
+        for (int bps : {1, 2, 4}) {
+          const unsigned grid = unsigned(sms * bps);
+          auto body = [&] {
+            for (int i = 0; i < 2 * layers; ++i) {
+              cudaLaunchConfig_t cfg{};
+              cfg.gridDim = dim3(grid), cfg.blockDim = dim3(256), cfg.stream = s;
+              cudaLaunchAttribute at[1];
+              at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+              at[0].val.programmaticStreamSerializationAllowed = 1;
+              cfg.attrs = at, cfg.numAttrs = mode > 0 ? 1 : 0;
+              auto k = mode == 2 ? read_probe_pdl<4, true> : read_probe_pdl<4, false>;
+              LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, rb[i].as<uint8_t>(), rbytes[i], sink.as<uint32_t>()));
+            }
+          };
+          cudaGraph_t graph;
+          cudaGraphExec_t exec;
+          LOCKSTEP_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+          body();
+          LOCKSTEP_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+          LOCKSTEP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+          const double us = median_time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, 31, s, 1);
+          std::printf("moe read ceiling (%s, %d blocks/SM): %.1f us, ratio %.3f\n",
+                      mode == 0 ? "plain" : mode == 1 ? "pdl, no wait" : "pdl + wait", bps, us, bytes / us * 1e-3 / copy_gbps);
+          cudaGraphExecDestroy(exec);
+          cudaGraphDestroy(graph);
+        }
+      }
     }
     std::vector<float> y0;
     for (size_t vi = 0; vi < vlist.size(); ++vi) {

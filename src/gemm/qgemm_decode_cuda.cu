@@ -10,8 +10,9 @@
 // (one block per slice), or, where such clusters would need more than one wave, run in one block
 // (nw = slices x row warps: "whole-block mode"): either way the partials stay in shared memory and
 // are summed in ascending slice order (through distributed shared memory between the blocks of a
-// cluster), then the epilogue (SwiGLU x router prob included: a block owns gate rows and the
-// matching up rows) is applied in the same kernel: one launch, no workspace. Launched with
+// cluster; with one group and two slices rank 1 stores its partials into rank 0 and exits, and
+// rank 0 sums them), then the epilogue (SwiGLU x router prob included: a block owns gate rows and
+// the matching up rows) is applied in the same kernel: one launch, no workspace. Launched with
 // programmatic dependent launch: a kernel builds its tables while the previous kernel in the
 // stream finishes, and reads A and writes D only after griddepcontrol.wait; W too, unless w.preload
 // (W is not written by work still running before it: GemmOperandView) lets it issue its first ring
@@ -116,8 +117,13 @@ __host__ __device__ constexpr int decode_slice_blocks(int64_t K) {
 }
 // Staged A row stride in bf16: slice + 16 (row stride = 8 words mod 32 banks: conflict-free).
 __host__ __device__ constexpr int a_stride(int slice_blocks) { return slice_blocks * 128 + 16; }
-constexpr int decode_smem_bytes(int fmt, int nt, int nw, int slice_blocks) {
-  return smem_fixed(fmt, nw) + nt * 8 * a_stride(slice_blocks) * 2 + 16 * nw * nt * 8 * 4;
+// Gather (see decode_kernel): one group and two slices. Measured on the H200 (dev/micro_decode2.cu,
+// twelfth session): 14336x4096 M = 1 3.6-7.5 % faster; with seven slices much slower, and grouped
+// calls (the MoE graph, FC1 has two slices) 4 % slower (bench/RESULTS.md, eleventh session).
+__host__ __device__ constexpr bool decode_gathers(int slices, int groups) { return slices == 2 && groups == 1; }
+// Cluster mode: table, kM staged A rows of one slice, partials (two slots with the gather).
+constexpr int decode_smem_bytes(int fmt, int nt, int nw, int slice_blocks, int slots = 1) {
+  return smem_fixed(fmt, nw) + nt * 8 * a_stride(slice_blocks) * 2 + slots * 16 * nw * nt * 8 * 4;
 }
 // Whole-block mode (all S slices in one block of nw = S x row warps): the A rows of the group (at
 // most `rows`) and one zero row over all of K.
@@ -173,6 +179,12 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   pdl_launch_dependents();  // the next kernel may start its prologue (it waits before touching data)
   const GemmGroupDesc G = groups[blockIdx.z];
   if (G.rows == 0) return;  // the whole cluster (same group) returns
+  // Gather (one group, two slices, clusters): rank 1 writes its partials into rank 0's shared
+  // memory and exits; rank 0 sums and stores everything (decode_gathers). Phase 1 of the cluster
+  // barrier says "rank 0 runs" (arrived here, waited before the remote stores), phase 2 carries
+  // rank 1's stores (arrive.release, rank 0's wait.acquire).
+  const bool gather = !kBlk && decode_gathers(int(gridDim.y), int(gridDim.z));
+  if (gather) cluster_arrive_relaxed();
   // Two ways to split K (docs/gemm.md "CUDA decode order"; the same chains and the same sum):
   // - clusters (spb = 1): block y of the cluster (1, slices, 1) runs slice y with all nw warps;
   // - whole block (spb = S slices, gridDim.y = 1): warp w runs row warp w % (nw / S) of slice
@@ -422,30 +434,45 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
     return;
   }
   // Partials of this slice -> shared memory part[slot][local row][token] (slot: the slice in
-  // whole-block mode, else 0).
+  // whole-block mode or with the gather, else 0; rank 1 of a gather stores into rank 0's slot 1).
   const int slot = rows_blk * kM;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = int(blockIdx.y);
+  float* dst = part + (kBlk ? slice : 0) * slot;
+  if (gather && rank == 1) {
+    cluster_wait();  // phase 1: rank 0 has started (its shared memory exists)
+    dst = cluster.map_shared_rank(part + slot, 0);
+  }
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const int lr = rw * 16 + g + (q < 2 ? 0 : 8);
-      part[(kBlk ? slice : 0) * slot + lr * kM + nt * 8 + 2 * t + (q & 1)] = acc[nt][q];
+      dst[lr * kM + nt * 8 + 2 * t + (q & 1)] = acc[nt][q];
     }
   }
-  cg::cluster_group cluster = cg::this_cluster();
-  if (slices > 1)
+  if (gather) {
+    if (rank == 1) {
+      cluster_arrive_release();  // phase 2: the partials are in rank 0; nothing reads this block
+      return;
+    }
+    cluster_wait();
+    cluster_arrive_release();
+    cluster_wait_acquire();
+  } else if (slices > 1) {
     cluster.sync();
-  else
+  } else {
     __syncthreads();
+  }
   LS_TL(4);
-  const int rank = int(blockIdx.y);
   const float* parts[kMaxSlices];
 #pragma unroll
   for (int s = 0; s < kMaxSlices; ++s)
-    parts[s] = kBlk                        ? part + (s < spb ? s : 0) * slot
+    parts[s] = kBlk || gather              ? part + (s < 2 || s < spb ? s : 0) * slot
                : s < slices && slices > 1 ? cluster.map_shared_rank(part, s)
                                           : part;
   const int nparts = kBlk ? spb : slices;
+  const int ranks = gather ? 1 : slices;  // blocks sharing the stores
   // value(lr, tok): slices summed in ascending order, then steps 1-3 of the epilogue.
   auto value = [&](int lr, int tok, int64_t j) {
     const int idx = lr * kM + tok;
@@ -459,7 +486,7 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   if (ep.swiglu) {
     const float* prob = ep.router_prob;
     const int cols_blk = 16 * half;
-    for (int i = rank * nthreads + tid; i < cols_blk * kM; i += slices * nthreads) {
+    for (int i = rank * nthreads + tid; i < cols_blk * kM; i += ranks * nthreads) {
       const int cl = i / kM, tok = i % kM;
       const int64_t c = int64_t(blockIdx.x) * cols_blk + cl;
       if (tok >= rows_here || c >= oc) continue;
@@ -470,7 +497,7 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
       store_out(out, orow * oc + c, y);
     }
   } else {
-    for (int i = rank * nthreads + tid; i < rows_blk * kM; i += slices * nthreads) {
+    for (int i = rank * nthreads + tid; i < rows_blk * kM; i += ranks * nthreads) {
       const int lr = i / kM, tok = i % kM;
       const int64_t j = int64_t(blockIdx.x) * rows_blk + lr;
       if (tok >= rows_here || j >= n) continue;
@@ -478,7 +505,7 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
       store_out(out, orow * n + j, tok < G.tokens ? value(lr, tok, j) : 0.0f);
     }
   }
-  if (slices > 1) cluster.sync();  // keep this block's partials alive until every rank has read them
+  if (slices > 1 && !gather) cluster.sync();  // keep this block's partials alive until every rank has read them
   LS_TL(5);
 }
 
@@ -601,8 +628,9 @@ void launch_decode_t(int slice_blocks, int slices, cudaStream_t stream, const Ge
     if (best_cost < 0 || cost < best_cost)
       best_cost = cost, best_nw = nw, best_spb = spb, best_tiles = tiles, best_smem = smem, best_waves = waves;
   };
+  const int slots = decode_gathers(slices, int(groups.groups)) ? 2 : 1;
   for (int nw = kMaxWarps; nw >= 4; nw -= 2) {  // clusters (or one slice)
-    const int smem = decode_smem_bytes(kFmt, kNT, nw, slice_blocks);
+    const int smem = decode_smem_bytes(kFmt, kNT, nw, slice_blocks, slots);
     if (smem > kSmemLimit) continue;
     int64_t active = 0;
     if (nw <= 8) {
@@ -637,7 +665,7 @@ void launch_decode_t(int slice_blocks, int slices, cudaStream_t stream, const Ge
     best_nw = LOCKSTEP_DECODE_FORCE_NW, best_spb = 1;
     const int64_t per_tile = ep.swiglu ? 8 * best_nw : 16 * best_nw;
     best_tiles = (oc + per_tile - 1) / per_tile;
-    best_smem = decode_smem_bytes(kFmt, kNT, best_nw, slice_blocks);
+    best_smem = decode_smem_bytes(kFmt, kNT, best_nw, slice_blocks, slots);
     if (best_nw <= 8)
       raise_smem_attr<kFmt, kNT, 8, false>(best_smem);
     else
