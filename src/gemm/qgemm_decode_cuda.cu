@@ -131,6 +131,13 @@ constexpr int decode_block_smem_bytes(int fmt, int nt, int nw, int slice_blocks,
   return smem_fixed(fmt, nw) + (rows + 1) * a_stride(slices * slice_blocks) * 2 + 16 * nw * nt * 8 * 4;
 }
 
+// 8 bytes global -> shared, asynchronous (both addresses 8-byte aligned); cp_async_wait_all waits
+// for this thread's copies (a barrier then publishes them to the block).
+__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(uint32_t(__cvta_generic_to_shared(dst))), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
 // Four fp8 codes (bytes 0..3 of q) -> bf16x2 {b0, b1} and {b2, b3}, exact (every E4M3 / E5M2 value
 // is an f16 normal or subnormal, an fp32 and a bf16 number; NaN stays NaN).
 template <bool kE5>
@@ -303,13 +310,40 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   float* part = reinterpret_cast<float*>(smem + kFixed + rows_staged * AS * 2);  // [spb][16 rwarps][kM]
   {
     const int vec = ks / 8;  // 8-element vectors per row
-    if (a.format == GemmFormat::kBf16) {
+    // Where the copies go through cp.async (8-bit W, and whole-block mode): measured on the H200
+    // against the register-staged loop (dev/micro_decode2.cu, twelfth session): 8-bit W at M <= 8
+    // 1.3-2.5 % faster, 8192x8192 nvfp4 M = 1 (whole blocks) 3 % faster; nvfp4 W in clusters 0.5-4 %
+    // slower (4096x14336), so those keep the register-staged loop.
+    constexpr bool kAsyncA = kBlk || !kNvfp4;
+    if (a.format == GemmFormat::kBf16 && kAsyncA) {
       const uint16_t* ad = static_cast<const uint16_t*>(a.data);
-      // Vector c (8 elements) of rows r0 .. r0 + 7: the 8 loads first, then the stores.
+      // Vector c (8 elements) of every staged row: two 8-byte cp.async copies (global -> shared, no
+      // registers), so that all of a thread's copies are in flight at once; rows past the group are
+      // zero.
       for (int c = tid; c < vec; c += nthreads) {
         const int e = c * 8;  // element e..e+7: block e/128, t (e/32)%4, steps s, s+1
         const int off = (e >> 7) * 128 + ((e >> 2) & 7) * 16 + ((e >> 5) & 3) * 4;
-#pragma unroll(kBlk ? 1 : kNT)
+        const uint16_t* src = ad + G.a_row0 * K + kb0 + e;
+#pragma unroll(kBlk ? 1 : kM)
+        for (int r = 0; r < rows_staged; ++r) {
+          uint16_t* dst = As + r * AS + off;
+          if (r < rows_here) {
+            cp_async8(dst, src + r * K);
+            cp_async8(dst + 16, src + r * K + 4);
+          } else {
+            *reinterpret_cast<uint2*>(dst) = make_uint2(0, 0);
+            *reinterpret_cast<uint2*>(dst + 16) = make_uint2(0, 0);
+          }
+        }
+      }
+      cp_async_wait_all();
+    } else if (a.format == GemmFormat::kBf16) {
+      const uint16_t* ad = static_cast<const uint16_t*>(a.data);
+      // Vector c (8 elements) of rows r0 .. r0 + 7: the 8 loads first, then the stores.
+      for (int c = tid; c < vec; c += nthreads) {
+        const int e = c * 8;
+        const int off = (e >> 7) * 128 + ((e >> 2) & 7) * 16 + ((e >> 5) & 3) * 4;
+#pragma unroll(kNT)
         for (int r0 = 0; r0 < rows_staged; r0 += 8) {
           uint4 v[8];
 #pragma unroll

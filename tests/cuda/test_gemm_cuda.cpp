@@ -189,7 +189,9 @@ void test_random_bound() {
           if (!(err <= g * ref.abs_terms[e])) ++bad;
           if (ref.abs_terms[e] > 0) worst = std::max(worst, err / (g * ref.abs_terms[e]));
         }
-        if (bad) std::printf("  %s %s: %lld elements outside the bound\n", what.c_str(), cuda::qgemm_kernel_name(k), (long long)bad);
+        if (bad)
+          std::printf("  %s %s: %lld elements outside the bound (worst: %.3g x the bound)\n", what.c_str(),
+                      cuda::qgemm_kernel_name(k), (long long)bad, worst);
         check(bad == 0, std::string("random: within bound ") + cuda::qgemm_kernel_name(k) + " " + what);
       }
     }
@@ -257,14 +259,21 @@ void test_grouped() {
     cases.push_back({{40, 0, 131, 7}, QgemmKernel::kCublas});  // per-group cuBLAS calls
     cases.push_back({{24, 24, 24, 24}, QgemmKernel::kCublas});  // equal groups: one strided batched call
   }
+  // (the cuBLAS cases also with fp8 x fp8 codes)
+  std::vector<std::tuple<std::vector<int64_t>, QgemmKernel, Pairing>> runs;
   for (const auto& [rows, kernel] : cases) {
+    runs.emplace_back(rows, kernel, pairings()[0]);
+    if (kernel == QgemmKernel::kCublas) runs.emplace_back(rows, kernel, pairings()[6]);
+  }
+  for (const auto& [rows, kernel, p] : runs) {
     if (kernel == QgemmKernel::kWgmma && !cuda::qgemm_wgmma_available(K)) continue;
     std::vector<int64_t> off = {0};
     for (int64_t r : rows) off.push_back(off.back() + r);
     std::vector<int64_t> group_rows = rows;
     group_rows[2] = rows[2] - 1;  // last row of expert 2 is padding
-    const Pairing p = pairings()[0];
-    const std::string what = std::string("grouped w4a16 ") + cuda::qgemm_kernel_name(kernel);
+    const std::string what = "grouped " + p.a.label + " x " + p.w.label + " " + cuda::qgemm_kernel_name(kernel) +
+                             " rows " + std::to_string(rows[0]) + "," + std::to_string(rows[1]) + "," +
+                             std::to_string(rows[2]) + "," + std::to_string(rows[3]);
     const int64_t M = off.back();
     Held a = make(p.a, grid_values_narrow(p.a, M, K, g_seed + 2, 3), M, K);
     Held w = make(p.w, grid_values_narrow(p.w, E * N, K, g_seed + 3, 5), E * N, K);
