@@ -197,6 +197,20 @@ void timeline(const char* name, const std::function<void(int)>& launch, cudaStre
 #endif
 }
 
+// Median time of one launch of a CUDA graph captured from body() (31 samples).
+double graph_time_us(const std::function<void()>& body, cudaStream_t s) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  LOCKSTEP_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  body();
+  LOCKSTEP_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  LOCKSTEP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double us = median_time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, 31, s, 1);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return us;
+}
+
 int main(int argc, char** argv) {
   bool quick = false, moe = true, old = true, sweep = false, verbose = false, dense = true;
   std::vector<const char*> moe_specs;  // extra MoE variants "P:N1:N2" (preload, FC1 nw, FC2 nw)
@@ -428,17 +442,9 @@ int main(int argc, char** argv) {
               LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, rb[i].as<uint8_t>(), rbytes[i], sink.as<uint32_t>()));
             }
           };
-          cudaGraph_t graph;
-          cudaGraphExec_t exec;
-          LOCKSTEP_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-          body();
-          LOCKSTEP_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-          LOCKSTEP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-          const double us = median_time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, 31, s, 1);
+          const double us = graph_time_us(body, s);
           std::printf("moe read ceiling (%s, %d blocks/SM): %.1f us, ratio %.3f\n",
                       mode == 0 ? "plain" : mode == 1 ? "pdl, no wait" : "pdl + wait", bps, us, bytes / us * 1e-3 / copy_gbps);
-          cudaGraphExecDestroy(exec);
-          cudaGraphDestroy(graph);
         }
       }
     }
@@ -476,18 +482,10 @@ int main(int argc, char** argv) {
       if (vi == 0) y0 = y;
       const bool same0 = std::memcmp(y.data(), y0.data(), y.size() * 4) == 0;
       if (!same0) ++bad;
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      LOCKSTEP_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      body();
-      LOCKSTEP_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-      LOCKSTEP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      const double us = median_time_us([&](int) { LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, 31, s, 1);
+      const double us = graph_time_us(body, s);
       const double gb = bytes / us * 1e-3;
       std::printf("moe %s pre %d 48x8 graph: %.1f us, %.0f GB/s, ratio %.3f (nw fc1 %d fc2 %d)%s\n", var.pre < 0 ? "old" : "new",
                   var.pre > 0, us, gb, gb / copy_gbps, nw1, nw2, same0 ? "" : " DIFFERENT from new auto");
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
     }
     g_force_nw = 0;
   }
