@@ -488,7 +488,7 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   if (gather) {
     if (rank == 1) {
       cluster_arrive_release();  // phase 2: the partials are in rank 0; nothing reads this block
-      return;
+      return;                    // (no wait: a barrier counts exited threads as arrived, PTX `exit`)
     }
     cluster_wait();
     cluster_arrive_release();
