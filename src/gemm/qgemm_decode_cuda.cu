@@ -499,13 +499,13 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
     __syncthreads();
   }
   LS_TL(4);
+  const int nparts = kBlk ? spb : slices;
   const float* parts[kMaxSlices];
 #pragma unroll
   for (int s = 0; s < kMaxSlices; ++s)
-    parts[s] = kBlk || gather              ? part + (s < 2 || s < spb ? s : 0) * slot
+    parts[s] = kBlk || gather              ? part + (s < nparts ? s : 0) * slot  // slots of this block
                : s < slices && slices > 1 ? cluster.map_shared_rank(part, s)
                                           : part;
-  const int nparts = kBlk ? spb : slices;
   const int ranks = gather ? 1 : slices;  // blocks sharing the stores
   // value(lr, tok): slices summed in ascending order, then steps 1-3 of the epilogue.
   auto value = [&](int lr, int tok, int64_t j) {
