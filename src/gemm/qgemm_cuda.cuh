@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <initializer_list>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -25,6 +27,23 @@ std::string cat(const T&... x) {
   std::ostringstream os;
   (os << ... << x);
   return os.str();
+}
+
+// Kernel-forcing switches (LOCKSTEP_WGMMA_KERNEL, LOCKSTEP_DECODE_SPLIT): the index of the
+// environment variable's value in `choices` (unset or empty: 0, the first choice, "auto"); any
+// other value is a GemmError naming the variable, the value (`what`: "kernel", "split") and the
+// choices.
+inline int env_choice(const char* name, std::initializer_list<const char*> choices, const char* what) {
+  const char* v = std::getenv(name);
+  const std::string s = v ? v : "";
+  if (s.empty()) return 0;
+  std::string list;
+  int i = 0;
+  for (const char* c : choices) {
+    if (s == c) return i;
+    list += (i++ ? ", " : "") + std::string(c);
+  }
+  throw GemmError(cat(name, ": unknown ", what, " '", s, "' (", list, ")"));
 }
 
 // Programmatic dependent launch (sm_90). A kernel launched with launch_pdl (or the attribute

@@ -616,14 +616,7 @@ void raise_smem_attr(int smem_max) {
 // fits; cluster: never whole blocks. Read once per process; an unknown value is a GemmError.
 enum class DecodeSplit : uint8_t { kAuto, kCluster, kBlock };
 DecodeSplit decode_split_forced() {
-  static const DecodeSplit r = [] {
-    const char* v = std::getenv("LOCKSTEP_DECODE_SPLIT");
-    const std::string s = v ? v : "";
-    if (s.empty() || s == "auto") return DecodeSplit::kAuto;
-    if (s == "cluster") return DecodeSplit::kCluster;
-    if (s == "block") return DecodeSplit::kBlock;
-    throw GemmError(cat("LOCKSTEP_DECODE_SPLIT: unknown split '", s, "' (auto, cluster, block)"));
-  }();
+  static const auto r = DecodeSplit(env_choice("LOCKSTEP_DECODE_SPLIT", {"auto", "cluster", "block"}, "split"));
   return r;
 }
 

@@ -281,16 +281,8 @@ void launch_wgmma_bn(const GemmOperandView& a, const GemmOperandView& w, int64_t
 }  // namespace
 
 WgmmaRoute wgmma_route_forced() {
-  static const WgmmaRoute r = [] {
-    const char* v = std::getenv("LOCKSTEP_WGMMA_KERNEL");
-    const std::string s = v ? v : "";
-    if (s.empty() || s == "auto") return WgmmaRoute::kAuto;
-    if (s == "inloop") return WgmmaRoute::kInloop;
-    if (s == "staged") return WgmmaRoute::kStaged;
-    if (s == "wreg128") return WgmmaRoute::kWreg128;
-    if (s == "wreg256") return WgmmaRoute::kWreg256;
-    throw GemmError(cat("LOCKSTEP_WGMMA_KERNEL: unknown kernel '", s, "' (auto, inloop, staged, wreg128, wreg256)"));
-  }();
+  static const auto r = WgmmaRoute(
+      env_choice("LOCKSTEP_WGMMA_KERNEL", {"auto", "inloop", "staged", "wreg128", "wreg256"}, "kernel"));
   return r;
 }
 
