@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "lockstep/gemm/qgemm.h"
+#include "lockstep/tensor/tensor.h"
 #include "lockstep/numerics/hd.h"
 #include "lockstep/quant/quantize.h"
 
@@ -21,31 +22,38 @@ namespace lockstep::gemm_test {
 struct Kind {
   std::string label;
   bool bf16 = false;
-  QuantSpec spec;
+  QuantConfig spec;
 };
 
 inline Kind bf16_kind() { return Kind{"bf16", true, {}}; }
 inline Kind q_kind(Format f, Scaling s, bool pow2 = false) {
-  QuantSpec q;
+  QuantConfig q;
   q.format = f;
   q.scaling = s;
   q.pow2 = pow2;
   return Kind{std::string(format_name(f)) + "/" + std::string(scaling_name(s)) + (pow2 ? "/pow2" : ""), false, q};
 }
 
-// A held operand: its values and, when quantized, its QTensor.
+// A held operand: its values, the dense BF16 tensor of them and, when quantized, its QTensor.
+// op() views them (the Held must outlive the call it is passed to).
 struct Held {
   std::vector<float> x;
   int64_t rows = 0, cols = 0;
   std::optional<QTensor> q;
-  GemmOperand op(const std::string& name) const {
-    return q ? GemmOperand::quantized(*q, name) : GemmOperand::bf16(x, rows, cols, name);
-  }
+  Tensor t;  // BF16 [rows, cols]
+  GemmArg op(const std::string& = "") const { return q ? GemmArg(*q) : GemmArg(t); }
 };
 
-inline Held make(const Kind& k, std::vector<float> x, int64_t rows, int64_t cols) {
-  Held h{std::move(x), rows, cols, std::nullopt};
-  if (!k.bf16) h.q = quantize(MatrixF32{h.x, rows, cols, num::kFltMax, "x"}, k.spec);
+inline Tensor f32_tensor(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  return Tensor::from_vector<float>(x, {rows, cols}, DType::kF32);
+}
+
+// offsets: quantize as a grouped buffer (quantize_grouped) when non-empty.
+inline Held make(const Kind& k, std::vector<float> x, int64_t rows, int64_t cols,
+                 std::span<const int64_t> offsets = {}) {
+  Held h{std::move(x), rows, cols, std::nullopt, {}};
+  h.t = from_f32(h.x, {rows, cols}, DType::kBF16);
+  if (!k.bf16) h.q = quantize_grouped(f32_tensor(h.x, rows, cols), offsets, k.spec, "x");
   return h;
 }
 

@@ -12,16 +12,13 @@
 #include "lockstep/quant/metrics.h"
 #include "lockstep/quant/quantize.h"
 #include "lockstep/quant/simulate.h"
+#include "test_util.h"
 
 using namespace lockstep;
+using namespace lockstep::test;
 namespace num = lockstep::num;
 
 namespace {
-
-uint64_t test_seed() {
-  static const uint64_t s = std::random_device{}();
-  return s;
-}
 
 std::vector<float> random_values(int64_t n, uint64_t seed, float scale = 1.0f) {
   std::mt19937_64 g(seed);
@@ -31,51 +28,37 @@ std::vector<float> random_values(int64_t n, uint64_t seed, float scale = 1.0f) {
   return v;
 }
 
-MatrixF32 mat(const std::vector<float>& v, int64_t rows, int64_t cols) {
-  return MatrixF32{v, rows, cols, num::kFltMax, "x"};
-}
-
-QuantSpec spec_of(Format f, Scaling s) {
-  QuantSpec q;
+QuantConfig spec_of(Format f, Scaling s) {
+  QuantConfig q;
   q.format = f;
   q.scaling = s;
   return q;
 }
 
-bool same_bytes(const QTensor& a, const QTensor& b) {
-  auto fbits = [](const std::vector<float>& v) {
-    std::vector<uint32_t> o;
-    for (float x : v) o.push_back(num::f32_bits(x));
-    return o;
-  };
-  return a.data == b.data && a.block_scale == b.block_scale && fbits(a.amax) == fbits(b.amax) &&
-         fbits(a.scale_inv) == fbits(b.scale_inv) && a.data_colwise == b.data_colwise &&
-         a.block_scale_colwise == b.block_scale_colwise;
-}
+uint8_t nibble(const QTensor& q, int64_t r, int64_t c) { return test::nibble(rowwise(q).data, q.cols, r, c); }
 
-uint8_t nibble(const QTensor& q, int64_t r, int64_t c) {
-  uint8_t b = q.data[size_t((r * q.cols + c) / 2)];
-  return c % 2 == 0 ? (b & 0xF) : (b >> 4);
-}
+QTensor quant(const Tensor& x, const QuantConfig& cfg) { return quantize(x, cfg, "x"); }
+std::vector<float> dequant(const QTensor& q) { return floats(dequantize(q)); }
+std::vector<float> hadamard(const Tensor& x) { return floats(hadamard16_rows(x)); }
 
-std::vector<QuantSpec> all_specs() {
-  std::vector<QuantSpec> v;
+std::vector<QuantConfig> all_specs() {
+  std::vector<QuantConfig> v;
   for (Scaling s : {Scaling::kPerTensor, Scaling::kPerRow}) {
     v.push_back(spec_of(Format::kNvfp4, s));
-    QuantSpec sr = spec_of(Format::kNvfp4, s);
+    QuantConfig sr = spec_of(Format::kNvfp4, s);
     sr.stochastic = true;
     sr.seed = 99;
     v.push_back(sr);
   }
-  QuantSpec b2 = spec_of(Format::kNvfp4, Scaling::kPerTensor);
+  QuantConfig b2 = spec_of(Format::kNvfp4, Scaling::kPerTensor);
   b2.block2d = true;
   v.push_back(b2);
-  QuantSpec mx = spec_of(Format::kMxfp8, Scaling::kBlock1x32);
+  QuantConfig mx = spec_of(Format::kMxfp8, Scaling::kBlock1x32);
   mx.colwise = true;
   v.push_back(mx);
   for (Scaling s : {Scaling::kPerTensor, Scaling::kPerRow, Scaling::kBlock1x128, Scaling::kBlock128x128}) {
     v.push_back(spec_of(Format::kFp8, s));
-    QuantSpec p = spec_of(Format::kFp8, s);
+    QuantConfig p = spec_of(Format::kFp8, s);
     p.pow2 = true;
     v.push_back(p);
   }
@@ -142,12 +125,12 @@ TEST(Nvfp4, PacksEvenColumnInLowNibble) {
   x[1] = 6.0f;   // code 7
   x[2] = -0.5f;  // code 9
   x[3] = 0.0f;
-  QTensor q = quantize(mat(x, 1, 16), spec_of(Format::kNvfp4, Scaling::kPerTensor));
-  ASSERT_EQ(q.data.size(), 8u);
-  EXPECT_EQ(q.data[0], 0x72);
-  EXPECT_EQ(q.data[1], 0x09);
-  EXPECT_EQ(q.amax, std::vector<float>{6.0f});
-  EXPECT_EQ(q.block_scale[0], 0x7E);  // 6 * RN(448 * fl(1/6)) = 448
+  QTensor q = quant(mat(x, 1, 16), spec_of(Format::kNvfp4, Scaling::kPerTensor));
+  ASSERT_EQ(rowwise(q).data.size(), 8u);
+  EXPECT_EQ(rowwise(q).data[0], 0x72);
+  EXPECT_EQ(rowwise(q).data[1], 0x09);
+  EXPECT_EQ(rowwise(q).amax, std::vector<float>{6.0f});
+  EXPECT_EQ(rowwise(q).block_scale[0], 0x7E);  // 6 * RN(448 * fl(1/6)) = 448
 }
 
 TEST(Nvfp4, ScaleUnderflowSaturatesElementsThatDecodeToZero) {
@@ -156,12 +139,12 @@ TEST(Nvfp4, ScaleUnderflowSaturatesElementsThatDecodeToZero) {
   x[0] = 1e30f;
   x[16] = 1e-10f;
   x[17] = -1e-10f;
-  QTensor q = quantize(mat(x, 1, 32), spec_of(Format::kNvfp4, Scaling::kPerTensor));
-  EXPECT_EQ(q.block_scale[1], 0x00);
+  QTensor q = quant(mat(x, 1, 32), spec_of(Format::kNvfp4, Scaling::kPerTensor));
+  EXPECT_EQ(rowwise(q).block_scale[1], 0x00);
   EXPECT_EQ(nibble(q, 0, 16), 0x7);
   EXPECT_EQ(nibble(q, 0, 17), 0xF);
   EXPECT_EQ(nibble(q, 0, 18), 0x0);
-  std::vector<float> back = dequantize(q);
+  std::vector<float> back = dequant(q);
   EXPECT_EQ(back[16], 0.0f);
   EXPECT_EQ(back[17], 0.0f);
 }
@@ -171,15 +154,15 @@ TEST(Nvfp4, NonFiniteInputsFollowTheRules) {
   std::vector<float> x(32, 1.0f);
   x[1] = nan;
   x[16] = inf;
-  QTensor q = quantize(mat(x, 1, 32), spec_of(Format::kNvfp4, Scaling::kPerTensor));
+  QTensor q = quant(mat(x, 1, 32), spec_of(Format::kNvfp4, Scaling::kPerTensor));
   // A = inf -> S_enc = 1; NaN is ignored by amax.
-  EXPECT_TRUE(std::isinf(q.amax[0]));
+  EXPECT_TRUE(std::isinf(rowwise(q).amax[0]));
   EXPECT_EQ(nibble(q, 0, 1), 0x7);  // NaN element -> 0x7
   // A block of only NaN has amax NaN -> scale fminf(NaN, FLT_MAX) = FLT_MAX -> E4M3 448.
   std::vector<float> y(16, nan);
-  QTensor qy = quantize(mat(y, 1, 16), spec_of(Format::kNvfp4, Scaling::kPerTensor));
-  EXPECT_TRUE(std::isnan(qy.amax[0]));
-  EXPECT_EQ(qy.block_scale[0], 0x7E);
+  QTensor qy = quant(mat(y, 1, 16), spec_of(Format::kNvfp4, Scaling::kPerTensor));
+  EXPECT_TRUE(std::isnan(rowwise(qy).amax[0]));
+  EXPECT_EQ(rowwise(qy).block_scale[0], 0x7E);
 }
 
 TEST(Nvfp4, ValuesOnTheGridRoundTripExactly) {
@@ -191,43 +174,44 @@ TEST(Nvfp4, ValuesOnTheGridRoundTripExactly) {
   x[23] = 12.0f;
   x[39] = 12.0f;
   x[55] = 12.0f;
-  QuantSpec s = spec_of(Format::kNvfp4, Scaling::kPerRow);
+  QuantConfig s = spec_of(Format::kNvfp4, Scaling::kPerRow);
   std::vector<float> amax_one(16, 0);
   // Force S_enc = 1: A = 2688.
   x[63] = 2688.0f;
   x[62] = 2688.0f;
-  QTensor q = quantize(mat(x, 1, 64), s);
-  std::vector<float> back = dequantize(q);
+  QTensor q = quant(mat(x, 1, 64), s);
+  std::vector<float> back = dequant(q);
   for (int i = 0; i < 48; ++i) EXPECT_EQ(back[size_t(i)], x[size_t(i)]) << i;
 }
 
 TEST(Nvfp4, PerRowDomainsAreIndependentOfOtherRows) {
   const uint64_t seed = test_seed();
   auto v = random_values(8 * 64, seed);
-  QTensor all = quantize(mat(v, 8, 64), spec_of(Format::kNvfp4, Scaling::kPerRow));
+  QTensor all = quant(mat(v, 8, 64), spec_of(Format::kNvfp4, Scaling::kPerRow));
   for (int64_t r = 0; r < 8; ++r) {
     std::vector<float> row(v.begin() + r * 64, v.begin() + (r + 1) * 64);
-    QTensor one = quantize(mat(row, 1, 64), spec_of(Format::kNvfp4, Scaling::kPerRow));
-    EXPECT_TRUE(std::equal(one.data.begin(), one.data.end(), all.data.begin() + r * 32)) << "seed " << seed;
-    EXPECT_TRUE(std::equal(one.block_scale.begin(), one.block_scale.end(), all.block_scale.begin() + r * 4));
-    EXPECT_EQ(one.amax[0], all.amax[size_t(r)]);
+    QTensor one = quant(mat(row, 1, 64), spec_of(Format::kNvfp4, Scaling::kPerRow));
+    const CopyBytes o = rowwise(one), a = rowwise(all);
+    EXPECT_TRUE(std::equal(o.data.begin(), o.data.end(), a.data.begin() + r * 32)) << "seed " << seed;
+    EXPECT_TRUE(std::equal(o.block_scale.begin(), o.block_scale.end(), a.block_scale.begin() + r * 4));
+    EXPECT_EQ(o.amax[0], a.amax[size_t(r)]);
   }
 }
 
 TEST(Nvfp4, TwoDimensionalBlocksShareOneScalePerTile) {
   const uint64_t seed = test_seed();
   auto v = random_values(32 * 48, seed);
-  QuantSpec s = spec_of(Format::kNvfp4, Scaling::kPerTensor);
+  QuantConfig s = spec_of(Format::kNvfp4, Scaling::kPerTensor);
   s.block2d = true;
-  QTensor q = quantize(mat(v, 32, 48), s);
-  num::TwoLevelOuter o = num::two_level_outer(q.amax[0], 6.0f);
+  QTensor q = quant(mat(v, 32, 48), s);
+  num::TwoLevelOuter o = num::two_level_outer(rowwise(q).amax[0], 6.0f);
   for (int64_t tr = 0; tr < 2; ++tr)
     for (int64_t j = 0; j < 3; ++j) {
       float acc = num::amax_empty();
       for (int64_t r = tr * 16; r < tr * 16 + 16; ++r)
         for (int64_t c = j * 16; c < j * 16 + 16; ++c) acc = num::amax_fold(acc, v[size_t(r * 48 + c)]);
       for (int64_t r = tr * 16; r < tr * 16 + 16; ++r)
-        EXPECT_EQ(q.block_scale[size_t(r * 3 + j)], num::two_level_block_scale(acc, o)) << "seed " << seed;
+        EXPECT_EQ(rowwise(q).block_scale[size_t(r * 3 + j)], num::two_level_block_scale(acc, o)) << "seed " << seed;
     }
 }
 
@@ -235,16 +219,16 @@ TEST(Nvfp4, JointSharesTheLargerAmax) {
   const uint64_t seed = test_seed();
   auto a = random_values(16 * 32, seed, 10.0f);
   auto b = random_values(16 * 32, seed + 1, 0.1f);
-  std::vector<MatrixF32> xs{mat(a, 16, 32), mat(b, 16, 32)};
-  auto j = quantize_nvfp4_joint(xs, spec_of(Format::kNvfp4, Scaling::kPerTensor));
-  QTensor qa = quantize(xs[0], spec_of(Format::kNvfp4, Scaling::kPerTensor));
-  QTensor qb = quantize(xs[1], spec_of(Format::kNvfp4, Scaling::kPerTensor));
-  float big = std::max(qa.amax[0], qb.amax[0]);
-  EXPECT_EQ(j[0].amax[0], big);
-  EXPECT_EQ(j[1].amax[0], big);
-  const QTensor& larger = qa.amax[0] >= qb.amax[0] ? qa : qb;
-  EXPECT_TRUE(same_bytes(qa.amax[0] >= qb.amax[0] ? j[0] : j[1], larger)) << "seed " << seed;
-  EXPECT_NE(j[1].block_scale, qb.block_scale) << "the smaller tensor must be scaled by the shared amax";
+  std::vector<Tensor> xs{mat(a, 16, 32), mat(b, 16, 32)};
+  auto j = quantize_joint(xs, spec_of(Format::kNvfp4, Scaling::kPerTensor));
+  QTensor qa = quant(xs[0], spec_of(Format::kNvfp4, Scaling::kPerTensor));
+  QTensor qb = quant(xs[1], spec_of(Format::kNvfp4, Scaling::kPerTensor));
+  float big = std::max(rowwise(qa).amax[0], rowwise(qb).amax[0]);
+  EXPECT_EQ(rowwise(j[0]).amax[0], big);
+  EXPECT_EQ(rowwise(j[1]).amax[0], big);
+  const QTensor& larger = rowwise(qa).amax[0] >= rowwise(qb).amax[0] ? qa : qb;
+  EXPECT_TRUE(same_bytes(rowwise(qa).amax[0] >= rowwise(qb).amax[0] ? j[0] : j[1], larger)) << "seed " << seed;
+  EXPECT_NE(rowwise(j[1]).block_scale, rowwise(qb).block_scale) << "the smaller tensor must be scaled by the shared amax";
 }
 
 // ---- grouped buffers -----------------------------------------------------------------------------
@@ -258,12 +242,13 @@ TEST(Grouped, EachGroupMatchesQuantizingItAlone) {
     for (size_t k = 0; k + 1 < offsets.size(); ++k) {
       const int64_t r0 = offsets[k], r1 = offsets[k + 1];
       std::vector<float> part(v.begin() + r0 * 32, v.begin() + r1 * 32);
-      QTensor alone = quantize(mat(part, r1 - r0, 32),
+      QTensor alone = quant(mat(part, r1 - r0, 32),
                                spec_of(Format::kNvfp4, s == Scaling::kPerGroup ? Scaling::kPerTensor : s));
-      EXPECT_TRUE(std::equal(alone.data.begin(), alone.data.end(), g.data.begin() + r0 * 16)) << "group " << k << " seed " << seed;
-      EXPECT_TRUE(std::equal(alone.block_scale.begin(), alone.block_scale.end(), g.block_scale.begin() + r0 * 2));
+      const CopyBytes al = rowwise(alone), gb = rowwise(g);
+      EXPECT_TRUE(std::equal(al.data.begin(), al.data.end(), gb.data.begin() + r0 * 16)) << "group " << k << " seed " << seed;
+      EXPECT_TRUE(std::equal(al.block_scale.begin(), al.block_scale.end(), gb.block_scale.begin() + r0 * 2));
       if (s == Scaling::kPerGroup) {
-        EXPECT_EQ(num::f32_bits(alone.amax[0]), num::f32_bits(g.amax[k]));
+        EXPECT_EQ(num::f32_bits(rowwise(alone).amax[0]), num::f32_bits(rowwise(g).amax[k]));
       }
     }
   }
@@ -277,10 +262,10 @@ TEST(Grouped, PaddingRowsStayZero) {
   EXPECT_EQ(p.offsets, (std::vector<int64_t>{0, 16, 16, 48}));
   QTensor q = quantize_grouped(mat(p.values, 48, 16), p.offsets, spec_of(Format::kNvfp4, Scaling::kPerGroup));
   for (int64_t r : {3, 10, 15, 37, 47}) {
-    for (int64_t c = 0; c < 8; ++c) EXPECT_EQ(q.data[size_t(r * 8 + c)], 0) << r;
-    EXPECT_EQ(q.block_scale[size_t(r)], 0) << r;
+    for (int64_t c = 0; c < 8; ++c) EXPECT_EQ(rowwise(q).data[size_t(r * 8 + c)], 0) << r;
+    EXPECT_EQ(rowwise(q).block_scale[size_t(r)], 0) << r;
   }
-  EXPECT_EQ(q.amax[1], 0.0f);  // empty group
+  EXPECT_EQ(rowwise(q).amax[1], 0.0f);  // empty group
 }
 
 TEST(Grouped, RejectsBadOffsets) {
@@ -289,7 +274,7 @@ TEST(Grouped, RejectsBadOffsets) {
   EXPECT_THROW(quantize_grouped(mat(v, 4, 16), std::vector<int64_t>{0, 3}, s), QuantError);
   EXPECT_THROW(quantize_grouped(mat(v, 4, 16), std::vector<int64_t>{1, 4}, s), QuantError);
   EXPECT_THROW(quantize_grouped(mat(v, 4, 16), std::vector<int64_t>{0, 3, 2, 4}, s), QuantError);
-  EXPECT_THROW(quantize(mat(v, 4, 16), s), QuantError);
+  EXPECT_THROW(quant(mat(v, 4, 16), s), QuantError);
 }
 
 // ---- MXFP8 and FP8 ------------------------------------------------------------------------------
@@ -300,14 +285,15 @@ TEST(Mxfp8, ColumnwiseEqualsRowwiseOfTheTranspose) {
   std::vector<float> t(v.size());
   for (int64_t r = 0; r < 64; ++r)
     for (int64_t c = 0; c < 96; ++c) t[size_t(c * 64 + r)] = v[size_t(r * 96 + c)];
-  QuantSpec s = spec_of(Format::kMxfp8, Scaling::kBlock1x32);
+  QuantConfig s = spec_of(Format::kMxfp8, Scaling::kBlock1x32);
   s.colwise = true;
-  QTensor q = quantize(mat(v, 64, 96), s);
-  QTensor qt = quantize(mat(t, 96, 64), spec_of(Format::kMxfp8, Scaling::kBlock1x32));
+  QTensor q = quant(mat(v, 64, 96), s);
+  QTensor qt = quant(mat(t, 96, 64), spec_of(Format::kMxfp8, Scaling::kBlock1x32));
+  const CopyBytes qc = colwise(q), qtr = rowwise(qt);
   for (int64_t r = 0; r < 64; ++r)
     for (int64_t c = 0; c < 96; ++c) {
-      ASSERT_EQ(q.data_colwise[size_t(r * 96 + c)], qt.data[size_t(c * 64 + r)]) << "seed " << seed;
-      ASSERT_EQ(q.block_scale_colwise[size_t(r / 32 * 96 + c)], qt.block_scale[size_t(c * 2 + r / 32)]);
+      ASSERT_EQ(qc.data[size_t(r * 96 + c)], qtr.data[size_t(c * 64 + r)]) << "seed " << seed;
+      ASSERT_EQ(qc.block_scale[size_t(r / 32 * 96 + c)], qtr.block_scale[size_t(c * 2 + r / 32)]);
     }
 }
 
@@ -315,10 +301,10 @@ TEST(Mxfp8, BlockExponentAndElements) {
   std::vector<float> x(32, 0.0f);
   x[0] = 448.0f;  // b * RN(1/448) just below or at 1 -> e = 127
   x[1] = 1.0f;
-  QTensor q = quantize(mat(x, 1, 32), spec_of(Format::kMxfp8, Scaling::kBlock1x32));
+  QTensor q = quant(mat(x, 1, 32), spec_of(Format::kMxfp8, Scaling::kBlock1x32));
   volatile float t = 448.0f * (1.0f / 448.0f);
-  EXPECT_EQ(q.block_scale[0], num::encode_e8m0(t));
-  std::vector<float> back = dequantize(q);
+  EXPECT_EQ(rowwise(q).block_scale[0], num::encode_e8m0(t));
+  std::vector<float> back = dequant(q);
   EXPECT_EQ(back[1], 1.0f);
 }
 
@@ -338,9 +324,9 @@ TEST(Fp8, BlocksMatchPerTensorOfEachBlock) {
   const uint64_t seed = test_seed();
   const int64_t rows = 200, cols = 300;  // ragged: partial last blocks
   auto v = random_values(rows * cols, seed);
-  QTensor q = quantize(mat(v, rows, cols), spec_of(Format::kFp8, Scaling::kBlock128x128));
-  ASSERT_EQ(q.scale_inv_rows, 2);
-  ASSERT_EQ(q.scale_inv_cols, 3);
+  QTensor q = quant(mat(v, rows, cols), spec_of(Format::kFp8, Scaling::kBlock128x128));
+  ASSERT_EQ(q.rowwise.scale_rows, 2);
+  ASSERT_EQ(q.rowwise.scale_cols, 3);
   for (int64_t bi = 0; bi < 2; ++bi)
     for (int64_t bj = 0; bj < 3; ++bj) {
       const int64_t r0 = bi * 128, r1 = std::min<int64_t>(rows, r0 + 128), c0 = bj * 128,
@@ -348,11 +334,11 @@ TEST(Fp8, BlocksMatchPerTensorOfEachBlock) {
       std::vector<float> tile;
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t c = c0; c < c1; ++c) tile.push_back(v[size_t(r * cols + c)]);
-      QTensor t = quantize(mat(tile, r1 - r0, c1 - c0), spec_of(Format::kFp8, Scaling::kPerTensor));
-      EXPECT_EQ(t.scale_inv[0], q.scale_inv[size_t(bi * 3 + bj)]);
+      QTensor t = quant(mat(tile, r1 - r0, c1 - c0), spec_of(Format::kFp8, Scaling::kPerTensor));
+      EXPECT_EQ(rowwise(t).scale_inv[0], rowwise(q).scale_inv[size_t(bi * 3 + bj)]);
       size_t k = 0;
       for (int64_t r = r0; r < r1; ++r)
-        for (int64_t c = c0; c < c1; ++c) ASSERT_EQ(t.data[k++], q.data[size_t(r * cols + c)]) << "seed " << seed;
+        for (int64_t c = c0; c < c1; ++c) ASSERT_EQ(rowwise(t).data[k++], rowwise(q).data[size_t(r * cols + c)]) << "seed " << seed;
     }
 }
 
@@ -362,12 +348,12 @@ TEST(AllFormats, BytesDoNotDependOnThreadCount) {
   const uint64_t seed = test_seed();
   auto v = random_values(256 * 256, seed);
   const int saved = omp_get_max_threads();
-  for (const QuantSpec& s : all_specs()) {
+  for (const QuantConfig& s : all_specs()) {
     omp_set_num_threads(1);
-    QTensor one = quantize(mat(v, 256, 256), s);
+    QTensor one = quant(mat(v, 256, 256), s);
     for (int t : {2, 3, 8}) {
       omp_set_num_threads(t);
-      QTensor many = quantize(mat(v, 256, 256), s);
+      QTensor many = quant(mat(v, 256, 256), s);
       EXPECT_TRUE(same_bytes(one, many)) << format_name(s.format) << " " << scaling_name(s.scaling) << " threads "
                                          << t << " seed " << seed;
     }
@@ -378,10 +364,10 @@ TEST(AllFormats, BytesDoNotDependOnThreadCount) {
 TEST(AllFormats, DequantizeErrorIsBoundedByTheFormat) {
   const uint64_t seed = test_seed();
   auto v = random_values(128 * 256, seed);
-  for (const QuantSpec& s : all_specs()) {
+  for (const QuantConfig& s : all_specs()) {
     if (s.stochastic) continue;
-    QTensor q = quantize(mat(v, 128, 256), s);
-    ErrorMetrics m = error_metrics(v, dequantize(q));
+    QTensor q = quant(mat(v, 128, 256), s);
+    ErrorMetrics m = error_metrics(v, dequant(q));
     // Relative rounding error of one element is at most 2^-(m+1) of its block's scale range:
     // E2M1 (m = 1) gives rel-L2 well under 0.25; E4M3 (m = 3) under 0.0625.
     double bound = s.format == Format::kNvfp4 ? 0.25 : 0.0625;
@@ -393,33 +379,33 @@ TEST(AllFormats, DequantizeErrorIsBoundedByTheFormat) {
 TEST(AllFormats, ShapeRulesAreErrorsNamingTheTensor) {
   std::vector<float> v(24 * 40, 1.0f);
   try {
-    quantize(mat(v, 24, 40), spec_of(Format::kNvfp4, Scaling::kPerTensor));
+    quant(mat(v, 24, 40), spec_of(Format::kNvfp4, Scaling::kPerTensor));
     FAIL() << "cols % 16 accepted";
   } catch (const QuantError& e) {
     EXPECT_NE(std::string(e.what()).find("cols % 16"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("'x'"), std::string::npos) << e.what();
   }
   std::vector<float> w(24 * 32, 1.0f);
-  QuantSpec b2 = spec_of(Format::kNvfp4, Scaling::kPerTensor);
+  QuantConfig b2 = spec_of(Format::kNvfp4, Scaling::kPerTensor);
   b2.block2d = true;
-  EXPECT_THROW(quantize(mat(w, 24, 32), b2), QuantError);  // rows % 16
-  EXPECT_THROW(quantize(mat(v, 24, 40), spec_of(Format::kMxfp8, Scaling::kBlock1x32)), QuantError);
-  QuantSpec col = spec_of(Format::kMxfp8, Scaling::kBlock1x32);
+  EXPECT_THROW(quant(mat(w, 24, 32), b2), QuantError);  // rows % 16
+  EXPECT_THROW(quant(mat(v, 24, 40), spec_of(Format::kMxfp8, Scaling::kBlock1x32)), QuantError);
+  QuantConfig col = spec_of(Format::kMxfp8, Scaling::kBlock1x32);
   col.colwise = true;
-  EXPECT_THROW(quantize(mat(w, 24, 32), col), QuantError);  // rows % 32
-  EXPECT_THROW(quantize(mat(w, 24, 32), spec_of(Format::kMxfp8, Scaling::kPerRow)), QuantError);
-  EXPECT_THROW(quantize(mat(w, 24, 32), spec_of(Format::kFp8, Scaling::kBlock1x32)), QuantError);
-  QuantSpec b2row = spec_of(Format::kNvfp4, Scaling::kPerRow);
+  EXPECT_THROW(quant(mat(w, 24, 32), col), QuantError);  // rows % 32
+  EXPECT_THROW(quant(mat(w, 24, 32), spec_of(Format::kMxfp8, Scaling::kPerRow)), QuantError);
+  EXPECT_THROW(quant(mat(w, 24, 32), spec_of(Format::kFp8, Scaling::kBlock1x32)), QuantError);
+  QuantConfig b2row = spec_of(Format::kNvfp4, Scaling::kPerRow);
   b2row.block2d = true;
-  EXPECT_THROW(quantize(mat(w, 32, 24 * 32 / 32), b2row), QuantError);
+  EXPECT_THROW(quant(mat(w, 32, 24 * 32 / 32), b2row), QuantError);
 }
 
 TEST(AllFormats, EmptyTensors) {
   std::vector<float> none;
-  for (const QuantSpec& s : all_specs()) {
-    QTensor q = quantize(mat(none, 0, 32 * 4), s);
-    EXPECT_TRUE(q.data.empty());
-    EXPECT_TRUE(dequantize(q).empty());
+  for (const QuantConfig& s : all_specs()) {
+    QTensor q = quant(mat(none, 0, 32 * 4), s);
+    EXPECT_TRUE(rowwise(q).data.empty());
+    EXPECT_TRUE(dequant(q).empty());
   }
 }
 
@@ -427,15 +413,15 @@ TEST(AllFormats, EmptyTensors) {
 
 TEST(Stochastic, DependsOnSeedAndStreamOnly) {
   auto v = random_values(16 * 64, 7);
-  QuantSpec s = spec_of(Format::kNvfp4, Scaling::kPerRow);
+  QuantConfig s = spec_of(Format::kNvfp4, Scaling::kPerRow);
   s.stochastic = true;
   s.seed = 5;
-  QTensor a = quantize(mat(v, 16, 64), s), b = quantize(mat(v, 16, 64), s);
+  QTensor a = quant(mat(v, 16, 64), s), b = quant(mat(v, 16, 64), s);
   EXPECT_TRUE(same_bytes(a, b));
-  s.stream = 1;
-  QTensor c = quantize(mat(v, 16, 64), s);
-  EXPECT_NE(a.data, c.data);
-  EXPECT_EQ(a.block_scale, c.block_scale);  // scales are never stochastic
+  s.rng_stream = 1;
+  QTensor c = quant(mat(v, 16, 64), s);
+  EXPECT_NE(rowwise(a).data, rowwise(c).data);
+  EXPECT_EQ(rowwise(a).block_scale, rowwise(c).block_scale);  // scales are never stochastic
 }
 
 TEST(Hadamard, UnitVectorsGiveSignedRowsOfH16) {
@@ -453,14 +439,14 @@ TEST(Hadamard, UnitVectorsGiveSignedRowsOfH16) {
   for (int k = 0; k < 16; ++k) {
     std::vector<float> x(16, 0.0f);
     x[size_t(k)] = 1.0f;
-    std::vector<float> y = hadamard16_rows(mat(x, 1, 16));
+    std::vector<float> y = hadamard(mat(x, 1, 16));
     for (int j = 0; j < 16; ++j) EXPECT_EQ(y[size_t(j)], float(signs[k] * h[k][j]) * 0.25f) << k << "," << j;
   }
 }
 
 TEST(Hadamard, PreservesEnergyAndRoundsToBf16) {
   auto v = random_values(4 * 64, 3);
-  std::vector<float> y = hadamard16_rows(mat(v, 4, 64));
+  std::vector<float> y = hadamard(mat(v, 4, 64));
   double ex = 0, ey = 0;
   for (size_t i = 0; i < v.size(); ++i) {
     ex += double(v[i]) * v[i];
@@ -490,25 +476,25 @@ TEST(Layout, SwizzleFormulaAndRoundTrip) {
 
 TEST(Layout, SwizzledQuantizeEqualsSwizzleOfCompact) {
   auto v = random_values(200 * 80, 11);
-  QuantSpec s = spec_of(Format::kNvfp4, Scaling::kPerRow);
-  QTensor compact = quantize(mat(v, 200, 80), s);
+  QuantConfig s = spec_of(Format::kNvfp4, Scaling::kPerRow);
+  QTensor compact = quant(mat(v, 200, 80), s);
   s.scale_layout = ScaleLayout::kSwizzled;
-  QTensor sw = quantize(mat(v, 200, 80), s);
-  EXPECT_EQ(sw.data, compact.data);
-  EXPECT_EQ(sw.block_scale, swizzle_scales(compact.block_scale, 200, 5));
-  EXPECT_EQ(dequantize(sw), dequantize(compact));
+  QTensor sw = quant(mat(v, 200, 80), s);
+  EXPECT_EQ(rowwise(sw).data, rowwise(compact).data);
+  EXPECT_EQ(rowwise(sw).block_scale, swizzle_scales(rowwise(compact).block_scale, 200, 5));
+  EXPECT_EQ(dequant(sw), dequant(compact));
 }
 
 TEST(Simulate, E2M1WithE4M3ScaleReproducesNvfp4) {
   const uint64_t seed = test_seed();
   auto v = random_values(32 * 64, seed);
   for (Scaling s : {Scaling::kPerTensor, Scaling::kPerRow}) {
-    QTensor q = quantize(mat(v, 32, 64), spec_of(Format::kNvfp4, s));
-    SimQuantized sim = simulate_quantize(mat(v, 32, 64), SimFormat{2, 1, ScaleKind::kE4M3}, s);
-    EXPECT_EQ(sim.block_scale, q.block_scale) << "seed " << seed;
+    QTensor q = quant(mat(v, 32, 64), spec_of(Format::kNvfp4, s));
+    SimQuantized sim = simulate_quantize(mat(v, 32, 64), SimFormat{2, 1, ScaleKind::kE4M3}, s, "x");
+    EXPECT_EQ(sim.block_scale, rowwise(q).block_scale) << "seed " << seed;
     for (int64_t r = 0; r < 32; ++r)
       for (int64_t c = 0; c < 64; ++c) ASSERT_EQ(sim.codes[size_t(r * 64 + c)], nibble(q, r, c)) << "seed " << seed;
-    EXPECT_EQ(sim.values, dequantize(q));
+    EXPECT_EQ(sim.values, dequant(q));
   }
 }
 

@@ -55,13 +55,13 @@ TEST(RecipeRegistry, EveryBuiltinRoundTripsThroughJsonExactly) {
 TEST(RecipeRegistry, Nvfp4PerTokenIsWhatTheIssueSays) {
   const Recipe& r = builtin("nvfp4_per_token");
   const GemmSpec& f = r.linear[Gemm::kFprop];
-  EXPECT_EQ(f.a.format, Precision::kNvfp4);
+  EXPECT_EQ(f.a.format, Format::kNvfp4);
   EXPECT_EQ(f.a.scaling, Scaling::kPerRow);  // per token
-  EXPECT_EQ(f.b.format, Precision::kNvfp4);
+  EXPECT_EQ(f.b.format, Format::kNvfp4);
   EXPECT_EQ(f.b.scaling, Scaling::kPerRow);
   for (Gemm g : {Gemm::kDgrad, Gemm::kWgrad}) {
-    EXPECT_EQ(r.linear[g].a.format, Precision::kMxfp8);
-    EXPECT_EQ(r.linear[g].b.format, Precision::kMxfp8);
+    EXPECT_EQ(r.linear[g].a.format, Format::kMxfp8);
+    EXPECT_EQ(r.linear[g].b.format, Format::kMxfp8);
   }
   EXPECT_EQ(r.linear.backward_mode, BackwardMode::kQuantized);
   EXPECT_EQ(r.coverage.scope, CoverageScope::kExperts);
@@ -89,7 +89,7 @@ TEST(RecipeRegistry, OtherRecipesMatchTheirDescriptions) {
   const Recipe& fb = builtin("fp8_block");
   EXPECT_EQ(fb.linear[Gemm::kFprop].a.scaling, Scaling::kBlock1x128);
   EXPECT_EQ(fb.linear[Gemm::kFprop].b.scaling, Scaling::kBlock128x128);
-  EXPECT_EQ(fb.linear[Gemm::kFprop].a.format, Precision::kFp8);
+  EXPECT_EQ(fb.linear[Gemm::kFprop].a.format, Format::kFp8);
   const Recipe& nb = builtin("nvfp4_block");
   EXPECT_TRUE(nb.linear[Gemm::kFprop].b.block2d);
   EXPECT_TRUE(nb.linear[Gemm::kDgrad].a.stochastic);
@@ -97,21 +97,21 @@ TEST(RecipeRegistry, OtherRecipesMatchTheirDescriptions) {
   EXPECT_TRUE(nb.linear[Gemm::kWgrad].a.hadamard);
   EXPECT_TRUE(nb.linear[Gemm::kWgrad].b.hadamard);
   EXPECT_FALSE(nb.linear[Gemm::kFprop].a.hadamard);
-  EXPECT_EQ(gemm_precision(nb.linear[Gemm::kDgrad]), Precision::kNvfp4);
+  EXPECT_EQ(gemm_format(nb.linear[Gemm::kDgrad]), Format::kNvfp4);
   const Recipe& w4a16 = builtin("w4a16_nvfp4");
-  EXPECT_EQ(w4a16.linear[Gemm::kFprop].a.format, Precision::kBf16);
-  EXPECT_EQ(w4a16.linear[Gemm::kFprop].b.format, Precision::kNvfp4);
-  EXPECT_EQ(gemm_precision(w4a16.linear[Gemm::kFprop]), Precision::kNvfp4);
+  EXPECT_EQ(w4a16.linear[Gemm::kFprop].a.format, Format::kBf16);
+  EXPECT_EQ(w4a16.linear[Gemm::kFprop].b.format, Format::kNvfp4);
+  EXPECT_EQ(gemm_format(w4a16.linear[Gemm::kFprop]), Format::kNvfp4);
   const Recipe& w4a8 = builtin("w4a8_nvfp4_mxfp8");
-  EXPECT_EQ(w4a8.linear[Gemm::kFprop].a.format, Precision::kMxfp8);
-  EXPECT_EQ(w4a8.linear[Gemm::kFprop].b.format, Precision::kNvfp4);
+  EXPECT_EQ(w4a8.linear[Gemm::kFprop].a.format, Format::kMxfp8);
+  EXPECT_EQ(w4a8.linear[Gemm::kFprop].b.format, Format::kNvfp4);
   for (const char* n : {"nvfp4_per_token", "nvfp4_per_tensor", "nvfp4_block", "w4a16_nvfp4",
                         "w4a8_nvfp4_mxfp8", "nvfp4_per_token_bf16_bwd"}) {
     EXPECT_EQ(builtin(n).coverage.last_fraction_bf16, 0.15) << n;
     EXPECT_TRUE(builtin(n).coverage.shared_experts_bf16) << n;
   }
   const Recipe& b = builtin("bf16");
-  for (const GemmSpec& g : b.linear.gemm) EXPECT_EQ(gemm_precision(g), Precision::kBf16);
+  for (const GemmSpec& g : b.linear.gemm) EXPECT_EQ(gemm_format(g), Format::kBf16);
 }
 
 TEST(RecipeRegistry, UnknownNameListsClosest) {

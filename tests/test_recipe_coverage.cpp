@@ -35,7 +35,7 @@ TEST(RecipeCoverage, Nvfp4TailIsCeilOfFifteenPercent) {
       EXPECT_EQ(quantized_expert_layers(p), layers - tail) << name << " " << layers;
       EXPECT_TRUE(at(p, layers - tail - 1, ModuleClass::kExpertsFc2).quantized) << name;
       EXPECT_FALSE(at(p, layers - tail, ModuleClass::kExpertsFc2).quantized) << name;
-      EXPECT_EQ(at(p, layers - 1, ModuleClass::kExpertsFc1).gemm[0], Precision::kBf16);
+      EXPECT_EQ(at(p, layers - 1, ModuleClass::kExpertsFc1).gemm[0], Format::kBf16);
     }
   }
 }
@@ -45,12 +45,12 @@ TEST(RecipeCoverage, ExpertsScopeLeavesEverythingElseBf16) {
   for (ModuleClass c : {ModuleClass::kQkv, ModuleClass::kAttnOut, ModuleClass::kRouter,
                         ModuleClass::kSharedFc1, ModuleClass::kSharedFc2}) {
     EXPECT_FALSE(at(p, 0, c).quantized) << module_class_name(c);
-    EXPECT_EQ(at(p, 0, c).gemm, (std::array{Precision::kBf16, Precision::kBf16, Precision::kBf16}));
+    EXPECT_EQ(at(p, 0, c).gemm, (std::array{Format::kBf16, Format::kBf16, Format::kBf16}));
     EXPECT_EQ(at(p, 0, c).backward_mode, BackwardMode::kHighPrecision);
   }
   EXPECT_FALSE(p.lm_head.quantized);
   const ModuleChoice& e = at(p, 0, ModuleClass::kExpertsFc1);
-  EXPECT_EQ(e.gemm, (std::array{Precision::kNvfp4, Precision::kMxfp8, Precision::kMxfp8}));
+  EXPECT_EQ(e.gemm, (std::array{Format::kNvfp4, Format::kMxfp8, Format::kMxfp8}));
   EXPECT_EQ(e.backward_mode, BackwardMode::kQuantized);
   EXPECT_EQ(e.path, "layers.0.experts_fc1");
 }
@@ -60,7 +60,7 @@ TEST(RecipeCoverage, AllLinearCoversAttentionAndSharedButNotRouterOrHead) {
   for (int l = 0; l < 4; ++l) {
     for (ModuleClass c : {ModuleClass::kQkv, ModuleClass::kAttnOut, ModuleClass::kExpertsFc1,
                           ModuleClass::kExpertsFc2, ModuleClass::kSharedFc1, ModuleClass::kSharedFc2})
-      EXPECT_EQ(at(p, l, c).gemm[0], Precision::kFp8) << l << module_class_name(c);
+      EXPECT_EQ(at(p, l, c).gemm[0], Format::kFp8) << l << module_class_name(c);
     EXPECT_FALSE(at(p, l, ModuleClass::kRouter).quantized);
   }
   EXPECT_FALSE(p.lm_head.quantized);
@@ -101,16 +101,16 @@ TEST(RecipeCoverage, PatternOverridesLastMatchWins) {
         {"pattern": "lm_head", "precision": "quantized", "backward_mode": "high_precision"}]})");
   const ModelPlan p = resolve_model(r, 20);
   EXPECT_TRUE(at(p, 0, ModuleClass::kQkv).quantized);
-  EXPECT_EQ(at(p, 0, ModuleClass::kQkv).gemm[0], Precision::kNvfp4);
+  EXPECT_EQ(at(p, 0, ModuleClass::kQkv).gemm[0], Format::kNvfp4);
   EXPECT_TRUE(at(p, 19, ModuleClass::kQkv).quantized);  // overrides come after the tail rule
   EXPECT_FALSE(at(p, 3, ModuleClass::kQkv).quantized);   // a later override wins
   EXPECT_FALSE(at(p, 3, ModuleClass::kExpertsFc1).quantized);
-  EXPECT_EQ(at(p, 12, ModuleClass::kExpertsFc2).gemm[0], Precision::kMxfp8);
+  EXPECT_EQ(at(p, 12, ModuleClass::kExpertsFc2).gemm[0], Format::kMxfp8);
   EXPECT_TRUE(at(p, 18, ModuleClass::kExpertsFc2).quantized);  // re-enabled inside the tail
-  EXPECT_EQ(at(p, 12, ModuleClass::kExpertsFc1).gemm[0], Precision::kNvfp4);
-  EXPECT_EQ(at(p, 2, ModuleClass::kExpertsFc2).gemm[0], Precision::kNvfp4);  // '?' is one char
+  EXPECT_EQ(at(p, 12, ModuleClass::kExpertsFc1).gemm[0], Format::kNvfp4);
+  EXPECT_EQ(at(p, 2, ModuleClass::kExpertsFc2).gemm[0], Format::kNvfp4);  // '?' is one char
   EXPECT_TRUE(p.lm_head.quantized);
-  EXPECT_EQ(p.lm_head.gemm, (std::array{Precision::kNvfp4, Precision::kBf16, Precision::kBf16}));
+  EXPECT_EQ(p.lm_head.gemm, (std::array{Format::kNvfp4, Format::kBf16, Format::kBf16}));
   EXPECT_EQ(p.lm_head.backward_mode, BackwardMode::kHighPrecision);
   EXPECT_NE(p.lm_head.rule.find("coverage.overrides[3]"), std::string::npos);
   // And the recipe with overrides still round-trips.
@@ -124,22 +124,22 @@ TEST(RecipeCoverage, CodeOverridesBeatEverything) {
   const ModelPlan p = resolve_model(r, 20, code);
   EXPECT_FALSE(at(p, 0, ModuleClass::kExpertsFc1).quantized);
   EXPECT_EQ(at(p, 0, ModuleClass::kExpertsFc1).rule, "code override 'layers.0.experts_fc1'");
-  EXPECT_EQ(at(p, 19, ModuleClass::kRouter).gemm[0], Precision::kMxfp8);
+  EXPECT_EQ(at(p, 19, ModuleClass::kRouter).gemm[0], Format::kMxfp8);
   EXPECT_TRUE(at(p, 1, ModuleClass::kExpertsFc1).quantized);
 }
 
 TEST(RecipeCoverage, BackwardModesShapeTheBackwardGemms) {
   const ModuleChoice hp = resolve_module(builtin("nvfp4_per_token_bf16_bwd"), 0, ModuleClass::kExpertsFc1, 20);
-  EXPECT_EQ(hp.gemm, (std::array{Precision::kNvfp4, Precision::kBf16, Precision::kBf16}));
+  EXPECT_EQ(hp.gemm, (std::array{Format::kNvfp4, Format::kBf16, Format::kBf16}));
   EXPECT_EQ(hp.backward_mode, BackwardMode::kHighPrecision);
   const ModuleChoice dq = resolve_module(builtin("nvfp4_per_token_dequant_bwd"), 0, ModuleClass::kExpertsFc2, 20);
-  EXPECT_EQ(dq.gemm, (std::array{Precision::kNvfp4, Precision::kBf16, Precision::kBf16}));
+  EXPECT_EQ(dq.gemm, (std::array{Format::kNvfp4, Format::kBf16, Format::kBf16}));
   EXPECT_EQ(dq.backward_mode, BackwardMode::kDequantized);
   const ModuleChoice nb = resolve_module(builtin("nvfp4_block"), 0, ModuleClass::kExpertsFc2, 20);
-  EXPECT_EQ(nb.gemm, (std::array{Precision::kNvfp4, Precision::kNvfp4, Precision::kNvfp4}));
+  EXPECT_EQ(nb.gemm, (std::array{Format::kNvfp4, Format::kNvfp4, Format::kNvfp4}));
   EXPECT_TRUE(nb.spec[Gemm::kWgrad].a.hadamard);
   const ModuleChoice w4 = resolve_module(builtin("w4a16_nvfp4"), 0, ModuleClass::kExpertsFc1, 20);
-  EXPECT_EQ(w4.gemm, (std::array{Precision::kNvfp4, Precision::kBf16, Precision::kBf16}));
+  EXPECT_EQ(w4.gemm, (std::array{Format::kNvfp4, Format::kBf16, Format::kBf16}));
   EXPECT_EQ(w4.backward_mode, BackwardMode::kDequantized);
 }
 
@@ -147,9 +147,9 @@ TEST(RecipeCoverage, PerClassModulesSpec) {
   Json j = to_json(builtin("nvfp4_per_token"));
   j["modules"]["experts_fc2"] = Json::parse(R"({"fprop": {"activation": {"format": "mxfp8"}}})");
   const Recipe r = recipe_from_json(j, "t");
-  EXPECT_EQ(resolve_module(r, 0, ModuleClass::kExpertsFc2, 20).gemm[0], Precision::kNvfp4);  // w nvfp4
-  EXPECT_EQ(r.spec_for(ModuleClass::kExpertsFc2)[Gemm::kFprop].a.format, Precision::kMxfp8);
-  EXPECT_EQ(r.spec_for(ModuleClass::kExpertsFc1)[Gemm::kFprop].a.format, Precision::kNvfp4);
+  EXPECT_EQ(resolve_module(r, 0, ModuleClass::kExpertsFc2, 20).gemm[0], Format::kNvfp4);  // w nvfp4
+  EXPECT_EQ(r.spec_for(ModuleClass::kExpertsFc2)[Gemm::kFprop].a.format, Format::kMxfp8);
+  EXPECT_EQ(r.spec_for(ModuleClass::kExpertsFc1)[Gemm::kFprop].a.format, Format::kNvfp4);
   EXPECT_EQ(recipe_from_json(Json::parse(to_json(r).dump()), "rt"), r);
 }
 

@@ -130,7 +130,7 @@ TEST(RecipeSelection, FileExtendsMergesAndReplacesOperandsWithANewFormat) {
   const Recipe r = load_recipe_file(f, &p);
   const Recipe& base = builtin_recipe_or_throw("fp8_block", "t").recipe;
   EXPECT_EQ(r.name, "fp8_block_experts");
-  EXPECT_EQ(r.linear[Gemm::kFprop].a, (OperandSpec{.format = Precision::kMxfp8, .scaling = Scaling::kBlock1x32}));
+  EXPECT_EQ(r.linear[Gemm::kFprop].a, (OperandSpec{.format = Format::kMxfp8, .scaling = Scaling::kBlock1x32}));
   EXPECT_EQ(r.linear[Gemm::kFprop].b.scaling, Scaling::kBlock128x128);  // merged, not replaced
   EXPECT_FALSE(r.linear[Gemm::kFprop].b.pow2);
   EXPECT_EQ(r.linear[Gemm::kDgrad], base.linear[Gemm::kDgrad]);

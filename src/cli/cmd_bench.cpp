@@ -10,7 +10,7 @@
 #include <random>
 
 #include "commands.h"
-#include "lockstep/backend/device.h"
+#include "lockstep/tensor/device.h"
 #include "lockstep/quant/quantize.h"
 #if defined(LOCKSTEP_HAVE_CUDA)
 #include "lockstep/quant/quantize_cuda.h"
@@ -32,8 +32,11 @@ struct Row {
 };
 
 double q_bytes(const QTensor& q) {
-  return double(q.data.size() + q.block_scale.size() + q.data_colwise.size() + q.block_scale_colwise.size()) +
-         4.0 * double(q.amax.size() + q.scale_inv.size());
+  double b = 0;
+  for (const QData* d : {&q.rowwise, &q.colwise})
+    for (const Tensor* t : {&d->data, &d->block_scale, &d->amax, &d->scale_inv})
+      if (t->defined()) b += double(t->nbytes());
+  return b;
 }
 
 std::vector<Row> bench_cpu(int64_t rows, int64_t cols, const std::string& filter) {
@@ -41,9 +44,9 @@ std::vector<Row> bench_cpu(int64_t rows, int64_t cols, const std::string& filter
   std::mt19937 rng(42);
   std::normal_distribution<float> nd;
   for (float& x : v) x = nd(rng);
-  MatrixF32 m{v, rows, cols, num::kFltMax, "bench"};
+  const Tensor m = Tensor::from_vector<float>(v, {rows, cols}, DType::kF32);
   std::vector<Row> out;
-  auto add = [&](const std::string& name, QuantSpec s) {
+  auto add = [&](const std::string& name, QuantConfig s) {
     if (!filter.empty() && name.find(filter) == std::string::npos) return;
     QTensor q = quantize(m, s);  // warm-up, and the output size
     std::vector<double> us;
@@ -56,19 +59,19 @@ std::vector<Row> bench_cpu(int64_t rows, int64_t cols, const std::string& filter
     const double bytes = double(v.size()) * 4 + q_bytes(q);
     out.push_back(Row{name, us[2], bytes, bytes / us[2] * 1e-3, 0, 0});
   };
-  QuantSpec s;
+  QuantConfig s;
   s.format = Format::kNvfp4, s.scaling = Scaling::kPerRow;
   add("nvfp4 per_row (per-token)", s);
   s.scaling = Scaling::kPerTensor;
   add("nvfp4 per_tensor", s);
   s.block2d = true;
   add("nvfp4 2-D 16x16 per_tensor", s);
-  QuantSpec mx;
+  QuantConfig mx;
   mx.format = Format::kMxfp8, mx.scaling = Scaling::kBlock1x32;
   add("mxfp8 rowwise", mx);
   mx.colwise = true;
   add("mxfp8 rowwise+columnwise", mx);
-  QuantSpec f;
+  QuantConfig f;
   f.format = Format::kFp8, f.scaling = Scaling::kBlock1x128;
   add("fp8 1x128", f);
   f.scaling = Scaling::kBlock128x128;
@@ -79,17 +82,17 @@ std::vector<Row> bench_cpu(int64_t rows, int64_t cols, const std::string& filter
 }
 
 void run_bench_quantize(const BenchArgs& a) {
-  const auto dev = device_from_name(a.device);
+  const auto dev = parse_device(a.device);
   if (!dev) throw UsageError(fmt::format("--device must be cpu or cuda, got '{}'", a.device));
   std::vector<Row> rows;
   int64_t r = a.rows, c = a.cols;
   std::string gpu;
-  if (*dev == Device::kCpu) {
+  if (dev->is_cpu()) {
     if (r == 0) r = 1024;
     if (c == 0) c = 2048;
     rows = bench_cpu(r, c, a.filter);
   } else {
-    require_device(Device::kCuda);
+    require_device(*dev);
 #if defined(LOCKSTEP_HAVE_CUDA)
     if (r == 0) r = 16384;
     if (c == 0) c = 8192;
@@ -104,7 +107,7 @@ void run_bench_quantize(const BenchArgs& a) {
     j["gpu"] = gpu;
     j["rows"] = r;
     j["cols"] = c;
-    j["input_dtype"] = *dev == Device::kCpu ? "f32" : "bf16";
+    j["input_dtype"] = dev->is_cpu() ? "f32" : "bf16";
     j["revision"] = lockstep_source_revision();
     for (const Row& x : rows)
       j["results"].push_back({{"op", x.name}, {"us", x.us}, {"bytes", x.bytes}, {"gbps", x.gbps}, {"ratio_to_copy", x.ratio},
@@ -112,7 +115,7 @@ void run_bench_quantize(const BenchArgs& a) {
     fmt::print("{}\n", j.dump(2));
     return;
   }
-  fmt::print("lockstep bench quantize --device {} ({} x {} {}{})\n", a.device, r, c, *dev == Device::kCpu ? "f32" : "bf16",
+  fmt::print("lockstep bench quantize --device {} ({} x {} {}{})\n", a.device, r, c, dev->is_cpu() ? "f32" : "bf16",
              gpu.empty() ? "" : ", " + gpu);
   fmt::print("{:<60} {:>10} {:>10} {:>9} {:>8} {:>7}\n", "op", "us", "MB moved", "GB/s", "x copy", "target");
   for (const Row& x : rows)

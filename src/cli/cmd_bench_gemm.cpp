@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "lockstep/backend/device.h"
+#include "lockstep/tensor/device.h"
 #if defined(LOCKSTEP_HAVE_CUDA)
 #include "lockstep/gemm/qgemm_cuda.h"
 #endif
@@ -22,7 +22,7 @@ struct BenchGemmArgs {
 };
 
 void run_bench_gemm(const BenchGemmArgs& a) {
-  require_device(Device::kCuda);  // throws with a message in builds or machines without CUDA
+  require_device(Device::cuda());  // throws with a message in builds or machines without CUDA
 #if defined(LOCKSTEP_HAVE_CUDA)
   const cuda::GemmBenchResult r = cuda::bench_gemm_cuda(a.filter, a.quick, a.iters);
   if (a.json) {

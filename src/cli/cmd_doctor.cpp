@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "commands.h"
-#include "lockstep/backend/device.h"
+#include "lockstep/tensor/device.h"
 #include "lockstep/diag/run_meta.h"
 #include "lockstep/recipe/registry.h"
 #include "lockstep/recipe/selection.h"

@@ -7,11 +7,9 @@
 
 #include "commands.h"
 #include "lockstep/diag/run_meta.h"
-#include "lockstep/backend/device.h"
+#include "lockstep/tensor/device.h"
+#include "lockstep/gemm/oracle.h"
 #include "lockstep/gemm/qgemm.h"
-#if defined(LOCKSTEP_HAVE_CUDA)
-#include "lockstep/gemm/qgemm_cuda.h"
-#endif
 #include "lockstep/quant/quantize.h"
 #include "lockstep/tensor/safetensors.h"
 
@@ -36,19 +34,25 @@ const NamedTensor& pick_tensor(const SafetensorsFile& f, const std::string& path
 }
 
 struct Side {
-  std::vector<float> values;
-  MatrixF32 m;
+  Tensor t;                 // the input as read (F32 / BF16 / F16)
+  Tensor dense;             // bf16 operands: the input rounded to BF16
   std::optional<QTensor> q;
   std::string format, scaling;
+  GemmArg arg() const { return q ? GemmArg(*q) : GemmArg(dense); }
 };
 
 void prepare(Side& s, const GemmArgs& a, const std::string& path, const std::string& name, std::string format,
-             std::string scaling) {
+             std::string scaling, Device device) {
   SafetensorsFile f = read_safetensors(path);
   const NamedTensor& nt = pick_tensor(f, path, name);
-  s.m = as_matrix_f32(nt.tensor, s.values, name);
+  if (nt.tensor.dim() != 2)
+    throw UsageError(fmt::format("{}: tensor '{}' {} is not 2-D", path, nt.name, nt.tensor.describe()));
+  const DType dt = nt.tensor.dtype();
+  if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16)
+    throw UsageError(fmt::format("{}: tensor '{}' {} is not F32, BF16 or F16", path, nt.name, nt.tensor.describe()));
+  s.t = nt.tensor;
   if (!a.allow_nonfinite) {
-    const int64_t bad = count_nonfinite(s.m.values);
+    const int64_t bad = count_nonfinite(to_f32(s.t));
     if (bad > 0)
       throw UsageError(fmt::format("{}: tensor '{}' {} has {} non-finite value(s); pass --allow-nonfinite to "
                                    "apply the contract's NaN/Inf rules",
@@ -58,71 +62,51 @@ void prepare(Side& s, const GemmArgs& a, const std::string& path, const std::str
   if (format == "bf16") {
     if (!scaling.empty()) throw UsageError(fmt::format("--scaling '{}' given for the bf16 operand '{}'", scaling, name));
     s.scaling = "none";
+    s.dense = cast(dt == DType::kF16 ? cast(s.t, DType::kF32) : s.t, DType::kBF16).to(device);
     return;
   }
   auto fm = format_from_name(format);
-  if (!fm) throw UsageError(fmt::format("unknown format '{}' for '{}' (choose bf16, fp8, mxfp8 or nvfp4)", format, name));
+  if (!fm || !is_quantized(*fm))
+    throw UsageError(fmt::format("unknown format '{}' for '{}' (choose bf16, fp8, mxfp8 or nvfp4)", format, name));
   if (scaling.empty()) scaling = *fm == Format::kMxfp8 ? "block_1x32" : "per_tensor";
   auto sc = scaling_from_name(scaling);
   if (!sc || *sc == Scaling::kPerGroup)
     throw UsageError(fmt::format(
         "unknown scaling '{}' for '{}' (choose per_tensor, per_row, block_1x32, block_1x128 or block_128x128)",
         scaling, name));
-  QuantSpec spec;
-  spec.format = *fm;
-  spec.scaling = *sc;
-  spec.pow2 = a.pow2 && *fm == Format::kFp8;
+  QuantConfig cfg;
+  cfg.format = *fm;
+  cfg.scaling = *sc;
+  cfg.pow2 = a.pow2 && *fm == Format::kFp8;
   s.scaling = scaling;
-  s.q = quantize(s.m, spec);
-}
-
-GemmOperand operand(const Side& s, const std::string& name) {
-  if (s.q) return GemmOperand::quantized(*s.q, name);
-  return GemmOperand::bf16(s.m.values, s.m.rows, s.m.cols, name);
+  // F16 is widened on the host (the CUDA quantizers take F32 and BF16).
+  const Tensor x = dt == DType::kF16 ? cast(s.t, DType::kF32) : s.t;
+  s.q = quantize(x.to(device), cfg, name);
 }
 
 void run_gemm(const GemmArgs& a) {
   if (dry_run(a.dry_run, fmt::format("quantize {} and {} ({}), multiply on {} -> {}", a.a_path, a.w_path, a.format,
                                      a.device, a.output)))
     return;
-  if (a.device != "cpu" && a.device != "cuda") throw UsageError(fmt::format("unknown --device '{}' (cpu or cuda)", a.device));
-  if (a.device == "cuda" && a.oracle) throw UsageError("--oracle (float64 accumulation) runs on --device cpu only");
-  if (a.device == "cuda") require_device(Device::kCuda);
+  const auto device = parse_device(a.device);
+  if (!device) throw UsageError(fmt::format("unknown --device '{}' (cpu or cuda)", a.device));
+  if (device->is_cuda() && a.oracle) throw UsageError("--oracle (float64 accumulation) runs on --device cpu only");
+  require_device(*device);
   Side as, ws;
   prepare(as, a, a.a_path, "a", a.a_format.empty() ? a.format : a.a_format,
-          a.a_scaling.empty() ? a.scaling : a.a_scaling);
+          a.a_scaling.empty() ? a.scaling : a.a_scaling, *device);
   prepare(ws, a, a.w_path, "w", a.w_format.empty() ? a.format : a.w_format,
-          a.w_scaling.empty() ? a.scaling : a.w_scaling);
-  const GemmOperand ao = operand(as, "a"), wo = operand(ws, "w");
-  // The CPU path is always the deterministic (batch-invariant) one; on cuda --deterministic picks
-  // the tiled kernel (its order depends on K only, whatever M).
-  GemmResult r;
-  std::string path = a.oracle ? "cpu_oracle_f64" : "cpu_deterministic";
-  if (a.device == "cuda") {
-#if defined(LOCKSTEP_HAVE_CUDA)
-    // --deterministic: the wgmma kernel (the tiled one where wgmma does not run: not sm_90, K % 64),
-    // whose order depends on K only (batch-invariant for every M); otherwise the fast path
-    // (cuda::qgemm_fast_kernel: the decode kernel for M <= 16, also batch-invariant within
-    // M <= 16; above that wgmma for nvfp4 / fp8 W and cuBLAS for mxfp8 / bf16 W, not batch-invariant).
-    // fp8 block-scaled operands (per-128 k chunk scales) run on the tiled kernel only.
-    auto fp8_block = [](const GemmOperand& o) {
-      return o.q && o.q->format == Format::kFp8 &&
-             (o.q->scaling == Scaling::kBlock1x128 || o.q->scaling == Scaling::kBlock128x128);
-    };
-    const bool chunked = fp8_block(ao) || fp8_block(wo);
-    const cuda::QgemmKernel det =
-        cuda::qgemm_wgmma_available(ao.n_cols()) ? cuda::QgemmKernel::kWgmma : cuda::QgemmKernel::kTiled;
-    const cuda::QgemmKernel k = chunked           ? cuda::QgemmKernel::kTiled
-                                : a.deterministic ? det
-                                                  : cuda::qgemm_fast_kernel(wo.format(), 1, ao.n_rows(), ao.n_cols());
-    r = cuda::qgemm_cuda(ao, wo, {}, k);
-    path = cuda::qgemm_kernel_name(k);
-#endif
-  } else {
-    r = a.oracle ? qgemm_oracle_cpu(ao, wo) : qgemm_cpu(ao, wo);
-  }
+          a.w_scaling.empty() ? a.scaling : a.w_scaling, *device);
+  // --deterministic: the batch-invariant order (the CPU path always is); otherwise the library's
+  // fastest kernel for the shape (docs/gemm.md lists which ones are batch-invariant).
+  GemmConfig cfg;
+  cfg.order = a.deterministic ? GemmOrder::kBatchInvariant : GemmOrder::kFast;
+  GemmResult r = a.oracle ? qgemm_oracle(as.arg(), ws.arg(), cfg) : qgemm(as.arg(), ws.arg(), cfg);
+  const std::string path = a.oracle ? "cpu_oracle_f64" : std::string(gemm_kernel_name(r.kernel));
+  const Tensor d = r.d.to(Device::cpu());
+  const int64_t M = d.rows(), N = d.cols(), K = as.t.cols();
   SafetensorsFile out;
-  out.tensors.push_back({"d", from_f32(r.d, {r.rows, r.cols}, DType::kF32)});
+  out.tensors.push_back({"d", d});
   out.metadata["lockstep.contract"] = "1";
   out.metadata["lockstep.gemm.a"] = fmt::format("{} {}", as.format, as.scaling);
   out.metadata["lockstep.gemm.w"] = fmt::format("{} {}", ws.format, ws.scaling);
@@ -135,7 +119,7 @@ void run_gemm(const GemmArgs& a) {
                                Json{{"accumulation", path == "cuda_cublas"
                                                          ? "cuBLAS bf16 GEMM on the exact inner values, fp32 "
                                                            "accumulation in cuBLAS's order (not batch-invariant)"
-                                                     : a.device == "cuda"
+                                                     : device->is_cuda()
                                                          ? "bf16 tensor cores (exact inner values), fp32 accumulators, "
                                                            "order fixed by K (docs/gemm.md CUDA order)"
                                                          : "fp32, ascending k, one RN per product and per add"}},
@@ -145,16 +129,16 @@ void run_gemm(const GemmArgs& a) {
   if (!a.run_meta.empty()) write_file_atomic(a.run_meta, meta.dump(2) + "\n");
   if (a.json) {
     fmt::print("{}\n", nlohmann::json{{"output", a.output},
-                                      {"m", r.rows},
-                                      {"n", r.cols},
-                                      {"k", ao.n_cols()},
+                                      {"m", M},
+                                      {"n", N},
+                                      {"k", K},
                                       {"a", {{"format", as.format}, {"scaling", as.scaling}}},
                                       {"w", {{"format", ws.format}, {"scaling", ws.scaling}}},
-                                      {"path", out.metadata["lockstep.gemm.path"]}}
+                                      {"path", path}}
                            .dump(2));
   } else {
-    fmt::print("d [{}, {}] = a ({} {}) x w^T ({} {}), K = {} -> {}\n", r.rows, r.cols, as.format, as.scaling,
-               ws.format, ws.scaling, ao.n_cols(), a.output);
+    fmt::print("d [{}, {}] = a ({} {}) x w^T ({} {}), K = {} -> {}\n", M, N, as.format, as.scaling, ws.format,
+               ws.scaling, K, a.output);
   }
 }
 

@@ -5,9 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "lockstep/backend/device.h"
+#include "lockstep/tensor/device.h"
 #include "lockstep/diag/run_meta.h"
-#include "lockstep/quant/dispatch.h"
 #include "lockstep/quant/format.h"
 #include "lockstep/quant/qtensor_io.h"
 #include "lockstep/quant/quantize.h"
@@ -30,8 +29,8 @@ bool is_quantizable(const Tensor& t) {
   return t.dim() == 2 && (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16);
 }
 
-QuantSpec make_spec(const QuantizeArgs& a) {
-  QuantSpec s;
+QuantConfig make_spec(const QuantizeArgs& a) {
+  QuantConfig s;
   auto f = format_from_name(a.format);
   if (!f) throw UsageError(fmt::format("unknown --format '{}' (choose nvfp4, mxfp8 or fp8)", a.format));
   s.format = *f;
@@ -51,7 +50,7 @@ QuantSpec make_spec(const QuantizeArgs& a) {
   s.eps = a.eps;
   s.stochastic = a.stochastic;
   s.seed = a.seed;
-  s.stream = a.stream;
+  s.rng_stream = a.stream;
   s.hadamard = a.hadamard;
   if (a.scale_layout != "compact" && a.scale_layout != "swizzled")
     throw UsageError(fmt::format("unknown --scale-layout '{}' (compact or swizzled)", a.scale_layout));
@@ -61,15 +60,15 @@ QuantSpec make_spec(const QuantizeArgs& a) {
   return s;
 }
 
-Device parse_device(const std::string& name) {
-  auto d = device_from_name(name);
-  if (!d) throw UsageError(fmt::format("unknown --device '{}' (cpu or cuda)", name));
+Device device_arg(const std::string& name) {
+  auto d = parse_device(name);
+  if (!d) throw UsageError(fmt::format("unknown --device '{}' (cpu, cuda or cuda:N)", name));
   return *d;
 }
 
 void run_quantize(const QuantizeArgs& a) {
-  const QuantSpec spec = make_spec(a);
-  const Device device = parse_device(a.device);
+  const QuantConfig spec = make_spec(a);
+  const Device device = device_arg(a.device);
   if (dry_run(a.dry_run, fmt::format("{} {} of every 2-D float tensor of {} on {} -> {}", a.format,
                                      scaling_name(spec.scaling), a.input, a.device, a.output)))
     return;
@@ -77,16 +76,14 @@ void run_quantize(const QuantizeArgs& a) {
   SafetensorsFile in = read_safetensors(a.input);
   // Validate every tensor before quantizing anything: non-finite values are refused unless
   // --allow-nonfinite, and the first contract violation stops the command with no output file.
-  std::vector<std::vector<float>> widened(in.tensors.size());
-  std::vector<MatrixF32> mats(in.tensors.size());
   int quantizable = 0;
   for (size_t i = 0; i < in.tensors.size(); ++i) {
     const NamedTensor& nt = in.tensors[i];
     if (!is_quantizable(nt.tensor)) continue;
     ++quantizable;
-    mats[i] = as_matrix_f32(nt.tensor, widened[i], nt.name);
+    validate_quant_input(nt.name, nt.tensor.rows(), nt.tensor.cols(), {}, spec);
     if (!a.allow_nonfinite) {
-      int64_t bad = count_nonfinite(mats[i].values);
+      int64_t bad = count_nonfinite(to_f32(nt.tensor));
       if (bad > 0)
         throw QuantError(fmt::format("{}: tensor '{}' {} has {} non-finite value(s) (NaN or Inf); refusing to quantize "
                                      "(pass --allow-nonfinite to apply the contract's NaN/Inf rules)",
@@ -104,7 +101,9 @@ void run_quantize(const QuantizeArgs& a) {
       out.tensors.push_back(std::move(nt));  // passed through unchanged
       continue;
     }
-    QTensor q = quantize_on(device, mats[i], spec);
+    // F16 is widened exactly on the host (the CUDA quantizers read F32 and BF16).
+    const Tensor x = nt.tensor.dtype() == DType::kF16 ? cast(nt.tensor, DType::kF32) : nt.tensor;
+    QTensor q = quantize(x.to(device), spec, nt.name);
     add_qtensor(out, nt.name, q, nt.tensor.dtype());
     report.push_back({{"name", nt.name}, {"shape", nt.tensor.shape()}, {"dtype", dtype_name(nt.tensor.dtype())}});
   }
@@ -139,7 +138,7 @@ struct DequantizeArgs {
 
 void run_dequantize(const DequantizeArgs& a) {
   const std::string &input = a.input, &output = a.output, &dtype_arg = a.dtype;
-  const Device device = parse_device(a.device);
+  const Device device = device_arg(a.device);
   if (dry_run(a.dry_run, fmt::format("dequantize every quantized tensor of {} on {} -> {} ({})", input,
                                      a.device, output, dtype_arg)))
     return;
@@ -153,10 +152,12 @@ void run_dequantize(const DequantizeArgs& a) {
   for (const std::string& name : names) {
     DType source = DType::kF32;
     QTensor q = read_qtensor(in, name, &source);
-    std::vector<float> values = dequantize_on(device, q);
     DType dt = DType::kF32;
     if (dtype_arg == "bf16" || (dtype_arg == "source" && source == DType::kBF16)) dt = DType::kBF16;
-    out.tensors.push_back({name, from_f32(values, {q.rows, q.cols}, dt)});
+    DequantConfig dc;
+    dc.dtype = dt;
+    dc.copy = q.has_rowwise() ? Copy::kRowwise : Copy::kColwise;
+    out.tensors.push_back({name, dequantize(q.to(device), dc).to(Device::cpu())});
   }
   for (NamedTensor& nt : in.tensors)
     if (!is_qtensor_part(in, nt.name)) out.tensors.push_back(std::move(nt));
@@ -177,7 +178,8 @@ void register_quantize_commands(CLI::App& app) {
       "quantize",
       "Quantize every 2-D F32/BF16/F16 tensor of a safetensors file per the lockstep contract.\n"
       "Other tensors are copied unchanged. Writes NAME.qdata, NAME.block_scale, NAME.amax (nvfp4),\n"
-      "NAME.qdata[_colwise], NAME.block_scale[_colwise] (mxfp8), NAME.qdata, NAME.scale_inv (fp8).\n"
+      "NAME.qdata, NAME.block_scale (mxfp8), NAME.qdata, NAME.scale_inv (fp8), and with --colwise the\n"
+      "columnwise copy NAME.*_colwise (CONTRACT section 12).\n"
       "Example: lockstep quantize model.safetensors -o model.nvfp4.safetensors --format nvfp4 --scaling per_row");
   q->add_option("input", a->input, "input safetensors file")->required();
   q->add_option("-o,--output", a->output, "output safetensors file (written atomically)")->required();
@@ -186,7 +188,9 @@ void register_quantize_commands(CLI::App& app) {
                 "per_tensor, per_row (nvfp4, fp8), block_1x32 (mxfp8), block_1x128, block_128x128 (fp8); "
                 "default per_tensor (block_1x32 for mxfp8)");
   q->add_flag("--block2d", a->block2d, "nvfp4: 16x16 blocks (weights); needs rows % 16 == 0");
-  q->add_flag("--colwise", a->colwise, "mxfp8: also write the columnwise copy (blocks of 32 down columns)");
+  q->add_flag("--colwise", a->colwise,
+              "also write the columnwise copy for the backward GEMMs: nvfp4 / fp8 the quantized transpose "
+              "(rows % 16 == 0 for nvfp4), mxfp8 blocks of 32 down columns (rows % 32 == 0)");
   q->add_flag("--pow2", a->pow2, "fp8: round scales down to powers of two");
   q->add_option("--eps", a->eps, "fp8: amax floor")->capture_default_str();
   q->add_option("--elem", a->elem, "fp8/mxfp8 element type: e4m3 or e5m2")->capture_default_str();

@@ -60,8 +60,8 @@ std::string_view mode_abbrev(BackwardMode m) {
 }
 
 std::string cell(const ModuleChoice& m) {
-  return fmt::format("{}/{}/{} {}", precision_name(m.gemm[0]), precision_name(m.gemm[1]),
-                     precision_name(m.gemm[2]), mode_abbrev(m.backward_mode));
+  return fmt::format("{}/{}/{} {}", format_name(m.gemm[0]), format_name(m.gemm[1]),
+                     format_name(m.gemm[2]), mode_abbrev(m.backward_mode));
 }
 
 void print_plan_text(const SelectedRecipe& sel, const ModelPlan& plan, bool explain) {

@@ -76,8 +76,8 @@ void run_sweep(const SweepArgs& a) {
   nlohmann::json js{{"source", source}, {"outer_scaling", a.scaling}, {"block", 16}, {"tensors", nlohmann::json::array()}};
   if (!a.json) fmt::print("source: {}\nblock 16, outer scaling {}\n", source, a.scaling);
   for (const Item& it : items) {
-    MatrixF32 m{it.values, it.rows, it.cols, 3.4028234663852886e38f, it.name};
-    std::vector<SweepRow> rows = sweep(m, *outer);
+    const Tensor m = Tensor::from_vector<float>(it.values, {it.rows, it.cols}, DType::kF32);
+    std::vector<SweepRow> rows = sweep(m, *outer, it.name);
     nlohmann::json jr = nlohmann::json::array();
     if (!a.json) {
       fmt::print("\n{} [{}, {}]\n", it.name, it.rows, it.cols);

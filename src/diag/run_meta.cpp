@@ -11,7 +11,7 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "lockstep/backend/device.h"
+#include "lockstep/tensor/device.h"
 #include "lockstep/recipe/coverage.h"
 #include "lockstep/recipe/registry.h"
 

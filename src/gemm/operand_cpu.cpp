@@ -1,170 +1,201 @@
-// Validation and exact decoding of GEMM operands into inner values, per-row outer scales and FP8
-// chunk scales (include/lockstep/gemm/operand.h). The codecs and scale rules come from numerics/;
-// nothing here rounds except the bf16 cast of dense operands.
+// Validation and exact decoding of GEMM operand copies into inner values, per-row outer scales and
+// FP8 chunk scales (operand.h). The codecs and scale rules come from numerics/; nothing here
+// rounds: dense operands are read at their own precision.
 #include <fmt/format.h>
 
-#include "lockstep/gemm/operand.h"
 #include "lockstep/numerics/block_rules.h"
 #include "lockstep/quant/layout.h"
+#include "operand.h"
 
-namespace lockstep {
+namespace lockstep::gemm {
 namespace {
 
-uint8_t load_block_scale(const QTensor& q, int64_t r, int64_t c) {
-  if (q.scale_layout == ScaleLayout::kCompact) return q.block_scale[size_t(r * q.scale_cols + c)];
-  return q.block_scale[size_t(swizzled_offset(r, c, round_up(q.scale_cols, 4)))];
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// One copy of a quantized operand read as a matrix [m, k]: which bytes hold (i, kk) and its scales.
+struct CopyView {
+  const QTensor* q = nullptr;  // metadata (format, scaling, elem, layout)
+  const QData* d = nullptr;
+  int64_t m = 0, k = 0;
+  bool down_columns = false;   // MXFP8 columnwise: codes stored [k, m], scales [k/32, m]
+  bool transposed = false;     // NVFP4 / FP8 columnwise copy (the quantization of X^T)
+};
+
+uint8_t block_scale(const CopyView& v, int64_t r, int64_t c) {
+  const uint8_t* p = v.d->block_scale.ptr<uint8_t>();
+  if (v.q->scale_layout == ScaleLayout::kCompact) return p[r * v.d->scale_cols + c];
+  return p[swizzled_offset(r, c, round_up(v.d->scale_cols, 4))];
 }
 
-// The outer-scale domain of row r: per_tensor 0, per_row r, per_group the group holding r.
-int64_t domain_of(const QTensor& q, int64_t r) {
-  if (q.scaling == Scaling::kPerRow) return r;
-  if (q.scaling == Scaling::kPerGroup) {
-    for (size_t g = 0; g + 1 < q.group_offsets.size(); ++g)
-      if (r < q.group_offsets[g + 1]) return int64_t(g);
-  }
-  return 0;
+// The outer domain of matrix row i: rowwise copies by the QTensor's scaling and groups, transposed
+// copies per row of X^T (per_row) or one domain.
+int64_t domain(const CopyView& v, int64_t i) {
+  if (!v.transposed) return rowwise_domain_of(*v.q, i);
+  return v.q->scaling == Scaling::kPerRow && !v.q->block2d ? i : 0;
 }
 
-int64_t domain_count(const QTensor& q) {
-  if (q.scaling == Scaling::kPerRow) return q.rows;
-  if (q.scaling == Scaling::kPerGroup) return int64_t(q.group_offsets.size()) - 1;
-  return 1;
-}
-
-void check_sizes(const GemmOperand& op) {
-  const QTensor& q = *op.q;
-  auto bad = [&](const std::string& why) { throw GemmError(fmt::format("operand {}: {}", op.describe(), why)); };
-  if (q.rows < 0 || q.cols < 0) bad("negative shape");
-  const int64_t n = q.rows * q.cols;
-  auto want_scales = [&](int64_t srows, int64_t scols) {
-    const size_t need = q.scale_layout == ScaleLayout::kCompact
-                            ? size_t(srows * scols)
-                            : size_t(round_up(srows, 128) * round_up(scols, 4));
-    if (q.scale_rows != srows || q.scale_cols != scols || q.block_scale.size() != need)
-      bad(fmt::format("block scales [{}, {}] ({} bytes) do not match the shape (want [{}, {}])", q.scale_rows,
-                      q.scale_cols, q.block_scale.size(), srows, scols));
-  };
-  if (q.scaling == Scaling::kPerGroup) {
-    if (q.group_offsets.size() < 2 || q.group_offsets.front() != 0 || q.group_offsets.back() != q.rows)
-      bad("per_group scaling needs group offsets from 0 to rows");
-  }
-  switch (q.format) {
-    case Format::kNvfp4:
-      if (q.cols % 16 != 0) bad("nvfp4 needs K % 16 == 0 (blocks of 16 along K)");
-      if (q.data.size() != size_t(n / 2)) bad("packed data size does not match the shape");
-      want_scales(q.rows, q.cols / 16);
-      if (int64_t(q.amax.size()) != domain_count(q)) bad(fmt::format("{} amax values for {} domains", q.amax.size(), domain_count(q)));
-      break;
-    case Format::kMxfp8:
-      if (!q.has_rowwise || q.data.size() != size_t(n))
-        bad("mxfp8 GEMM operands need the rowwise copy (blocks of 32 along K)");
-      if (q.cols % 32 != 0) bad("mxfp8 needs K % 32 == 0 (blocks of 32 along K)");
-      want_scales(q.rows, q.cols / 32);
-      break;
-    case Format::kFp8: {
-      if (q.data.size() != size_t(n)) bad("data size does not match the shape");
-      int64_t sr = domain_count(q), sc = 1;
-      if (q.scaling == Scaling::kBlock1x128 || q.scaling == Scaling::kBlock128x128) {
-        if (q.cols % kGemmChunk != 0)
-          bad("fp8 block scaling needs K % 128 == 0 in a GEMM (one fp32 scale per 128-wide k chunk); pad K");
-        sr = q.scaling == Scaling::kBlock1x128 ? q.rows : (q.rows + 127) / 128;
-        sc = q.cols / kGemmChunk;
-      } else if (q.scaling == Scaling::kBlock1x32) {
-        bad("fp8 does not take block_1x32");
-      }
-      if (int64_t(q.scale_inv.size()) != sr * sc)
-        bad(fmt::format("{} scale_inv values, want {} x {}", q.scale_inv.size(), sr, sc));
-      break;
-    }
-    case Format::kCount: bad("unknown format");
-  }
-}
-
-}  // namespace
-
-GemmFormat GemmOperand::format() const {
-  if (!q) return GemmFormat::kBf16;
-  switch (q->format) {
-    case Format::kFp8: return GemmFormat::kFp8;
-    case Format::kMxfp8: return GemmFormat::kMxfp8;
-    default: return GemmFormat::kNvfp4;
-  }
-}
-
-std::string GemmOperand::describe() const {
-  if (!q) return fmt::format("'{}' [{}, {}] bf16", name, rows, cols);
-  return fmt::format("'{}' [{}, {}] {} {}", name, q->rows, q->cols, format_name(q->format), scaling_name(q->scaling));
-}
-
-DecodedOperand decode_gemm_operand(const GemmOperand& op, int64_t row0, int64_t count) {
-  DecodedOperand d;
-  d.rows = count;
-  d.cols = op.n_cols();
-  if (row0 < 0 || count < 0 || row0 + count > op.n_rows())
-    throw GemmError(fmt::format("operand {}: rows [{}, {}) out of range", op.describe(), row0, row0 + count));
-  const int64_t K = d.cols;
-  d.inner.resize(size_t(count * K));
-  d.outer.assign(size_t(count), 1.0f);
-  if (!op.q) {
-    if (op.rows < 0 || op.cols < 0 || int64_t(op.dense.size()) != op.rows * op.cols)
-      throw GemmError(fmt::format("operand {}: {} values do not match the shape", op.describe(), op.dense.size()));
-    const float* src = op.dense.data() + row0 * K;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < count * K; ++i) d.inner[size_t(i)] = num::bf16_to_f32(num::f32_to_bf16(src[i]));
-    return d;
-  }
-  check_sizes(op);
-  const QTensor& q = *op.q;
-  const num::MiniFloat f = q.elem == ElemCodec::kE5M2 ? num::kE5M2 : num::kE4M3;
+void check_parts(const CopyView& v, const std::string& what) {
+  const QTensor& q = *v.q;
+  const QData& d = *v.d;
+  auto bad = [&](const std::string& why) { throw GemmError(fmt::format("operand {}: {}", what, why)); };
+  auto numel = [](const Tensor& t) { return t.defined() ? t.numel() : 0; };
+  if (q.scaling == Scaling::kPerGroup && !v.transposed &&
+      (q.group_offsets.size() < 2 || q.group_offsets.front() != 0 || q.group_offsets.back() != q.rows))
+    bad("per_group scaling needs group offsets from 0 to rows");
+  const int64_t n = v.m * v.k;
   switch (q.format) {
     case Format::kNvfp4: {
+      if (v.k % 16 != 0) bad("nvfp4 needs K % 16 == 0 (blocks of 16 along K)");
+      if (numel(d.data) != n / 2) bad("packed data size does not match the shape");
+      const int64_t need = q.scale_layout == ScaleLayout::kCompact ? v.m * (v.k / 16)
+                                                                   : round_up(v.m, 128) * round_up(v.k / 16, 4);
+      if (d.scale_rows != v.m || d.scale_cols != v.k / 16 || numel(d.block_scale) != need)
+        bad(fmt::format("block scales [{}, {}] ({} bytes) do not match the shape (want [{}, {}])", d.scale_rows,
+                        d.scale_cols, numel(d.block_scale), v.m, v.k / 16));
+      const int64_t doms = v.transposed ? (q.scaling == Scaling::kPerRow && !q.block2d ? v.m : 1) : rowwise_domains(q);
+      if (numel(d.amax) != doms) bad(fmt::format("{} amax values for {} domains", numel(d.amax), doms));
+      break;
+    }
+    case Format::kMxfp8:
+      if (v.k % 32 != 0) bad("mxfp8 needs K % 32 == 0 (blocks of 32 along K)");
+      if (numel(d.data) != n) bad("data size does not match the shape");
+      if (!v.down_columns) {
+        const int64_t need = q.scale_layout == ScaleLayout::kCompact ? v.m * (v.k / 32)
+                                                                     : round_up(v.m, 128) * round_up(v.k / 32, 4);
+        if (numel(d.block_scale) != need) bad("block scales do not match the shape");
+      } else if (numel(d.block_scale) != (v.k / 32) * v.m) {
+        bad("columnwise block scales do not match the shape");
+      }
+      break;
+    case Format::kFp8: {
+      if (numel(d.data) != n) bad("data size does not match the shape");
+      const bool block = q.scaling == Scaling::kBlock1x128 || q.scaling == Scaling::kBlock128x128;
+      if (block && v.k % kChunk != 0)
+        bad("fp8 block scaling needs K % 128 == 0 in a GEMM (one fp32 scale per 128-wide k chunk); pad K");
+      int64_t want = 1;
+      if (q.scaling == Scaling::kBlock1x128) want = v.m * (v.k / kChunk);
+      else if (q.scaling == Scaling::kBlock128x128) want = ceil_div(v.m, 128) * (v.k / kChunk);
+      else if (q.scaling == Scaling::kPerRow) want = v.m;
+      else if (q.scaling == Scaling::kPerGroup && !v.transposed) want = rowwise_domains(q);
+      if (numel(d.scale_inv) != want) bad(fmt::format("{} scale_inv values, want {}", numel(d.scale_inv), want));
+      break;
+    }
+    default: bad("not a quantized format");
+  }
+}
+
+DecodedOperand decode_copy(const CopyView& v, int64_t row0, int64_t count) {
+  DecodedOperand d;
+  d.rows = count;
+  d.cols = v.k;
+  const int64_t K = v.k;
+  const QTensor& q = *v.q;
+  d.inner.resize(size_t(count * K));
+  d.outer.assign(size_t(count), 1.0f);
+  const num::MiniFloat f = q.elem == ElemCodec::kE5M2 ? num::kE5M2 : num::kE4M3;
+  const uint8_t* data = v.d->data.ptr<uint8_t>();
+  switch (q.format) {
+    case Format::kNvfp4: {
+      const float* amax = v.d->amax.ptr<float>();
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < count; ++i) {
         const int64_t r = row0 + i;
-        d.outer[size_t(i)] = num::two_level_outer(q.amax[size_t(domain_of(q, r))], num::kE2M1Max).s_dec;
+        d.outer[size_t(i)] = num::two_level_outer(amax[domain(v, r)], num::kE2M1Max).s_dec;
         for (int64_t k = 0; k < K; ++k) {
-          const uint8_t byte = q.data[size_t((r * K + k) / 2)];
+          const uint8_t byte = data[(r * K + k) / 2];
           const uint8_t code = k % 2 == 0 ? (byte & 0xF) : (byte >> 4);
           // Exact: a 2-bit times a 4-bit significand, magnitude in [2^-10, 2688].
-          d.inner[size_t(i * K + k)] = num::mul_rn(num::decode_e2m1(code), num::decode_e4m3(load_block_scale(q, r, k / 16)));
+          d.inner[size_t(i * K + k)] = num::mul_rn(num::decode_e2m1(code), num::decode_e4m3(block_scale(v, r, k / 16)));
         }
       }
       break;
     }
     case Format::kMxfp8: {
+      const uint8_t* sc = v.d->block_scale.ptr<uint8_t>();
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < count; ++i) {
         const int64_t r = row0 + i;
-        for (int64_t k = 0; k < K; ++k)
+        for (int64_t k = 0; k < K; ++k) {
           // Exact for e <= 246 (|inner| < 2^128; larger e may overflow to inf); e = 0xFF is NaN.
-          d.inner[size_t(i * K + k)] = num::mx_dequant(num::decode_minifloat(f, q.data[size_t(r * K + k)]), load_block_scale(q, r, k / 32));
+          const uint8_t code = v.down_columns ? data[k * v.m + r] : data[r * K + k];
+          const uint8_t e = v.down_columns ? sc[(k / 32) * v.m + r] : block_scale(v, r, k / 32);
+          d.inner[size_t(i * K + k)] = num::mx_dequant(num::decode_minifloat(f, code), e);
+        }
       }
       break;
     }
     case Format::kFp8: {
       const bool block = q.scaling == Scaling::kBlock1x128 || q.scaling == Scaling::kBlock128x128;
+      const float* si = v.d->scale_inv.ptr<float>();
       if (block) {
         d.chunked = true;
-        d.chunks = K / kGemmChunk;
+        d.chunks = K / kChunk;
         d.chunk_scale.resize(size_t(count * d.chunks));
       }
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < count; ++i) {
         const int64_t r = row0 + i;
-        for (int64_t k = 0; k < K; ++k) d.inner[size_t(i * K + k)] = num::decode_minifloat(f, q.data[size_t(r * K + k)]);
+        for (int64_t k = 0; k < K; ++k) d.inner[size_t(i * K + k)] = num::decode_minifloat(f, data[r * K + k]);
         if (!block) {
-          d.outer[size_t(i)] = q.scale_inv[size_t(domain_of(q, r))];
+          d.outer[size_t(i)] = si[domain(v, r)];
         } else {
           const int64_t sr = q.scaling == Scaling::kBlock1x128 ? r : r / 128;
-          for (int64_t c = 0; c < d.chunks; ++c)
-            d.chunk_scale[size_t(i * d.chunks + c)] = q.scale_inv[size_t(sr * d.chunks + c)];
+          for (int64_t c = 0; c < d.chunks; ++c) d.chunk_scale[size_t(i * d.chunks + c)] = si[sr * d.chunks + c];
         }
       }
       break;
     }
-    case Format::kCount: break;
+    default: break;
   }
   return d;
 }
 
-}  // namespace lockstep
+}  // namespace
+
+DecodedOperand decode_operand(const GemmArg& op, Copy copy, int64_t row0, int64_t count, std::string_view name) {
+  const std::string what = op.describe(copy, name);
+  const int64_t m = op.rows(copy), k = op.cols(copy);
+  if (row0 < 0 || count < 0 || row0 + count > m)
+    throw GemmError(fmt::format("operand {}: rows [{}, {}) out of range", what, row0, row0 + count));
+  if (!op.quantized()) {
+    const Tensor& t = op.t();
+    if (t.dtype() != DType::kBF16 && t.dtype() != DType::kF32)
+      throw GemmError(fmt::format("operand {}: dense operands are BF16, F32 (or F64 on both sides)", what));
+    const Tensor host = t.to(Device::cpu());
+    const Tensor view = copy == Copy::kRowwise ? host : host.transpose();
+    const std::vector<float> all = to_f32(view.slice_rows(row0, row0 + count));
+    DecodedOperand d;
+    d.rows = count;
+    d.cols = k;
+    d.inner = all;
+    d.outer.assign(size_t(count), 1.0f);
+    return d;
+  }
+  const QTensor host = op.q().device().is_cpu() ? op.q() : op.q().to(Device::cpu());
+  const QData& data = host.copy(copy);
+  if (!data.defined())
+    throw GemmError(fmt::format("operand {}: the tensor has no {} copy (quantize it with {} = true)", what,
+                                copy == Copy::kRowwise ? "rowwise" : "columnwise",
+                                copy == Copy::kRowwise ? "rowwise" : "colwise"));
+  if (copy == Copy::kColwise && host.format != Format::kMxfp8 && !host.group_offsets.empty())
+    throw GemmError(fmt::format("operand {}: the columnwise copy of a grouped buffer is read per group "
+                                "(grouped_qgemm, or group_view)", what));
+  CopyView v;
+  v.q = &host;
+  v.d = &data;
+  v.m = m;
+  v.k = k;
+  v.down_columns = copy == Copy::kColwise && host.format == Format::kMxfp8;
+  v.transposed = copy == Copy::kColwise && host.format != Format::kMxfp8;
+  check_parts(v, what);
+  return decode_copy(v, row0, count);
+}
+
+std::vector<double> dense_f64(const GemmArg& op, Copy copy) {
+  const Tensor host = op.t().to(Device::cpu());
+  const Tensor view = (copy == Copy::kRowwise ? host : host.transpose()).contiguous();
+  auto v = view.data<double>();
+  return {v.begin(), v.end()};
+}
+
+}  // namespace lockstep::gemm

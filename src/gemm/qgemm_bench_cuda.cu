@@ -56,17 +56,17 @@ struct PackedW {
   GemmOperandView view;
   double bytes = 0;
 };
-void make_packed(PackedW& w, GemmFormat f, int64_t rows, int64_t k, uint32_t seed) {
+void make_packed(PackedW& w, Format f, int64_t rows, int64_t k, uint32_t seed) {
   const size_t n = size_t(rows) * size_t(k);
   w.view = GemmOperandView{};
   w.view.format = f, w.view.rows = rows, w.view.cols = k;
-  if (f == GemmFormat::kNvfp4) {
+  if (f == Format::kNvfp4) {
     fill(w.data, n / 2, seed, 0);
     fill(w.scale, n / 16, seed + 1, 2);
-  } else if (f == GemmFormat::kMxfp8) {
+  } else if (f == Format::kMxfp8) {
     fill(w.data, n, seed, 4);
     fill(w.scale, n / 32, seed + 1, 3);
-  } else if (f == GemmFormat::kFp8) {
+  } else if (f == Format::kFp8) {
     fill(w.data, n, seed, 4);
   } else {
     fill(w.data, n * 2, seed, 1);
@@ -76,11 +76,11 @@ void make_packed(PackedW& w, GemmFormat f, int64_t rows, int64_t k, uint32_t see
   w.bytes = double(w.data.size() + w.scale.size());
 }
 
-const char* fmt_name(GemmFormat f) {
+const char* fmt_name(Format f) {
   switch (f) {
-    case GemmFormat::kNvfp4: return "nvfp4";
-    case GemmFormat::kMxfp8: return "mxfp8";
-    case GemmFormat::kFp8: return "fp8";
+    case Format::kNvfp4: return "nvfp4";
+    case Format::kMxfp8: return "mxfp8";
+    case Format::kFp8: return "fp8";
     default: return "bf16";
   }
 }
@@ -132,29 +132,29 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
   std::vector<Shape> shapes = {{14336, 4096}, {4096, 14336}, {8192, 8192}};
   std::vector<int64_t> ms = {1, 2, 4, 8, 16};
   if (quick) shapes = {{14336, 4096}}, ms = {1, 16};
-  const GemmFormat formats[] = {GemmFormat::kNvfp4, GemmFormat::kMxfp8, GemmFormat::kFp8};
+  const Format formats[] = {Format::kNvfp4, Format::kMxfp8, Format::kFp8};
   for (const Shape sh : shapes) {
     bool any = false;  // skip the shape's allocations when --only filters every row out
-    for (GemmFormat f : formats)
+    for (Format f : formats)
       for (int64_t m : ms)
-        any = any || want("decode", cat(fmt_name(f), " w", f == GemmFormat::kNvfp4 ? "4" : "8", "a16 ", sh.n, "x", sh.k, " M=", m));
+        any = any || want("decode", cat(fmt_name(f), " w", f == Format::kNvfp4 ? "4" : "8", "a16 ", sh.n, "x", sh.k, " M=", m));
     if (!any) continue;
     PackedW bf[2];
     if (cb.ok())
-      for (int c = 0; c < 2; ++c) make_packed(bf[c], GemmFormat::kBf16, sh.n, sh.k, 100 + c);
-    for (GemmFormat f : formats) {
+      for (int c = 0; c < 2; ++c) make_packed(bf[c], Format::kBf16, sh.n, sh.k, 100 + c);
+    for (Format f : formats) {
       const std::string fname = fmt_name(f);
       PackedW w[4];
-      const int copies = f == GemmFormat::kNvfp4 ? 4 : 2;  // >= 2 x 50 MB L2 in rotation
+      const int copies = f == Format::kNvfp4 ? 4 : 2;  // >= 2 x 50 MB L2 in rotation
       for (int c = 0; c < copies; ++c) {
         make_packed(w[c], f, sh.n, sh.k, 200 + c);
         w[c].view.preload = true;  // weights: not written between the calls (GemmOperandView::preload)
       }
       for (int64_t m : ms) {
-        const std::string name = cat(fname, " w", f == GemmFormat::kNvfp4 ? "4" : "8", "a16 ", sh.n, "x", sh.k, " M=", m);
+        const std::string name = cat(fname, " w", f == Format::kNvfp4 ? "4" : "8", "a16 ", sh.n, "x", sh.k, " M=", m);
         if (!want("decode", name)) continue;
         GemmOperandView a;
-        a.format = GemmFormat::kBf16, a.rows = m, a.cols = sh.k, a.data = act.get();
+        a.format = Format::kBf16, a.rows = m, a.cols = sh.k, a.data = act.get();
         DeviceGroupTable t = make_dense_table(m, s);
         out.resize(size_t(m) * size_t(sh.n) * 4);
         GemmOutView ov;
@@ -187,8 +187,8 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
     std::vector<PackedW> fc1(static_cast<size_t>(layers)), fc2(static_cast<size_t>(layers));
     double bytes = 0;
     for (int l = 0; l < layers; ++l) {
-      make_packed(fc1[size_t(l)], GemmFormat::kNvfp4, E * 2 * I, H, 1000 + 2 * l);
-      make_packed(fc2[size_t(l)], GemmFormat::kNvfp4, E * H, I, 1001 + 2 * l);
+      make_packed(fc1[size_t(l)], Format::kNvfp4, E * 2 * I, H, 1000 + 2 * l);
+      make_packed(fc2[size_t(l)], Format::kNvfp4, E * H, I, 1001 + 2 * l);
       // Weights are not written during the step: the kernels may load them before the previous
       // kernel completes (GemmOperandView::preload).
       fc1[size_t(l)].view.preload = fc2[size_t(l)].view.preload = true;
@@ -204,7 +204,7 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
     std::vector<float> p(E, 0.125f);
     prob.upload(std::span<const float>(p.data(), p.size()));
     GemmOperandView a1, a2;
-    a1.format = a2.format = GemmFormat::kBf16;
+    a1.format = a2.format = Format::kBf16;
     a1.rows = a2.rows = E, a1.cols = H, a2.cols = I;
     a1.data = x8.get(), a2.data = h8.get();
     DeviceEpilogue ep1;
@@ -260,7 +260,7 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
   // ---- large M: dense and grouped; the tiled deterministic kernel and the cuBLAS fast path vs
   // cuBLAS bf16 (dense: one call; grouped: the faster of a per-expert loop in a graph and one
   // strided batched call) ------------------------------------------------------------------------
-  auto large = [&](const std::string& sec, const std::string& label, GemmFormat f, int64_t groups, int64_t rows,
+  auto large = [&](const std::string& sec, const std::string& label, Format f, int64_t groups, int64_t rows,
                    int64_t n, int64_t k) {
     // The fast path (QgemmKernel::kFast) names the kernel it picks for the call.
     const QgemmKernel fast_kernel = qgemm_fast_kernel(f, groups, rows, k);
@@ -295,8 +295,8 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
     PackedW ab, wb;
     GraphExec gb;
     if (cb.ok()) {
-      make_packed(ab, GemmFormat::kBf16, M, k, 600);
-      make_packed(wb, GemmFormat::kBf16, groups * n, k, 601);
+      make_packed(ab, Format::kBf16, M, k, 600);
+      make_packed(wb, Format::kBf16, groups * n, k, 601);
       auto loop = [&] {
         for (int64_t e = 0; e < groups; ++e)
           cb.gemm_bf16(ab.data.as<uint8_t>() + size_t(e * rows * k * 2), wb.data.as<uint8_t>() + size_t(e * n * k * 2),
@@ -348,12 +348,12 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
   };
   const std::vector<int64_t> dense = quick ? std::vector<int64_t>{4096} : std::vector<int64_t>{4096, 8192};
   for (int64_t d : dense)
-    for (GemmFormat f : {GemmFormat::kNvfp4, GemmFormat::kMxfp8, GemmFormat::kFp8, GemmFormat::kBf16})
+    for (Format f : {Format::kNvfp4, Format::kMxfp8, Format::kFp8, Format::kBf16})
       large("dense", cat(fmt_name(f), " x ", fmt_name(f), " ", d, "^3"), f, 1, d, d, d);
   const std::vector<int64_t> per = quick ? std::vector<int64_t>{128} : std::vector<int64_t>{128, 512, 1024};
   for (int64_t rows : per) {
-    large("grouped", cat("nvfp4 FC1 128 experts x ", rows, " rows, K=2048 N=1536"), GemmFormat::kNvfp4, 128, rows, 1536, 2048);
-    large("grouped", cat("nvfp4 FC2 128 experts x ", rows, " rows, K=768 N=2048"), GemmFormat::kNvfp4, 128, rows, 2048, 768);
+    large("grouped", cat("nvfp4 FC1 128 experts x ", rows, " rows, K=2048 N=1536"), Format::kNvfp4, 128, rows, 1536, 2048);
+    large("grouped", cat("nvfp4 FC2 128 experts x ", rows, " rows, K=768 N=2048"), Format::kNvfp4, 128, rows, 2048, 768);
   }
   LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
   cudaStreamDestroy(s);

@@ -1,16 +1,16 @@
-// The fast deterministic CPU GEMM (fp32, the accumulation order of docs/gemm.md), the shared
-// epilogue and the grouped (MoE) GEMM. Blocking is over output rows and columns only, never over
+// The deterministic CPU GEMM (fp32, the accumulation order of docs/gemm.md), the shared epilogue,
+// the grouped (MoE) GEMMs and the float64 path for dense F64 operands. Blocking is over output rows and columns only, never over
 // k, so every output element runs the same chain of fp32 operations whatever M, threads or tiles.
 #include <fmt/format.h>
 #include <omp.h>
 
 #include <algorithm>
 
-#include "lockstep/gemm/qgemm.h"
+#include "qgemm_cpu.h"
 #include "lockstep/numerics/hd.h"
 #include "lockstep/numerics/transcendental.h"
 
-namespace lockstep {
+namespace lockstep::gemm {
 namespace {
 
 constexpr int kPanel = 16;  // W rows per packed panel (vector lanes: one output element each)
@@ -66,12 +66,12 @@ void tile(const float* const* arows, const float* const* ascale, int64_t a_chunk
     }
     return;
   }
-  const int64_t chunks = w.k / kGemmChunk;
+  const int64_t chunks = w.k / kChunk;
   for (int64_t c = 0; c < chunks; ++c) {
     float part[kRowBlock][kPanel];
     for (int r = 0; r < R; ++r)
       for (int l = 0; l < kPanel; ++l) part[r][l] = 0.0f;
-    for (int64_t k = c * kGemmChunk; k < (c + 1) * kGemmChunk; ++k) {
+    for (int64_t k = c * kChunk; k < (c + 1) * kChunk; ++k) {
       const float* wk = wp + k * kPanel;
       for (int r = 0; r < R; ++r) {
         const float av = arows[r][k];
@@ -125,61 +125,65 @@ std::vector<float> gemm_core(const DecodedOperand& a, const DecodedOperand& wdec
   return d;
 }
 
-void check_pair(const GemmOperand& a, const GemmOperand& w) {
-  if (a.n_cols() != w.n_cols())
-    throw GemmError(fmt::format("K mismatch: A {} and W {} must have the same number of columns (K)", a.describe(),
-                                w.describe()));
-}
-
-void check_epilogue(const GemmEpilogue& ep, int64_t M, int64_t N, int64_t bias_n, const std::string& what) {
-  if (!ep.bias.empty() && int64_t(ep.bias.size()) != bias_n)
-    throw GemmError(fmt::format("{}: bias has {} values, want {}", what, ep.bias.size(), bias_n));
-  if (ep.swiglu && N % 2 != 0)
-    throw GemmError(fmt::format("{}: swiglu needs an even N = 2I ([gate | up] halves), got N = {}", what, N));
-  if (!ep.router_prob.empty() && int64_t(ep.router_prob.size()) != M)
-    throw GemmError(fmt::format("{}: router_prob has {} values, want M = {}", what, ep.router_prob.size(), M));
-  if (!ep.router_prob.empty() && !ep.swiglu)
-    throw GemmError(fmt::format("{}: router_prob is applied by the swiglu epilogue; enable swiglu", what));
-}
-
 }  // namespace
 
-double gemm_gamma(int64_t n) {
-  const double nu = double(n) * 0x1p-24;
-  return nu / (1.0 - nu);
+// One fp32 GEMM of decoded operands: raw D [a.rows, w.rows].
+std::vector<float> gemm_decoded(const DecodedOperand& a, const DecodedOperand& w) {
+  return gemm_core(a, w, pack_w(w));
 }
 
-GemmResult apply_gemm_epilogue(std::span<const float> d, int64_t rows, int64_t n, const GemmEpilogue& ep,
-                               int64_t prob_row0, int64_t bias_offset) {
-  GemmResult out;
-  out.rows = rows;
+// Plain float64 GEMM, ascending k: D [M, N] = A [M, K] W[N, K]^T.
+std::vector<double> gemm_f64(const double* a, const double* w, int64_t M, int64_t N, int64_t K) {
+  std::vector<double> d(size_t(M * N));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = 0.0;
+      for (int64_t k = 0; k < K; ++k) acc += a[i * K + k] * w[j * K + k];
+      d[size_t(i * N + j)] = acc;
+    }
+  return d;
+}
+
+DecodedOperand rows_of(const DecodedOperand& all, int64_t r0, int64_t rows) {
+  DecodedOperand ad;
+  ad.rows = rows;
+  ad.cols = all.cols;
+  ad.inner.assign(all.inner.begin() + r0 * ad.cols, all.inner.begin() + (r0 + rows) * ad.cols);
+  ad.outer.assign(all.outer.begin() + r0, all.outer.begin() + r0 + rows);
+  ad.chunked = all.chunked;
+  ad.chunks = all.chunks;
+  if (ad.chunked)
+    ad.chunk_scale.assign(all.chunk_scale.begin() + r0 * ad.chunks, all.chunk_scale.begin() + (r0 + rows) * ad.chunks);
+  return ad;
+}
+
+std::vector<float> host_floats(const Tensor& t) { return t.defined() ? to_f32(t.to(Device::cpu())) : std::vector<float>{}; }
+
+EpilogueOut apply_epilogue(std::span<const float> d, int64_t rows, int64_t n, const EpilogueArgs& ep) {
+  EpilogueOut out;
   out.cols = ep.swiglu ? n / 2 : n;
   const int64_t oc = out.cols;
   out.d.resize(size_t(rows * oc));
-  if (ep.out_bf16) out.d_bf16.resize(size_t(rows * oc));
   if (ep.row_amax) out.row_amax.resize(size_t(rows));
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < rows; ++i) {
     const float* di = d.data() + i * n;
     auto value = [&](int64_t j) {
       float v = num::mul_rn(ep.alpha, di[j]);
-      if (!ep.bias.empty()) v = num::add_rn(v, ep.bias[size_t(bias_offset + j)]);
+      if (!ep.bias.empty()) v = num::add_rn(v, ep.bias[size_t(ep.bias_offset + j)]);
       return v;
     };
     float amax = num::amax_empty();
     for (int64_t c = 0; c < oc; ++c) {
       float y;
       if (ep.swiglu) {
-        const float p = ep.router_prob.empty() ? 1.0f : ep.router_prob[size_t(prob_row0 + i)];
+        const float p = ep.router_prob.empty() ? 1.0f : ep.router_prob[size_t(ep.prob_row0 + i)];
         y = num::swiglu_weighted_f32(value(c), value(oc + c), p);
       } else {
         y = value(c);
       }
-      if (ep.out_bf16) {
-        const uint16_t h = num::f32_to_bf16(y);
-        out.d_bf16[size_t(i * oc + c)] = h;
-        y = num::bf16_to_f32(h);
-      }
+      if (ep.out_bf16) y = num::bf16_to_f32(num::f32_to_bf16(y));
       out.d[size_t(i * oc + c)] = y;
       amax = num::amax_fold(amax, y);
     }
@@ -188,70 +192,63 @@ GemmResult apply_gemm_epilogue(std::span<const float> d, int64_t rows, int64_t n
   return out;
 }
 
-GemmResult qgemm_cpu(const GemmOperand& a, const GemmOperand& w, const GemmEpilogue& ep) {
-  check_pair(a, w);
-  check_epilogue(ep, a.n_rows(), w.n_rows(), w.n_rows(), fmt::format("qgemm A {} x W {}", a.describe(), w.describe()));
-  const DecodedOperand ad = decode_gemm_operand(a);
-  const DecodedOperand wd = decode_gemm_operand(w);
-  const PackedW wp = pack_w(wd);
-  const std::vector<float> d = gemm_core(ad, wd, wp);
-  return apply_gemm_epilogue(d, ad.rows, wd.rows, ep);
+void check_epilogue(const GemmEpilogue& ep, int64_t M, int64_t N, int64_t bias_n, const std::string& what) {
+  if (ep.bias.defined() && ep.bias.numel() != bias_n)
+    throw GemmError(fmt::format("{}: bias has {} values, want {}", what, ep.bias.numel(), bias_n));
+  if (ep.swiglu && N % 2 != 0)
+    throw GemmError(fmt::format("{}: swiglu needs an even N = 2I ([gate | up] halves), got N = {}", what, N));
+  if (ep.router_prob.defined() && ep.router_prob.numel() != M)
+    throw GemmError(fmt::format("{}: router_prob has {} values, want M = {}", what, ep.router_prob.numel(), M));
+  if (ep.router_prob.defined() && !ep.swiglu)
+    throw GemmError(fmt::format("{}: router_prob is applied by the swiglu epilogue; enable swiglu", what));
 }
 
-GemmResult grouped_qgemm_cpu(const GemmOperand& a, std::span<const int64_t> offsets, const GemmOperand& w,
-                             const GemmEpilogue& ep, std::span<const int64_t> group_rows) {
-  check_pair(a, w);
-  const std::string what = fmt::format("grouped_qgemm A {} x W {}", a.describe(), w.describe());
-  if (offsets.size() < 2)
-    throw GemmError(fmt::format("{}: offsets need experts + 1 >= 2 entries, got {}", what, offsets.size()));
-  const int64_t E = int64_t(offsets.size()) - 1;
-  if (offsets.front() != 0 || offsets.back() != a.n_rows())
-    throw GemmError(fmt::format("{}: offsets must start at 0 and end at A's rows {} (got {} .. {})", what, a.n_rows(),
-                                offsets.front(), offsets.back()));
-  for (int64_t e = 0; e < E; ++e)
-    if (offsets[size_t(e + 1)] < offsets[size_t(e)])
-      throw GemmError(fmt::format("{}: offsets decrease at group {} ({} > {})", what, e, offsets[size_t(e)],
-                                  offsets[size_t(e + 1)]));
-  if (w.n_rows() % E != 0)
-    throw GemmError(fmt::format("{}: W rows {} are not experts ({}) x N", what, w.n_rows(), E));
-  const int64_t N = w.n_rows() / E;
-  if (!group_rows.empty()) {
-    if (int64_t(group_rows.size()) != E)
-      throw GemmError(fmt::format("{}: group_rows has {} entries, want {}", what, group_rows.size(), E));
-    for (int64_t e = 0; e < E; ++e)
-      if (group_rows[size_t(e)] < 0 || group_rows[size_t(e)] > offsets[size_t(e + 1)] - offsets[size_t(e)])
-        throw GemmError(fmt::format("{}: group {} has {} rows but group_rows says {}", what, e,
-                                    offsets[size_t(e + 1)] - offsets[size_t(e)], group_rows[size_t(e)]));
-  }
-  check_epilogue(ep, a.n_rows(), N, E * N, what);
-  const DecodedOperand ad_all = decode_gemm_operand(a);
-  GemmResult out;
-  out.rows = a.n_rows();
-  out.cols = ep.swiglu ? N / 2 : N;
-  out.d.assign(size_t(out.rows * out.cols), 0.0f);
-  if (ep.out_bf16) out.d_bf16.assign(out.d.size(), 0);
-  if (ep.row_amax) out.row_amax.assign(size_t(out.rows), 0.0f);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = offsets[size_t(e)];
-    const int64_t rows = group_rows.empty() ? offsets[size_t(e + 1)] - r0 : group_rows[size_t(e)];
-    const DecodedOperand wd = decode_gemm_operand(w, e * N, N);  // validates W even for empty groups
-    if (rows == 0) continue;
-    DecodedOperand ad;
-    ad.rows = rows;
-    ad.cols = ad_all.cols;
-    ad.inner.assign(ad_all.inner.begin() + r0 * ad.cols, ad_all.inner.begin() + (r0 + rows) * ad.cols);
-    ad.outer.assign(ad_all.outer.begin() + r0, ad_all.outer.begin() + r0 + rows);
-    ad.chunked = ad_all.chunked;
-    ad.chunks = ad_all.chunks;
-    if (ad.chunked)
-      ad.chunk_scale.assign(ad_all.chunk_scale.begin() + r0 * ad.chunks, ad_all.chunk_scale.begin() + (r0 + rows) * ad.chunks);
-    const std::vector<float> d = gemm_core(ad, wd, pack_w(wd));
-    const GemmResult g = apply_gemm_epilogue(d, rows, N, ep, r0, e * N);
-    std::copy(g.d.begin(), g.d.end(), out.d.begin() + r0 * out.cols);
-    if (ep.out_bf16) std::copy(g.d_bf16.begin(), g.d_bf16.end(), out.d_bf16.begin() + r0 * out.cols);
-    if (ep.row_amax) std::copy(g.row_amax.begin(), g.row_amax.end(), out.row_amax.begin() + r0);
-  }
-  return out;
+GemmResult make_result(EpilogueOut&& e, int64_t rows, DType out_dtype, bool row_amax) {
+  GemmResult r;
+  r.d = from_f32(e.d, {rows, e.cols}, out_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32);
+  if (row_amax) r.row_amax = from_f32(e.row_amax, {rows});
+  r.kernel = GemmKernel::kCpu;
+  return r;
 }
 
-}  // namespace lockstep
+GemmResult qgemm_cpu(const GemmArg& a, const GemmArg& w, const GemmConfig& cfg) {
+  const std::string what = fmt::format("qgemm A {} x W {}", a.describe(cfg.a_copy, "a"), w.describe(cfg.w_copy, "w"));
+  const int64_t M = a.rows(cfg.a_copy), N = w.rows(cfg.w_copy), K = a.cols(cfg.a_copy);
+  if (K != w.cols(cfg.w_copy))
+    throw GemmError(fmt::format("{}: K mismatch (A has {} columns, W {})", what, K, w.cols(cfg.w_copy)));
+  check_epilogue(cfg.epilogue, M, N, N, what);
+  const bool f64 = !a.quantized() && !w.quantized() &&
+                   (a.t().dtype() == DType::kF64 || w.t().dtype() == DType::kF64);
+  if (f64) {
+    if (a.t().dtype() != w.t().dtype())
+      throw GemmError(fmt::format("{}: the float64 path needs both operands F64", what));
+    if (cfg.epilogue.swiglu || cfg.epilogue.row_amax || cfg.epilogue.router_prob.defined())
+      throw GemmError(fmt::format("{}: the float64 path takes alpha and bias only", what));
+    const std::vector<double> av = dense_f64(a, cfg.a_copy), wv = dense_f64(w, cfg.w_copy);
+    std::vector<double> d = gemm_f64(av.data(), wv.data(), M, N, K);
+    std::vector<double> bias;
+    if (cfg.epilogue.bias.defined()) {
+      const Tensor b = cast(cfg.epilogue.bias.to(Device::cpu()), DType::kF64).contiguous();
+      bias.assign(b.data<double>().begin(), b.data<double>().end());
+    }
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double& v = d[size_t(i * N + j)];
+        v = double(cfg.epilogue.alpha) * v;
+        if (!bias.empty()) v += bias[size_t(j)];
+      }
+    GemmResult r;
+    r.d = Tensor::from_vector<double>(d, {M, N}, DType::kF64);
+    r.kernel = GemmKernel::kCpu;
+    return r;
+  }
+  const DecodedOperand ad = decode_operand(a, cfg.a_copy, 0, M, "a");
+  const DecodedOperand wd = decode_operand(w, cfg.w_copy, 0, N, "w");
+  const std::vector<float> d = gemm_decoded(ad, wd);
+  const std::vector<float> bias = host_floats(cfg.epilogue.bias), prob = host_floats(cfg.epilogue.router_prob);
+  EpilogueArgs ep{cfg.epilogue.alpha, bias, cfg.epilogue.swiglu, prob, cfg.out_dtype == DType::kBF16,
+                  cfg.epilogue.row_amax, 0, 0};
+  return make_result(apply_epilogue(d, M, N, ep), M, cfg.out_dtype, cfg.epilogue.row_amax);
+}
+
+}  // namespace lockstep::gemm

@@ -77,7 +77,7 @@ constexpr int kDequantThreads = 256;
 // iteration about 20 us more at 4096^3.
 // Launched with programmatic dependent launch: the tables are built while the previous kernel in
 // the stream finishes; the operand is read and `out` written only after pdl_wait().
-template <GemmFormat F>
+template <Format F>
 __global__ void __launch_bounds__(kDequantThreads) dequant_bf16_kernel(GemmOperandView op, uint16_t* out) {
   __shared__ OperandLuts lut;
   pdl_launch_dependents();
@@ -92,13 +92,13 @@ __global__ void __launch_bounds__(kDequantThreads) dequant_bf16_kernel(GemmOpera
     r.v[0] = r.v[1] = make_uint4(0, 0, 0, 0);
     r.scale = 0;
     if (h >= halves) return;
-    if constexpr (F == GemmFormat::kNvfp4) {
+    if constexpr (F == Format::kNvfp4) {
       r.v[0].x = __ldg(reinterpret_cast<const uint32_t*>(d + h * 4));
       r.scale = __ldg(op.block_scale + (h >> 1));
     } else {
       const uint2 x = __ldg(reinterpret_cast<const uint2*>(d + h * 8));
       r.v[0].x = x.x, r.v[0].y = x.y;
-      if constexpr (F == GemmFormat::kMxfp8) r.scale = __ldg(op.block_scale + (h >> 2));
+      if constexpr (F == Format::kMxfp8) r.scale = __ldg(op.block_scale + (h >> 2));
     }
   };
   auto store = [&](int64_t h, const RawTile& r) {
@@ -119,13 +119,13 @@ __global__ void __launch_bounds__(kDequantThreads) dequant_bf16_kernel(GemmOpera
 }  // namespace
 
 const uint16_t* dequantized(const GemmOperandView& op, uint16_t* scratch, cudaStream_t stream) {
-  if (op.format == GemmFormat::kBf16) return static_cast<const uint16_t*>(op.data);
+  if (op.format == Format::kBf16) return static_cast<const uint16_t*>(op.data);
   const int64_t halves = op.rows * (op.cols / 8);
   if (halves == 0) return scratch;
   const int64_t blocks = std::min<int64_t>((halves + 2 * kDequantThreads - 1) / (2 * kDequantThreads), 132 * 16);
-  auto* kernel = op.format == GemmFormat::kNvfp4   ? dequant_bf16_kernel<GemmFormat::kNvfp4>
-                 : op.format == GemmFormat::kMxfp8 ? dequant_bf16_kernel<GemmFormat::kMxfp8>
-                                                   : dequant_bf16_kernel<GemmFormat::kFp8>;
+  auto* kernel = op.format == Format::kNvfp4   ? dequant_bf16_kernel<Format::kNvfp4>
+                 : op.format == Format::kMxfp8 ? dequant_bf16_kernel<Format::kMxfp8>
+                                                   : dequant_bf16_kernel<Format::kFp8>;
   launch_pdl(kernel, dim3(unsigned(blocks)), dim3(kDequantThreads), 0, stream, op, scratch);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
   return scratch;
@@ -181,7 +181,7 @@ void launch_epilogue_fast(const float* acc, const GemmOperandView& a, const Gemm
 bool identity_epilogue(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& groups,
                        const DeviceEpilogue& ep) {
   auto unit_outer = [](const GemmOperandView& op) {
-    return op.format == GemmFormat::kBf16 || op.format == GemmFormat::kMxfp8;
+    return op.format == Format::kBf16 || op.format == Format::kMxfp8;
   };
   if (!unit_outer(a) || !unit_outer(w) || num::f32_bits(ep.alpha) != num::f32_bits(1.0f) || ep.bias || ep.swiglu)
     return false;

@@ -79,15 +79,15 @@ void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cu
 __device__ __forceinline__ uint16_t bf16_bits(float v) { return num::f32_to_bf16(v); }
 
 // Element code -> inner element value (no block scale), by the contract's codecs.
-__device__ __forceinline__ float decode_elem(GemmFormat f, ElemCodec e, uint32_t code) {
-  if (f == GemmFormat::kNvfp4) return num::decode_e2m1(uint8_t(code));
+__device__ __forceinline__ float decode_elem(Format f, ElemCodec e, uint32_t code) {
+  if (f == Format::kNvfp4) return num::decode_e2m1(uint8_t(code));
   return e == ElemCodec::kE5M2 ? num::decode_e5m2(uint8_t(code)) : num::decode_e4m3(uint8_t(code));
 }
 
 // Block scale code -> its value (nvfp4 E4M3, mxfp8 E8M0); 1 for formats without block scales.
-__device__ __forceinline__ float decode_block_scale(GemmFormat f, uint8_t code) {
-  if (f == GemmFormat::kNvfp4) return num::decode_e4m3(code);
-  if (f == GemmFormat::kMxfp8) return num::decode_e8m0(code);
+__device__ __forceinline__ float decode_block_scale(Format f, uint8_t code) {
+  if (f == Format::kNvfp4) return num::decode_e4m3(code);
+  if (f == Format::kMxfp8) return num::decode_e8m0(code);
   return 1.0f;
 }
 
@@ -95,18 +95,18 @@ __device__ __forceinline__ float decode_block_scale(GemmFormat f, uint8_t code) 
 __device__ __forceinline__ uint16_t inner_bf16(const GemmOperandView& op, int64_t r, int64_t k) {
   const int64_t K = op.cols;
   switch (op.format) {
-    case GemmFormat::kBf16:
+    case Format::kBf16:
       return static_cast<const uint16_t*>(op.data)[r * K + k];
-    case GemmFormat::kNvfp4: {
+    case Format::kNvfp4: {
       const uint8_t byte = static_cast<const uint8_t*>(op.data)[(r * K + k) >> 1];
       const uint8_t code = (k & 1) ? (byte >> 4) : (byte & 0xF);
       return bf16_bits(num::mul_rn(num::decode_e2m1(code), num::decode_e4m3(op.block_scale[r * (K / 16) + k / 16])));
     }
-    case GemmFormat::kMxfp8: {
+    case Format::kMxfp8: {
       const uint8_t code = static_cast<const uint8_t*>(op.data)[r * K + k];
       return bf16_bits(num::mx_dequant(decode_elem(op.format, op.elem, code), op.block_scale[r * (K / 32) + k / 32]));
     }
-    case GemmFormat::kFp8:
+    case Format::kFp8:
     default:
       return bf16_bits(decode_elem(op.format, op.elem, static_cast<const uint8_t*>(op.data)[r * K + k]));
   }
@@ -119,13 +119,13 @@ __device__ __forceinline__ float outer_of(const GemmOperandView& op, int64_t r) 
 // Lookup tables in shared memory, filled by the block from the codecs (never re-derived):
 //   pair[b]  = bf16x2 {elem(b & 15), elem(b >> 4)} for nvfp4, {elem(b), 0} for 8-bit codes;
 //   scale[b] = bf16 bits of the block scale code b (E4M3 for nvfp4, E8M0 = 2^(b-127) for mxfp8).
-__device__ __forceinline__ uint32_t pair_entry(GemmFormat f, ElemCodec e, uint32_t b) {
-  if (f == GemmFormat::kNvfp4)
+__device__ __forceinline__ uint32_t pair_entry(Format f, ElemCodec e, uint32_t b) {
+  if (f == Format::kNvfp4)
     return uint32_t(bf16_bits(decode_elem(f, e, b & 15))) | (uint32_t(bf16_bits(decode_elem(f, e, b >> 4))) << 16);
-  if (f == GemmFormat::kBf16) return 0;
+  if (f == Format::kBf16) return 0;
   return uint32_t(bf16_bits(decode_elem(f, e, b)));
 }
-__device__ __forceinline__ uint16_t scale_entry(GemmFormat f, uint32_t b) {
+__device__ __forceinline__ uint16_t scale_entry(Format f, uint32_t b) {
   return bf16_bits(decode_block_scale(f, uint8_t(b)));
 }
 
@@ -207,13 +207,13 @@ __device__ __forceinline__ void load_raw(const GemmOperandView& op, int64_t row,
   const int64_t K = op.cols;
   const uint8_t* d = static_cast<const uint8_t*>(op.data);
   switch (op.format) {
-    case GemmFormat::kBf16: {
+    case Format::kBf16: {
       const uint4* p = reinterpret_cast<const uint4*>(d + (row * K + k) * 2);
       r.v[0] = __ldg(p);
       r.v[1] = __ldg(p + 1);
       break;
     }
-    case GemmFormat::kNvfp4: {
+    case Format::kNvfp4: {
       const uint2 x = __ldg(reinterpret_cast<const uint2*>(d + (row * K + k) / 2));
       r.v[0].x = x.x, r.v[0].y = x.y;
       r.scale = __ldg(op.block_scale + row * (K / 16) + k / 16);
@@ -221,7 +221,7 @@ __device__ __forceinline__ void load_raw(const GemmOperandView& op, int64_t row,
     }
     default:
       r.v[0] = __ldg(reinterpret_cast<const uint4*>(d + row * K + k));
-      if (op.format == GemmFormat::kMxfp8) r.scale = __ldg(op.block_scale + row * (K / 32) + k / 32);
+      if (op.format == Format::kMxfp8) r.scale = __ldg(op.block_scale + row * (K / 32) + k / 32);
       break;
   }
 }
@@ -229,15 +229,15 @@ __device__ __forceinline__ void load_raw(const GemmOperandView& op, int64_t row,
 // Exact bf16 of the 16 values (8 x bf16x2 words, k ascending), format known at compile time.
 // `pair(b)` is the pair table entry of byte b (plain or lane-replicated table). With kOut = 4 only
 // the first 8 values (the first half of r's bytes).
-template <GemmFormat F, class Pair, int kOut>
+template <Format F, class Pair, int kOut>
 __device__ __forceinline__ void dequant16_p(const Pair& pair, const uint16_t* scale, const RawTile& r,
                                            uint32_t (&o)[kOut]) {
   static_assert(kOut == 8 || kOut == 4, "16 or 8 values");
-  if constexpr (F == GemmFormat::kBf16) {
+  if constexpr (F == Format::kBf16) {
     const uint32_t* s = reinterpret_cast<const uint32_t*>(r.v);
 #pragma unroll
     for (int i = 0; i < kOut; ++i) o[i] = s[i];
-  } else if constexpr (F == GemmFormat::kNvfp4) {
+  } else if constexpr (F == Format::kNvfp4) {
     const uint32_t sc = uint32_t(scale[r.scale]) * 0x10001u;
     const uint32_t w[2] = {r.v[0].x, r.v[0].y};
 #pragma unroll
@@ -249,7 +249,7 @@ __device__ __forceinline__ void dequant16_p(const Pair& pair, const uint16_t* sc
       const uint32_t q = w[i >> 1] >> ((i & 1) * 16);
       o[i] = __byte_perm(pair(q & 0xFF), pair((q >> 8) & 0xFF), 0x5410);
     }
-    if constexpr (F == GemmFormat::kMxfp8) {
+    if constexpr (F == Format::kMxfp8) {
       const uint32_t sc = uint32_t(scale[r.scale]) * 0x10001u;
 #pragma unroll
       for (int i = 0; i < kOut; ++i) o[i] = bf16x2_mul(o[i], sc);
@@ -257,7 +257,7 @@ __device__ __forceinline__ void dequant16_p(const Pair& pair, const uint16_t* sc
   }
 }
 
-template <GemmFormat F>
+template <Format F>
 __device__ __forceinline__ void dequant16_f(const OperandLuts& lut, const RawTile& r, uint32_t (&o)[8]) {
   dequant16_p<F>([&](uint32_t b) { return lut.pair[b]; }, lut.scale, r, o);
 }
@@ -265,11 +265,11 @@ __device__ __forceinline__ void dequant16_f(const OperandLuts& lut, const RawTil
 // The same with the format read at run time; an invalid (out of range) piece is zero.
 __device__ __forceinline__ void dequant16(const GemmOperandView& op, const OperandLuts& lut, const RawTile& r,
                                           uint32_t (&o)[8]) {
-  switch (r.valid ? op.format : GemmFormat::kBf16) {  // load_raw zeroes invalid pieces
-    case GemmFormat::kNvfp4: dequant16_f<GemmFormat::kNvfp4>(lut, r, o); break;
-    case GemmFormat::kMxfp8: dequant16_f<GemmFormat::kMxfp8>(lut, r, o); break;
-    case GemmFormat::kFp8: dequant16_f<GemmFormat::kFp8>(lut, r, o); break;
-    default: dequant16_f<GemmFormat::kBf16>(lut, r, o); break;
+  switch (r.valid ? op.format : Format::kBf16) {  // load_raw zeroes invalid pieces
+    case Format::kNvfp4: dequant16_f<Format::kNvfp4>(lut, r, o); break;
+    case Format::kMxfp8: dequant16_f<Format::kMxfp8>(lut, r, o); break;
+    case Format::kFp8: dequant16_f<Format::kFp8>(lut, r, o); break;
+    default: dequant16_f<Format::kBf16>(lut, r, o); break;
   }
 }
 
@@ -335,7 +335,7 @@ const uint16_t* dequantized(const GemmOperandView& op, uint16_t* scratch, cudaSt
 // Bytes of `scratch` that dequantized() needs for `op` (0 for bf16), rounded up to 256 so that
 // buffers laid out back to back stay aligned.
 inline size_t bf16_copy_bytes(const GemmOperandView& op) {
-  return op.format == GemmFormat::kBf16 ? 0 : (size_t(op.rows) * size_t(op.cols) * 2 + 255) / 256 * 256;
+  return op.format == Format::kBf16 ? 0 : (size_t(op.rows) * size_t(op.cols) * 2 + 255) / 256 * 256;
 }
 
 // The cuBLAS fast path (qgemm_cublas_cuda.cu).
@@ -352,6 +352,6 @@ constexpr int kDecodeMaxRows = 16;  // rows per group the decode kernel takes
 // Whether the decode kernel's shared memory (tables, the staged A slice) fits one block for this W
 // format, K and rows per group (<= kDecodeMaxRows); the automatic choice falls back to the other
 // kernels when it does not (nvfp4 W with 9-16 rows: K <= 48128; 8-bit W or <= 8 rows: larger).
-bool decode_fits(GemmFormat w_format, int64_t K, int64_t max_rows);
+bool decode_fits(Format w_format, int64_t K, int64_t max_rows);
 
 }  // namespace lockstep::cuda::gemm_detail

@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
     v0 = j0 < n, v1 = j1 < n;
   }
   const int64_t wr0 = G.w_row0 + (v0 ? j0 : 0), wr1 = G.w_row0 + (v1 ? j1 : 0);  // clamped; discarded
-  const bool mx = w.format == GemmFormat::kMxfp8;
+  const bool mx = w.format == Format::kMxfp8;
   const uint8_t* wd = static_cast<const uint8_t*>(w.data);
 
   // Thread (g, t) reads elements [k + 32t, k + 32t + 32) of rows j0 and j1 for each 128-wide k.
@@ -315,7 +315,7 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
     // 1.3-2.5 % faster, 8192x8192 nvfp4 M = 1 (whole blocks) 3 % faster; nvfp4 W in clusters 0.5-4 %
     // slower (4096x14336), so those keep the register-staged loop.
     constexpr bool kAsyncA = kBlk || !kNvfp4;
-    if (a.format == GemmFormat::kBf16 && kAsyncA) {
+    if (a.format == Format::kBf16 && kAsyncA) {
       const uint16_t* ad = static_cast<const uint16_t*>(a.data);
       // Vector c (8 elements) of every staged row: two 8-byte cp.async copies (global -> shared, no
       // registers), so that all of a thread's copies are in flight at once; rows past the group are
@@ -337,7 +337,7 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
         }
       }
       cp_async_wait_all();
-    } else if (a.format == GemmFormat::kBf16) {
+    } else if (a.format == Format::kBf16) {
       const uint16_t* ad = static_cast<const uint16_t*>(a.data);
       // Vector c (8 elements) of rows r0 .. r0 + 7: the 8 loads first, then the stores.
       for (int c = tid; c < vec; c += nthreads) {
@@ -726,9 +726,9 @@ void launch_decode_t(int slice_blocks, int slices, cudaStream_t stream, const Ge
 
 }  // namespace
 
-bool decode_fits(GemmFormat wf, int64_t K, int64_t max_rows) {
+bool decode_fits(Format wf, int64_t K, int64_t max_rows) {
   if (K / 128 > (int64_t(1) << 20)) return false;  // (keeps the int arithmetic below in range)
-  const int fmt = wf == GemmFormat::kNvfp4 ? kFmtNvfp4 : kFmtE4m3;
+  const int fmt = wf == Format::kNvfp4 ? kFmtNvfp4 : kFmtE4m3;
   return decode_smem_bytes(fmt, max_rows > 8 ? 2 : 1, 4, decode_slice_blocks(K)) <= kSmemLimit;
 }
 
@@ -748,12 +748,12 @@ void launch_decode(const GemmOperandView& a, const GemmOperandView& w, int64_t n
                    const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream) {
   (void)workspace;  // partials live in shared memory (one cluster per row tile)
   const int64_t K = w.cols;
-  if (K % 128 != 0 || groups.max_rows > kDecodeMaxRows || w.format == GemmFormat::kBf16)
+  if (K % 128 != 0 || groups.max_rows > kDecodeMaxRows || w.format == Format::kBf16)
     throw GemmError(cat("qgemm decode kernel: needs K % 128 == 0 (K = ", K, "), <= ", kDecodeMaxRows, " rows per group (max ", groups.max_rows, ") and packed W (nvfp4, mxfp8, fp8)"));
   if (ep.swiglu && n % 2 != 0) throw GemmError(cat("qgemm decode kernel: SwiGLU needs an even N (N = ", n, ")"));
   if (groups.groups == 0 || groups.max_rows == 0 || n == 0 || K == 0) return;
   const int sb = decode_slice_blocks(K);
-  const int fmt = w.format == GemmFormat::kNvfp4 ? kFmtNvfp4 : w.elem == ElemCodec::kE5M2 ? kFmtE5m2 : kFmtE4m3;
+  const int fmt = w.format == Format::kNvfp4 ? kFmtNvfp4 : w.elem == ElemCodec::kE5M2 ? kFmtE5m2 : kFmtE4m3;
   const int nt = groups.max_rows > 8 ? 2 : 1;
   if (!decode_fits(w.format, K, groups.max_rows))
     throw GemmError(cat("qgemm decode kernel: K = ", K, " with ", groups.max_rows, " rows per group needs ",

@@ -134,8 +134,8 @@ const char* qgemm_kernel_name(QgemmKernel k) {
 namespace {
 // Whether the decode kernel takes W of format wf with at most max_rows rows per group and K = k
 // (kAuto and kFast alike pick it then).
-bool decode_takes(GemmFormat wf, int64_t k, int64_t max_rows) {
-  return max_rows <= gemm_detail::kDecodeMaxRows && k % 128 == 0 && wf != GemmFormat::kBf16 &&
+bool decode_takes(Format wf, int64_t k, int64_t max_rows) {
+  return max_rows <= gemm_detail::kDecodeMaxRows && k % 128 == 0 && wf != Format::kBf16 &&
          gemm_detail::decode_fits(wf, k, max_rows);
 }
 }  // namespace
@@ -146,10 +146,10 @@ QgemmKernel qgemm_pick_kernel(const GemmOperandView& a, const GemmOperandView& w
   return gemm_detail::wgmma_supported(w.cols) ? QgemmKernel::kWgmma : QgemmKernel::kTiled;
 }
 
-QgemmKernel qgemm_fast_kernel(GemmFormat wf, int64_t groups, int64_t max_rows, int64_t k) {
+QgemmKernel qgemm_fast_kernel(Format wf, int64_t groups, int64_t max_rows, int64_t k) {
   if (decode_takes(wf, k, max_rows)) return QgemmKernel::kDecode;
   const bool wg = gemm_detail::wgmma_supported(k), cb = gemm_detail::cublas_available() && k % 16 == 0;
-  const bool prefer_wg = wf == GemmFormat::kNvfp4 || wf == GemmFormat::kFp8 || (groups > 1 && wf == GemmFormat::kMxfp8);
+  const bool prefer_wg = wf == Format::kNvfp4 || wf == Format::kFp8 || (groups > 1 && wf == Format::kMxfp8);
   if (prefer_wg && wg) return QgemmKernel::kWgmma;
   if (cb) return QgemmKernel::kCublas;
   return wg ? QgemmKernel::kWgmma : QgemmKernel::kTiled;

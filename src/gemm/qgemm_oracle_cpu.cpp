@@ -5,25 +5,29 @@
 
 #include <cmath>
 
-#include "lockstep/gemm/qgemm.h"
+#include "lockstep/gemm/oracle.h"
 #include "lockstep/numerics/hd.h"
+#include "qgemm_cpu.h"
 
 namespace lockstep {
 
-GemmF64 qgemm_f64_cpu(const GemmOperand& a, const GemmOperand& w) {
-  if (a.n_cols() != w.n_cols())
-    throw GemmError(fmt::format("K mismatch: A {} and W {} must have the same number of columns (K)", a.describe(),
-                                w.describe()));
-  const DecodedOperand ad = decode_gemm_operand(a);
-  const DecodedOperand wd = decode_gemm_operand(w);
+using gemm::DecodedOperand;
+using gemm::kChunk;
+
+GemmF64 qgemm_f64(const GemmArg& a, const GemmArg& w, Copy a_copy, Copy w_copy) {
+  if (a.cols(a_copy) != w.cols(w_copy))
+    throw GemmError(fmt::format("K mismatch: A {} and W {} must have the same number of columns (K)",
+                                a.describe(a_copy, "a"), w.describe(w_copy, "w")));
+  const DecodedOperand ad = gemm::decode_operand(a, a_copy, 0, a.rows(a_copy), "a");
+  const DecodedOperand wd = gemm::decode_operand(w, w_copy, 0, w.rows(w_copy), "w");
   const int64_t M = ad.rows, N = wd.rows, K = ad.cols;
   const bool chunked = ad.chunked || wd.chunked;
-  const int64_t chunk = chunked ? kGemmChunk : std::max<int64_t>(K, 1);
-  const int64_t chunks = chunked ? K / kGemmChunk : 1;
+  const int64_t chunk = chunked ? kChunk : std::max<int64_t>(K, 1);
+  const int64_t chunks = chunked ? K / kChunk : 1;
   GemmF64 r;
   r.rows = M;
   r.cols = N;
-  r.gamma_n = chunked ? kGemmChunk + chunks : K;
+  r.gamma_n = chunked ? kChunk + chunks : K;
   r.d64.resize(size_t(M * N));
   r.abs_terms.resize(size_t(M * N));
 #pragma omp parallel for schedule(static)
@@ -53,18 +57,22 @@ GemmF64 qgemm_f64_cpu(const GemmOperand& a, const GemmOperand& w) {
   return r;
 }
 
-GemmResult qgemm_oracle_cpu(const GemmOperand& a, const GemmOperand& w, const GemmEpilogue& ep) {
-  const GemmF64 f = qgemm_f64_cpu(a, w);
+double gemm_gamma(int64_t n) {
+  const double nu = double(n) * 0x1p-24;
+  return nu / (1.0 - nu);
+}
+
+GemmResult qgemm_oracle(const GemmArg& a, const GemmArg& w, const GemmConfig& cfg) {
+  const GemmF64 f = qgemm_f64(a, w, cfg.a_copy, cfg.w_copy);
   // D = fl32(s * acc64): s * acc64 above is one float64 product, exact whenever acc64 is an fp32
   // number, so on grid inputs this is RN(s * acc) of the fp32 path.
   std::vector<float> d(f.d64.size());
   for (size_t i = 0; i < d.size(); ++i) d[i] = float(f.d64[i]);
-  if (!ep.bias.empty() && int64_t(ep.bias.size()) != f.cols)
-    throw GemmError(fmt::format("qgemm oracle: bias has {} values, want {}", ep.bias.size(), f.cols));
-  if (!ep.router_prob.empty() && int64_t(ep.router_prob.size()) != f.rows)
-    throw GemmError(fmt::format("qgemm oracle: router_prob has {} values, want {}", ep.router_prob.size(), f.rows));
-  if (ep.swiglu && f.cols % 2 != 0) throw GemmError("qgemm oracle: swiglu needs an even N");
-  return apply_gemm_epilogue(d, f.rows, f.cols, ep);
+  const GemmEpilogue& ep = cfg.epilogue;
+  gemm::check_epilogue(ep, f.rows, f.cols, f.cols, "qgemm oracle");
+  const std::vector<float> bias = gemm::host_floats(ep.bias), prob = gemm::host_floats(ep.router_prob);
+  gemm::EpilogueArgs args{ep.alpha, bias, ep.swiglu, prob, cfg.out_dtype == DType::kBF16, ep.row_amax, 0, 0};
+  return gemm::make_result(gemm::apply_epilogue(d, f.rows, f.cols, args), f.rows, cfg.out_dtype, ep.row_amax);
 }
 
 }  // namespace lockstep

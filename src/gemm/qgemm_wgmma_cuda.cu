@@ -39,17 +39,17 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 // Bytes of one tile row's 64 k-values, and the elements one block scale covers (0: none).
-constexpr int raw_row_bytes(GemmFormat f) { return f == GemmFormat::kNvfp4 ? 32 : f == GemmFormat::kBf16 ? 128 : 64; }
-constexpr int scale_block(GemmFormat f) {
-  return f == GemmFormat::kNvfp4 ? 16 : f == GemmFormat::kMxfp8 ? 32 : 0;
+constexpr int raw_row_bytes(Format f) { return f == Format::kNvfp4 ? 32 : f == Format::kBf16 ? 128 : 64; }
+constexpr int scale_block(Format f) {
+  return f == Format::kNvfp4 ? 16 : f == Format::kMxfp8 ? 32 : 0;
 }
 // Raw stage of one operand tile: [rows][row bytes] data, then [rows][4] scale words.
-constexpr int raw_tile_bytes(GemmFormat f, int rows) { return rows * raw_row_bytes(f) + (scale_block(f) ? rows * 4 : 0); }
+constexpr int raw_tile_bytes(Format f, int rows) { return rows * raw_row_bytes(f) + (scale_block(f) ? rows * 4 : 0); }
 
 // Issue the cp.async copies of tile rows [0, kRows) (global rows row0 + r, valid below `valid`)
 // for k in [k0, k0 + 64). Rows past `valid` are zero-filled. A block-scale word is the aligned 4
 // bytes holding the row's scales (nvfp4: exactly its 4; mxfp8: its 2 at byte (offset & 3)).
-template <GemmFormat F, int kRows>
+template <Format F, int kRows>
 __device__ __forceinline__ void issue_raw(const GemmOperandView& op, int64_t row0, int64_t valid, int64_t k0,
                                           uint8_t* dst, int tid) {
   constexpr int rb = raw_row_bytes(F), cpr = rb / 16, sb = scale_block(F);
@@ -86,7 +86,7 @@ __device__ __forceinline__ void issue_raw(const GemmOperandView& op, int64_t row
 // raw bytes (no bank conflicts) and write 4 distinct 16-byte positions per row.
 // `rep`: the pair table replicated once per lane ([256][32], entry b of lane l at 32 b + l), so the
 // 32 lanes' random lookups never share a bank; `scale`: the block-scale table.
-template <GemmFormat F, int kRows>
+template <Format F, int kRows>
 __device__ __forceinline__ void dequant_tile(const GemmOperandView& op, const uint32_t* rep, const uint16_t* scale,
                                              const uint8_t* raw, int64_t grow0, int64_t k0, uint8_t* tile, int tid) {
   const uint32_t* my = rep + (tid & 31);
@@ -99,16 +99,16 @@ __device__ __forceinline__ void dequant_tile(const GemmOperandView& op, const ui
     RawTile t;
     t.valid = true;
     t.scale = 0;
-    if constexpr (F == GemmFormat::kNvfp4) {
+    if constexpr (F == Format::kNvfp4) {
       const uint2 x = *reinterpret_cast<const uint2*>(rd + q * 8);
       t.v[0].x = x.x, t.v[0].y = x.y;
       t.scale = raw[kRows * rb + row * 4 + q];
-    } else if constexpr (F == GemmFormat::kBf16) {
+    } else if constexpr (F == Format::kBf16) {
       t.v[0] = *reinterpret_cast<const uint4*>(rd + q * 32);
       t.v[1] = *reinterpret_cast<const uint4*>(rd + q * 32 + 16);
     } else {
       t.v[0] = *reinterpret_cast<const uint4*>(rd + q * 16);
-      if constexpr (F == GemmFormat::kMxfp8) {
+      if constexpr (F == Format::kMxfp8) {
         const int sshift = int((((grow0 + row) * (op.cols / 32)) + k0 / 32) & 3);
         t.scale = raw[kRows * rb + row * 4 + sshift + q / 2];
       }
@@ -125,19 +125,19 @@ constexpr int wgmma_tile_bytes() {
   return 2 * (kBM + kBN) * kRowBytes;  // two bf16 stages
 }
 constexpr int kRepLutBytes = 256 * 32 * 4;
-constexpr int rep_lut_bytes(GemmFormat f) { return f == GemmFormat::kBf16 ? 0 : kRepLutBytes; }
-template <GemmFormat FA, GemmFormat FW>
+constexpr int rep_lut_bytes(Format f) { return f == Format::kBf16 ? 0 : kRepLutBytes; }
+template <Format FA, Format FW>
 constexpr int wgmma_fixed_bytes(int tile_bytes) {
   // + column outer scales and biases (2 x 128 floats) + alignment slack
   return tile_bytes + rep_lut_bytes(FA) + rep_lut_bytes(FW) + 2 * int(sizeof(OperandLuts)) + 2 * 128 * 4 + 1024;
 }
-template <int kBN, GemmFormat FA, GemmFormat FW>
+template <int kBN, Format FA, Format FW>
 constexpr int wgmma_stages() {
   const int fixed = wgmma_fixed_bytes<FA, FW>(wgmma_tile_bytes<kBN>());
   const int s = (kSmemBudget - fixed) / (raw_tile_bytes(FA, kBM) + raw_tile_bytes(FW, kBN));
   return s < 16 ? s : 16;
 }
-template <int kBN, GemmFormat FA, GemmFormat FW>
+template <int kBN, Format FA, Format FW>
 constexpr int wgmma_smem_bytes() {
   return wgmma_fixed_bytes<FA, FW>(wgmma_tile_bytes<kBN>()) +
          wgmma_stages<kBN, FA, FW>() * (raw_tile_bytes(FA, kBM) + raw_tile_bytes(FW, kBN));
@@ -150,7 +150,7 @@ __device__ __forceinline__ void wgmma_step(float (&acc)[kBN / 2], uint64_t da, u
 }
 
 // grid: x = W row tiles of a group, y = A row tiles of a group, z = group.
-template <int kBN, GemmFormat FA, GemmFormat FW>
+template <int kBN, Format FA, Format FW>
 __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(GemmOperandView a, GemmOperandView w, int64_t n,
                                                             const GemmGroupDesc* groups, DeviceEpilogue ep,
                                                             GemmOutView out, float* raw) {
@@ -178,8 +178,8 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(GemmOperandView a, G
     const uint32_t va = pair_entry(a.format, a.elem, uint32_t(tid)), vw = pair_entry(w.format, w.elem, uint32_t(tid));
 #pragma unroll 8
     for (int c = 0; c < 32; ++c) {
-      if constexpr (FA != GemmFormat::kBf16) rep_a[tid * 32 + ((c + tid) & 31)] = va;
-      if constexpr (FW != GemmFormat::kBf16) rep_w[tid * 32 + ((c + tid) & 31)] = vw;
+      if constexpr (FA != Format::kBf16) rep_a[tid * 32 + ((c + tid) & 31)] = va;
+      if constexpr (FW != Format::kBf16) rep_w[tid * 32 + ((c + tid) & 31)] = vw;
     }
   }
 
@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(GemmOperandView a, G
     wgmma_epilogue<kBN, false>(acc, m0 + wg * 64, tid & 127, n0, G, a, n, ep, out, raw, s_ow, s_bias);
 }
 
-template <int kBN, GemmFormat FA, GemmFormat FW>
+template <int kBN, Format FA, Format FW>
 void launch_wgmma_t(dim3 grid, cudaStream_t stream, const GemmOperandView& a, const GemmOperandView& w, int64_t n,
                     const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out, float* raw) {
   static bool attr_set = false;  // once per instantiation (per process; one device)
@@ -255,14 +255,14 @@ void launch_wgmma_t(dim3 grid, cudaStream_t stream, const GemmOperandView& a, co
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
-template <int kBN, GemmFormat FA>
+template <int kBN, Format FA>
 void launch_wgmma_w(dim3 grid, cudaStream_t stream, const GemmOperandView& a, const GemmOperandView& w, int64_t n,
                     const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out, float* raw) {
   switch (w.format) {
-    case GemmFormat::kNvfp4: return launch_wgmma_t<kBN, FA, GemmFormat::kNvfp4>(grid, stream, a, w, n, groups, ep, out, raw);
-    case GemmFormat::kMxfp8: return launch_wgmma_t<kBN, FA, GemmFormat::kMxfp8>(grid, stream, a, w, n, groups, ep, out, raw);
-    case GemmFormat::kFp8: return launch_wgmma_t<kBN, FA, GemmFormat::kFp8>(grid, stream, a, w, n, groups, ep, out, raw);
-    default: return launch_wgmma_t<kBN, FA, GemmFormat::kBf16>(grid, stream, a, w, n, groups, ep, out, raw);
+    case Format::kNvfp4: return launch_wgmma_t<kBN, FA, Format::kNvfp4>(grid, stream, a, w, n, groups, ep, out, raw);
+    case Format::kMxfp8: return launch_wgmma_t<kBN, FA, Format::kMxfp8>(grid, stream, a, w, n, groups, ep, out, raw);
+    case Format::kFp8: return launch_wgmma_t<kBN, FA, Format::kFp8>(grid, stream, a, w, n, groups, ep, out, raw);
+    default: return launch_wgmma_t<kBN, FA, Format::kBf16>(grid, stream, a, w, n, groups, ep, out, raw);
   }
 }
 
@@ -271,10 +271,10 @@ void launch_wgmma_bn(const GemmOperandView& a, const GemmOperandView& w, int64_t
                      const DeviceEpilogue& ep, GemmOutView out, float* raw, cudaStream_t stream) {
   const dim3 grid(unsigned((n + kBN - 1) / kBN), unsigned((groups.max_rows + kBM - 1) / kBM), unsigned(groups.groups));
   switch (a.format) {
-    case GemmFormat::kNvfp4: return launch_wgmma_w<kBN, GemmFormat::kNvfp4>(grid, stream, a, w, n, groups, ep, out, raw);
-    case GemmFormat::kMxfp8: return launch_wgmma_w<kBN, GemmFormat::kMxfp8>(grid, stream, a, w, n, groups, ep, out, raw);
-    case GemmFormat::kFp8: return launch_wgmma_w<kBN, GemmFormat::kFp8>(grid, stream, a, w, n, groups, ep, out, raw);
-    default: return launch_wgmma_w<kBN, GemmFormat::kBf16>(grid, stream, a, w, n, groups, ep, out, raw);
+    case Format::kNvfp4: return launch_wgmma_w<kBN, Format::kNvfp4>(grid, stream, a, w, n, groups, ep, out, raw);
+    case Format::kMxfp8: return launch_wgmma_w<kBN, Format::kMxfp8>(grid, stream, a, w, n, groups, ep, out, raw);
+    case Format::kFp8: return launch_wgmma_w<kBN, Format::kFp8>(grid, stream, a, w, n, groups, ep, out, raw);
+    default: return launch_wgmma_w<kBN, Format::kBf16>(grid, stream, a, w, n, groups, ep, out, raw);
   }
 }
 

@@ -178,13 +178,13 @@ constexpr int64_t kStagedMinRows = 256;  // average rows per group from which W 
 bool staged_wgmma_usable(const GemmOperandView& a, const GemmOperandView& w) {
   if (!tensor_maps_available() || a.rows >= (int64_t(1) << 31) || w.rows >= (int64_t(1) << 31)) return false;
   for (const GemmOperandView* op : {&a, &w})  // TMA needs 16-byte aligned bases (the copies are)
-    if (op->format == GemmFormat::kBf16 && reinterpret_cast<uintptr_t>(op->data) % 16 != 0) return false;
+    if (op->format == Format::kBf16 && reinterpret_cast<uintptr_t>(op->data) % 16 != 0) return false;
   return true;
 }
 
 bool staged_wgmma_preferred(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& groups) {
   if (!staged_wgmma_usable(a, w)) return false;
-  if (w.format == GemmFormat::kBf16) return true;
+  if (w.format == Format::kBf16) return true;
   // A bf16 copy of W costs about 2.5 bytes per weight per call; the GEMM does 2 x rows flops per
   // weight. Measured on the H200 (grouped, 128 experts): at 128 rows per expert the in-loop kernel
   // is faster (FC1 592-669 us vs 692 us staged; FC2 322-357 vs 388), at 512 the staged one (FC1

@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     fence_mbarrier_init();
   }
-  if (tid < 256) s_scale[tid] = uint32_t(scale_entry(GemmFormat::kNvfp4, uint32_t(tid))) * 0x10001u;
+  if (tid < 256) s_scale[tid] = uint32_t(scale_entry(Format::kNvfp4, uint32_t(tid))) * 0x10001u;
   __syncthreads();
 
   if (wg == 0) {  // producers: warp 0 thread 0 the A ring, warp 1 the packed W ring
@@ -433,10 +433,10 @@ void launch_wreg_t(const CUtensorMap& ma, const CUtensorMap& mc, const GemmOpera
 // measured; the choice never changes a bit.
 int wreg_wgmma_tile(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& groups,
                     WgmmaRoute forced) {
-  if (w.format != GemmFormat::kNvfp4 || !tensor_maps_available() || a.rows >= (int64_t(1) << 31) ||
+  if (w.format != Format::kNvfp4 || !tensor_maps_available() || a.rows >= (int64_t(1) << 31) ||
       w.rows >= (int64_t(1) << 31) || reinterpret_cast<uintptr_t>(w.data) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(w.block_scale) % 4 != 0 ||
-      (a.format == GemmFormat::kBf16 && reinterpret_cast<uintptr_t>(a.data) % 16 != 0) || groups.groups == 0)
+      (a.format == Format::kBf16 && reinterpret_cast<uintptr_t>(a.data) % 16 != 0) || groups.groups == 0)
     return 0;
   if (forced == WgmmaRoute::kWreg128) return 128;
   if (forced == WgmmaRoute::kWreg256) return 256;

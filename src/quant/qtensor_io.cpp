@@ -12,17 +12,8 @@ namespace lockstep {
 namespace {
 
 constexpr const char* kParts[] = {".qdata", ".block_scale", ".amax", ".scale_inv", ".qdata_colwise",
-                                  ".block_scale_colwise", ".group_offsets"};
-
-template <class T>
-Tensor make_tensor(DType dtype, std::vector<int64_t> shape, const std::vector<T>& values) {
-  Tensor t(dtype, std::move(shape));
-  if (t.nbytes() != values.size() * sizeof(T))
-    throw std::logic_error(fmt::format("qtensor part {} holds {} bytes, expected {}", t.describe(),
-                                       values.size() * sizeof(T), t.nbytes()));
-  if (!values.empty()) std::memcpy(t.bytes().data(), values.data(), t.nbytes());
-  return t;
-}
+                                  ".block_scale_colwise", ".amax_colwise", ".scale_inv_colwise",
+                                  ".group_offsets"};
 
 std::string meta_key(const std::string& name, const char* field) { return fmt::format("lockstep.{}.{}", name, field); }
 
@@ -33,42 +24,52 @@ std::string elem_name(const QTensor& q) {
 
 DType elem_dtype(const QTensor& q) { return q.elem == ElemCodec::kE5M2 ? DType::kF8E5M2 : DType::kF8E4M3; }
 
-std::vector<int64_t> scale_shape(const QTensor& q) {
-  if (q.scale_layout == ScaleLayout::kSwizzled) return {round_up(q.scale_rows, 128), round_up(q.scale_cols, 4)};
-  return {q.scale_rows, q.scale_cols};
+std::vector<int64_t> scale_shape(const QTensor& q, int64_t srows, int64_t scols) {
+  if (q.scale_layout == ScaleLayout::kSwizzled) return {round_up(srows, 128), round_up(scols, 4)};
+  return {srows, scols};
 }
 
-// Shape of the stored amax / scale_inv vector.
-std::vector<int64_t> outer_shape(const QTensor& q, size_t n) {
+// The stored shape of an outer-statistic vector (amax / scale_inv) of a copy whose matrix has
+// `mrows` rows and a scale grid [srows, scols].
+std::vector<int64_t> outer_shape(const QTensor& q, int64_t n, int64_t srows, int64_t scols) {
   if (q.scaling == Scaling::kPerTensor) return {};
-  if (q.scaling == Scaling::kBlock1x128 || q.scaling == Scaling::kBlock128x128) return {q.scale_inv_rows, q.scale_inv_cols};
-  return {int64_t(n)};
+  if (q.scaling == Scaling::kBlock1x128 || q.scaling == Scaling::kBlock128x128) return {srows, scols};
+  return {n};
+}
+
+// A host copy of `t` with a new dtype tag and shape (same bytes).
+Tensor retag(const Tensor& t, DType dtype, std::vector<int64_t> shape) {
+  const Tensor h = t.to(Device::cpu()).contiguous();
+  Tensor o(dtype, std::move(shape));
+  if (o.nbytes() != h.nbytes())
+    throw std::logic_error(fmt::format("qtensor part {} holds {} bytes, expected {}", h.describe(), h.nbytes(),
+                                       o.nbytes()));
+  if (o.nbytes()) std::memcpy(o.bytes().data(), h.bytes().data(), o.nbytes());
+  return o;
 }
 
 [[noreturn]] void fail(const std::string& name, const std::string& what) {
   throw SafetensorsError(fmt::format("quantized tensor '{}': {}", name, what));
 }
 
-const Tensor& part(const SafetensorsFile& f, const std::string& name, const char* suffix, DType dtype,
-                   const std::vector<int64_t>& shape) {
+// Part NAME+suffix, checked for dtype and shape, retagged as `as` with shape `as_shape`.
+Tensor part(const SafetensorsFile& f, const std::string& name, const char* suffix, DType dtype,
+            const std::vector<int64_t>& shape, DType as, std::vector<int64_t> as_shape) {
   const Tensor* t = f.find(name + suffix);
   if (!t) fail(name, fmt::format("missing part {}{}", name, suffix));
   if (t->dtype() != dtype || t->shape() != shape)
     fail(name, fmt::format("part {}{} is {}, expected {} {}", name, suffix, t->describe(), shape_string(shape),
                            dtype_name(dtype)));
-  return *t;
-}
-
-template <class T>
-std::vector<T> bytes_as(const Tensor& t) {
-  std::vector<T> v(t.nbytes() / sizeof(T));
-  if (!v.empty()) std::memcpy(v.data(), t.bytes().data(), t.nbytes());
-  return v;
+  return retag(*t, as, std::move(as_shape));
 }
 
 }  // namespace
 
-void add_qtensor(SafetensorsFile& file, const std::string& name, const QTensor& q, DType source) {
+void add_qtensor(SafetensorsFile& file, const std::string& name, const QTensor& q_in, DType source) {
+  const QTensor q = q_in.to(Device::cpu());
+  if (q.has_colwise() && !q.group_offsets.empty() && q.format != Format::kMxfp8)
+    throw SafetensorsError(fmt::format("quantized tensor '{}': the columnwise copy of a grouped buffer is not a file "
+                                       "format; write each group's QTensor (group_view)", name));
   auto add = [&](const char* suffix, Tensor t) { file.tensors.push_back({name + suffix, std::move(t)}); };
   auto& md = file.metadata;
   md["lockstep.contract"] = kContractVersion;
@@ -79,31 +80,50 @@ void add_qtensor(SafetensorsFile& file, const std::string& name, const QTensor& 
   md[meta_key(name, "shape")] = fmt::format("{},{}", q.rows, q.cols);
   md[meta_key(name, "dtype")] = std::string(dtype_name(source));
   md[meta_key(name, "scale_layout")] = q.scale_layout == ScaleLayout::kCompact ? "compact" : "swizzled";
+  if (q.hadamard) md[meta_key(name, "hadamard")] = "true";
+  if (q.has_colwise())
+    md[meta_key(name, "colwise")] = q.format == Format::kMxfp8 ? "blocks_down_columns" : "transposed";
+  const QData& r = q.rowwise;
+  const QData& c = q.colwise;
   switch (q.format) {
     case Format::kNvfp4:
-      add(".qdata", make_tensor(DType::kU8, {q.rows, q.cols / 2}, q.data));
-      add(".block_scale", make_tensor(DType::kF8E4M3, scale_shape(q), q.block_scale));
-      add(".amax", make_tensor(DType::kF32, outer_shape(q, q.amax.size()), q.amax));
+      if (q.has_rowwise()) {
+        add(".qdata", retag(r.data, DType::kU8, {q.rows, q.cols / 2}));
+        add(".block_scale", retag(r.block_scale, DType::kF8E4M3, scale_shape(q, r.scale_rows, r.scale_cols)));
+        add(".amax", retag(r.amax, DType::kF32, outer_shape(q, r.amax.numel(), 0, 0)));
+      }
+      if (q.has_colwise()) {
+        add(".qdata_colwise", retag(c.data, DType::kU8, {q.cols, q.rows / 2}));
+        add(".block_scale_colwise", retag(c.block_scale, DType::kF8E4M3, scale_shape(q, c.scale_rows, c.scale_cols)));
+        add(".amax_colwise", retag(c.amax, DType::kF32, outer_shape(q, c.amax.numel(), 0, 0)));
+      }
       break;
     case Format::kMxfp8:
-      md[meta_key(name, "rowwise")] = q.has_rowwise ? "true" : "false";
-      if (q.has_rowwise) {
-        add(".qdata", make_tensor(elem_dtype(q), {q.rows, q.cols}, q.data));
-        add(".block_scale", make_tensor(DType::kF8E8M0, scale_shape(q), q.block_scale));
+      md[meta_key(name, "rowwise")] = q.has_rowwise() ? "true" : "false";
+      if (q.has_rowwise()) {
+        add(".qdata", retag(r.data, elem_dtype(q), {q.rows, q.cols}));
+        add(".block_scale", retag(r.block_scale, DType::kF8E8M0, scale_shape(q, r.scale_rows, r.scale_cols)));
       }
-      if (!q.data_colwise.empty() || (!q.has_rowwise && q.rows * q.cols == 0)) {
-        add(".qdata_colwise", make_tensor(elem_dtype(q), {q.rows, q.cols}, q.data_colwise));
-        add(".block_scale_colwise", make_tensor(DType::kF8E8M0, {q.rows / 32, q.cols}, q.block_scale_colwise));
+      if (q.has_colwise()) {
+        add(".qdata_colwise", retag(c.data, elem_dtype(q), {q.rows, q.cols}));
+        add(".block_scale_colwise", retag(c.block_scale, DType::kF8E8M0, {q.rows / 32, q.cols}));
       }
       break;
     case Format::kFp8:
-      add(".qdata", make_tensor(elem_dtype(q), {q.rows, q.cols}, q.data));
-      add(".scale_inv", make_tensor(DType::kF32, outer_shape(q, q.scale_inv.size()), q.scale_inv));
+      if (q.has_rowwise()) {
+        add(".qdata", retag(r.data, elem_dtype(q), {q.rows, q.cols}));
+        add(".scale_inv", retag(r.scale_inv, DType::kF32, outer_shape(q, r.scale_inv.numel(), r.scale_rows, r.scale_cols)));
+      }
+      if (q.has_colwise()) {
+        add(".qdata_colwise", retag(c.data, elem_dtype(q), {q.cols, q.rows}));
+        add(".scale_inv_colwise",
+            retag(c.scale_inv, DType::kF32, outer_shape(q, c.scale_inv.numel(), c.scale_rows, c.scale_cols)));
+      }
       break;
-    case Format::kCount: break;
+    default: break;
   }
   if (!q.group_offsets.empty())
-    add(".group_offsets", make_tensor(DType::kI64, {int64_t(q.group_offsets.size())}, q.group_offsets));
+    add(".group_offsets", Tensor::from_vector<int64_t>(q.group_offsets, {int64_t(q.group_offsets.size())}, DType::kI64));
 }
 
 std::vector<std::string> quantized_tensor_names(const SafetensorsFile& file) {
@@ -136,14 +156,19 @@ QTensor read_qtensor(const SafetensorsFile& file, const std::string& name, DType
     if (it == file.metadata.end()) fail(name, fmt::format("metadata '{}' is missing", meta_key(name, field)));
     return it->second;
   };
+  auto meta_or = [&](const char* field, const char* dflt) -> std::string {
+    auto it = file.metadata.find(meta_key(name, field));
+    return it == file.metadata.end() ? dflt : it->second;
+  };
   QTensor q;
   auto fmt_opt = format_from_name(meta("format"));
-  if (!fmt_opt) fail(name, fmt::format("unknown format '{}'", meta("format")));
+  if (!fmt_opt || !is_quantized(*fmt_opt)) fail(name, fmt::format("unknown format '{}'", meta("format")));
   q.format = *fmt_opt;
   auto sc = scaling_from_name(meta("scaling"));
   if (!sc) fail(name, fmt::format("unknown scaling '{}'", meta("scaling")));
   q.scaling = *sc;
   q.block2d = meta("block2d") == "true";
+  q.hadamard = meta_or("hadamard", "false") == "true";
   const std::string elem = meta("elem");
   q.elem = elem == "e5m2" ? ElemCodec::kE5M2 : ElemCodec::kE4M3;
   long long r = -1, c = -1;
@@ -151,16 +176,15 @@ QTensor read_qtensor(const SafetensorsFile& file, const std::string& name, DType
     fail(name, fmt::format("bad shape metadata '{}'", meta("shape")));
   q.rows = r;
   q.cols = c;
-  if (source) {
-    auto d = dtype_from_name(meta("dtype"));
-    if (!d) fail(name, fmt::format("unknown source dtype '{}'", meta("dtype")));
-    *source = *d;
-  }
-  auto it = file.metadata.find(meta_key(name, "scale_layout"));
-  q.scale_layout = (it != file.metadata.end() && it->second == "swizzled") ? ScaleLayout::kSwizzled : ScaleLayout::kCompact;
+  auto d = dtype_from_name(meta("dtype"));
+  if (!d) fail(name, fmt::format("unknown source dtype '{}'", meta("dtype")));
+  q.source_dtype = *d;
+  if (source) *source = *d;
+  q.scale_layout = meta_or("scale_layout", "compact") == "swizzled" ? ScaleLayout::kSwizzled : ScaleLayout::kCompact;
   if (const Tensor* g = file.find(name + ".group_offsets")) {
     if (g->dtype() != DType::kI64 || g->dim() != 1) fail(name, "group_offsets must be a 1-D I64 tensor");
-    q.group_offsets = bytes_as<int64_t>(*g);
+    auto v = g->data<int64_t>();
+    q.group_offsets.assign(v.begin(), v.end());
     int64_t prev = 0;
     if (q.group_offsets.size() < 2 || q.group_offsets.front() != 0 || q.group_offsets.back() != q.rows)
       fail(name, "group_offsets must start at 0 and end at the row count");
@@ -169,60 +193,100 @@ QTensor read_qtensor(const SafetensorsFile& file, const std::string& name, DType
       prev = o;
     }
   }
-  auto outer_n = [&]() -> int64_t {
-    if (q.scaling == Scaling::kPerRow) return q.rows;
+  const std::string colwise = meta_or("colwise", "");
+  const bool has_col = file.find(name + ".qdata_colwise") != nullptr;
+  const bool has_row = file.find(name + ".qdata") != nullptr;
+  if (has_col && !q.group_offsets.empty() && q.format != Format::kMxfp8)
+    fail(name, "a columnwise copy of a grouped buffer is not a file format");
+  if (has_col && colwise != (q.format == Format::kMxfp8 ? "blocks_down_columns" : "transposed") &&
+      !(q.format == Format::kMxfp8 && colwise.empty()))
+    fail(name, fmt::format("metadata '{}' is '{}' for a {} columnwise copy", meta_key(name, "colwise"), colwise,
+                           format_name(q.format)));
+  if (!has_row && !has_col) fail(name, "neither .qdata nor .qdata_colwise is present");
+  auto outer_n = [&](int64_t mrows) -> int64_t {
+    if (q.scaling == Scaling::kPerRow) return mrows;
     if (q.scaling == Scaling::kPerGroup) {
       if (q.group_offsets.empty()) fail(name, "per_group scaling without group_offsets");
       return int64_t(q.group_offsets.size()) - 1;
     }
     return 1;
   };
+  auto ceil128 = [](int64_t v) { return (v + 127) / 128; };
   switch (q.format) {
     case Format::kNvfp4: {
       if (q.cols % 16 != 0) fail(name, "nvfp4 shape needs cols % 16 == 0");
-      q.scale_rows = q.rows;
-      q.scale_cols = q.cols / 16;
-      q.data = bytes_as<uint8_t>(part(file, name, ".qdata", DType::kU8, {q.rows, q.cols / 2}));
-      q.block_scale = bytes_as<uint8_t>(part(file, name, ".block_scale", DType::kF8E4M3, scale_shape(q)));
-      const int64_t n = outer_n();
-      q.amax = bytes_as<float>(part(file, name, ".amax", DType::kF32, outer_shape(q, size_t(n))));
+      if (has_row) {
+        QData& o = q.rowwise;
+        o.scale_rows = q.rows, o.scale_cols = q.cols / 16;
+        o.data = part(file, name, ".qdata", DType::kU8, {q.rows, q.cols / 2}, DType::kU8, {q.rows, q.cols / 2});
+        const auto ss = scale_shape(q, o.scale_rows, o.scale_cols);
+        o.block_scale = part(file, name, ".block_scale", DType::kF8E4M3, ss, DType::kU8,
+                             q.scale_layout == ScaleLayout::kCompact ? ss : std::vector<int64_t>{ss[0] * ss[1]});
+        const int64_t n = outer_n(q.rows);
+        o.amax = part(file, name, ".amax", DType::kF32, outer_shape(q, n, 0, 0), DType::kF32, {n});
+      }
+      if (has_col) {
+        if (q.rows % 16 != 0) fail(name, "nvfp4 columnwise needs rows % 16 == 0");
+        QData& o = q.colwise;
+        o.scale_rows = q.cols, o.scale_cols = q.rows / 16;
+        o.data = part(file, name, ".qdata_colwise", DType::kU8, {q.cols, q.rows / 2}, DType::kU8, {q.cols, q.rows / 2});
+        const auto ss = scale_shape(q, o.scale_rows, o.scale_cols);
+        o.block_scale = part(file, name, ".block_scale_colwise", DType::kF8E4M3, ss, DType::kU8,
+                             q.scale_layout == ScaleLayout::kCompact ? ss : std::vector<int64_t>{ss[0] * ss[1]});
+        const int64_t n = q.block2d ? outer_n(q.rows) : outer_n(q.cols);
+        o.amax = part(file, name, ".amax_colwise", DType::kF32, outer_shape(q, n, 0, 0), DType::kF32, {n});
+      }
       break;
     }
     case Format::kMxfp8: {
-      if (q.cols % 32 != 0 && file.find(name + ".qdata")) fail(name, "mxfp8 shape needs cols % 32 == 0");
       const DType ed = elem_dtype(q);
-      q.has_rowwise = file.find(name + ".qdata") != nullptr;
-      if (q.has_rowwise) {
-        q.scale_rows = q.rows;
-        q.scale_cols = q.cols / 32;
-        q.data = bytes_as<uint8_t>(part(file, name, ".qdata", ed, {q.rows, q.cols}));
-        q.block_scale = bytes_as<uint8_t>(part(file, name, ".block_scale", DType::kF8E8M0, scale_shape(q)));
+      if (has_row) {
+        if (q.cols % 32 != 0) fail(name, "mxfp8 shape needs cols % 32 == 0");
+        QData& o = q.rowwise;
+        o.scale_rows = q.rows, o.scale_cols = q.cols / 32;
+        o.data = part(file, name, ".qdata", ed, {q.rows, q.cols}, DType::kU8, {q.rows, q.cols});
+        const auto ss = scale_shape(q, o.scale_rows, o.scale_cols);
+        o.block_scale = part(file, name, ".block_scale", DType::kF8E8M0, ss, DType::kU8,
+                             q.scale_layout == ScaleLayout::kCompact ? ss : std::vector<int64_t>{ss[0] * ss[1]});
       }
-      if (file.find(name + ".qdata_colwise")) {
+      if (has_col) {
         if (q.rows % 32 != 0) fail(name, "mxfp8 columnwise needs rows % 32 == 0");
-        q.data_colwise = bytes_as<uint8_t>(part(file, name, ".qdata_colwise", ed, {q.rows, q.cols}));
-        q.block_scale_colwise =
-            bytes_as<uint8_t>(part(file, name, ".block_scale_colwise", DType::kF8E8M0, {q.rows / 32, q.cols}));
+        QData& o = q.colwise;
+        o.scale_rows = q.rows / 32, o.scale_cols = q.cols;
+        o.data = part(file, name, ".qdata_colwise", ed, {q.rows, q.cols}, DType::kU8, {q.rows, q.cols});
+        o.block_scale = part(file, name, ".block_scale_colwise", DType::kF8E8M0, {q.rows / 32, q.cols}, DType::kU8,
+                             {q.rows / 32, q.cols});
       }
-      if (!q.has_rowwise && q.data_colwise.empty()) fail(name, "neither .qdata nor .qdata_colwise is present");
       break;
     }
     case Format::kFp8: {
-      q.data = bytes_as<uint8_t>(part(file, name, ".qdata", elem_dtype(q), {q.rows, q.cols}));
-      if (q.scaling == Scaling::kBlock1x128) {
-        q.scale_inv_rows = q.rows;
-        q.scale_inv_cols = (q.cols + 127) / 128;
-      } else if (q.scaling == Scaling::kBlock128x128) {
-        q.scale_inv_rows = (q.rows + 127) / 128;
-        q.scale_inv_cols = (q.cols + 127) / 128;
-      } else {
-        q.scale_inv_rows = outer_n();
-        q.scale_inv_cols = 1;
+      const DType ed = elem_dtype(q);
+      auto grid = [&](int64_t mrows, int64_t mcols, int64_t& sr, int64_t& scn) {
+        if (q.scaling == Scaling::kBlock1x128) sr = mrows, scn = ceil128(mcols);
+        else if (q.scaling == Scaling::kBlock128x128) sr = ceil128(mrows), scn = ceil128(mcols);
+        else sr = outer_n(mrows), scn = 1;
+      };
+      if (has_row) {
+        QData& o = q.rowwise;
+        grid(q.rows, q.cols, o.scale_rows, o.scale_cols);
+        o.data = part(file, name, ".qdata", ed, {q.rows, q.cols}, DType::kU8, {q.rows, q.cols});
+        o.scale_inv = part(file, name, ".scale_inv", DType::kF32, outer_shape(q, o.scale_rows, o.scale_rows, o.scale_cols),
+                           DType::kF32, {o.scale_rows, o.scale_cols});
       }
-      q.scale_inv = bytes_as<float>(part(file, name, ".scale_inv", DType::kF32, outer_shape(q, size_t(q.scale_inv_rows))));
+      if (has_col) {
+        QData& o = q.colwise;
+        // per_tensor / 128x128 copies are the transposed rowwise copy; per_row and 1x128 ones are the
+        // quantization of X^T [cols, rows].
+        if (q.scaling == Scaling::kPerTensor) o.scale_rows = 1, o.scale_cols = 1;
+        else grid(q.cols, q.rows, o.scale_rows, o.scale_cols);
+        o.data = part(file, name, ".qdata_colwise", ed, {q.cols, q.rows}, DType::kU8, {q.cols, q.rows});
+        o.scale_inv = part(file, name, ".scale_inv_colwise", DType::kF32,
+                           outer_shape(q, o.scale_rows, o.scale_rows, o.scale_cols), DType::kF32,
+                           {o.scale_rows, o.scale_cols});
+      }
       break;
     }
-    case Format::kCount: break;
+    default: break;
   }
   return q;
 }

@@ -55,36 +55,36 @@ std::vector<BenchRow> bench_quantize_cuda(int64_t rows, int64_t cols, const std:
     out.push_back(r);
   };
   auto spec = [](Format f, Scaling s) {
-    QuantSpec q;
+    QuantConfig q;
     q.format = f, q.scaling = s;
     return q;
   };
 
-  QuantSpec s = spec(Format::kNvfp4, Scaling::kPerRow);
+  QuantConfig s = spec(Format::kNvfp4, Scaling::kPerRow);
   add("nvfp4 per_row (per-token)", 0.9, 0, [&](DeviceQTensor& q) { quantize_device(x, s, q); });
-  QuantSpec sw = s;
+  QuantConfig sw = s;
   sw.scale_layout = ScaleLayout::kSwizzled;
   add("nvfp4 per_row swizzled scales", 0.9, 0, [&](DeviceQTensor& q) { quantize_device(x, sw, q); });
-  QuantSpec st = spec(Format::kNvfp4, Scaling::kPerTensor);
+  QuantConfig st = spec(Format::kNvfp4, Scaling::kPerTensor);
   add("nvfp4 per_tensor (amax pass + quantize)", 0, 0, [&](DeviceQTensor& q) { quantize_device(x, st, q); });
-  QuantSpec s2 = st;
+  QuantConfig s2 = st;
   s2.block2d = true;
   add("nvfp4 2-D 16x16 per_tensor", 0.8, 0, [&](DeviceQTensor& q) { quantize_device(x, s2, q); });
-  QuantSpec sr = s;
+  QuantConfig sr = s;
   sr.stochastic = true;
   add("nvfp4 per_row stochastic rounding", 0, 0, [&](DeviceQTensor& q) { quantize_device(x, sr, q); });
-  QuantSpec mr = spec(Format::kMxfp8, Scaling::kBlock1x32);
+  QuantConfig mr = spec(Format::kMxfp8, Scaling::kBlock1x32);
   add("mxfp8 rowwise", 0.9, 0, [&](DeviceQTensor& q) { quantize_device(x, mr, q); });
-  QuantSpec mrc = mr;
+  QuantConfig mrc = mr;
   mrc.colwise = true;
   add("mxfp8 rowwise+columnwise", 0.8, 0, [&](DeviceQTensor& q) { quantize_device(x, mrc, q); });
-  QuantSpec f1 = spec(Format::kFp8, Scaling::kBlock1x128);
+  QuantConfig f1 = spec(Format::kFp8, Scaling::kBlock1x128);
   add("fp8 1x128", 0.9, 0, [&](DeviceQTensor& q) { quantize_device(x, f1, q); });
-  QuantSpec f2 = spec(Format::kFp8, Scaling::kBlock128x128);
+  QuantConfig f2 = spec(Format::kFp8, Scaling::kBlock128x128);
   add("fp8 128x128 (amax pass + quantize)", 0, 0, [&](DeviceQTensor& q) { quantize_device(x, f2, q); });
-  QuantSpec ft = spec(Format::kFp8, Scaling::kPerTensor);
+  QuantConfig ft = spec(Format::kFp8, Scaling::kPerTensor);
   add("fp8 per_tensor (amax pass + quantize)", 0, 0, [&](DeviceQTensor& q) { quantize_device(x, ft, q); });
-  QuantSpec fr = spec(Format::kFp8, Scaling::kPerRow);
+  QuantConfig fr = spec(Format::kFp8, Scaling::kPerRow);
   add("fp8 per_row", 0, 0, [&](DeviceQTensor& q) { quantize_device(x, fr, q); });
 
   // Grouped: 128 experts, ragged sizes (some empty), one launch.
@@ -95,7 +95,7 @@ std::vector<BenchRow> bench_quantize_cuda(int64_t rows, int64_t cols, const std:
   }
   DeviceGroups groups(off);
   add("grouped nvfp4 per_row, 128 experts", 0.8, 0, [&](DeviceQTensor& q) { quantize_device(x, s, q, &groups); });
-  QuantSpec sg = spec(Format::kNvfp4, Scaling::kPerGroup);
+  QuantConfig sg = spec(Format::kNvfp4, Scaling::kPerGroup);
   add("grouped nvfp4 per_group, 128 experts (amax pass + quantize)", 0, 0, [&](DeviceQTensor& q) { quantize_device(x, sg, q, &groups); });
 
   // Fused MoE producers. Permute: rows/2 tokens, top-2, out = rows rows (every token twice).

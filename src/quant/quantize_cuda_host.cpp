@@ -18,7 +18,7 @@ using namespace detail;
 std::string where(const DeviceMatrix& x) { return fmt::format("tensor '{}' [{}, {}]", x.name, x.rows, x.cols); }
 
 // The same validation as the CPU reference, so both backends refuse the same inputs.
-void validate(const DeviceMatrix& x, std::span<const int64_t> offsets, const QuantSpec& spec) {
+void validate(const DeviceMatrix& x, std::span<const int64_t> offsets, const QuantConfig& spec) {
   validate_quant_input(x.name, x.rows, x.cols, offsets, spec);
 }
 
@@ -43,9 +43,9 @@ void alloc_scales(DeviceQTensor& q, int64_t srows, int64_t scols, ScaleLayout la
   if (layout == ScaleLayout::kSwizzled) q.block_scale.fill(0, st);
 }
 
-SrParams sr_of(const QuantSpec& s) { return SrParams{s.stochastic, s.seed, s.stream}; }
+SrParams sr_of(const QuantConfig& s) { return SrParams{s.stochastic, s.seed, s.rng_stream}; }
 
-float elem_max_of(const QuantSpec& s) {
+float elem_max_of(const QuantConfig& s) {
   if (s.format == Format::kNvfp4) return num::kE2M1Max;
   return s.elem == ElemCodec::kE5M2 ? num::kE5M2Max : num::kE4M3Max;
 }
@@ -58,7 +58,7 @@ void run_domain_amax(const DeviceMatrix& x, int kind, const int64_t* d_offsets, 
   launch_domain_amax(ref_of(x), a, st);
 }
 
-void prepare_nvfp4_output(DeviceQTensor& q, int64_t rows, int64_t cols, const QuantSpec& spec, int64_t ndom,
+void prepare_nvfp4_output(DeviceQTensor& q, int64_t rows, int64_t cols, const QuantConfig& spec, int64_t ndom,
                           std::span<const int64_t> offsets, cudaStream_t st) {
   q.meta = QTensor{};
   q.meta.format = Format::kNvfp4;
@@ -74,7 +74,7 @@ void prepare_nvfp4_output(DeviceQTensor& q, int64_t rows, int64_t cols, const Qu
   q.scale_inv.resize(0), q.data_colwise.resize(0), q.block_scale_colwise.resize(0);
 }
 
-RowParams nvfp4_row_params(int64_t rows, int64_t cols, const QuantSpec& spec, DeviceQTensor& q) {
+RowParams nvfp4_row_params(int64_t rows, int64_t cols, const QuantConfig& spec, DeviceQTensor& q) {
   RowParams p;
   p.rows = rows, p.cols = cols, p.nchunks = int(cols / 16), p.amax_mode = kAmaxRow;
   p.data = q.data.as<uint8_t>(), p.scale = scale_out(q), p.amax_out = q.amax.as<float>(), p.sr = sr_of(spec);
@@ -82,7 +82,7 @@ RowParams nvfp4_row_params(int64_t rows, int64_t cols, const QuantSpec& spec, De
 }
 
 // NVFP4 with the outer amax already in q.ws_dom (per tensor / group / joint), or per row.
-void quantize_nvfp4_body(const DeviceMatrix& x, const QuantSpec& spec, DeviceQTensor& q, const DeviceGroups* groups,
+void quantize_nvfp4_body(const DeviceMatrix& x, const QuantConfig& spec, DeviceQTensor& q, const DeviceGroups* groups,
                          cudaStream_t st) {
   const int dom_kind = spec.scaling == Scaling::kPerGroup ? kDomGroup : kDomTensor;
   const int64_t* d_off = groups ? groups->device.as<int64_t>() : nullptr;
@@ -108,7 +108,7 @@ void quantize_nvfp4_body(const DeviceMatrix& x, const QuantSpec& spec, DeviceQTe
   launch_rows(ref_of(x), RowFmt::kNvfp4, p, st);
 }
 
-void nvfp4_domain_amax(const DeviceMatrix& x, const QuantSpec& spec, DeviceQTensor& q, const DeviceGroups* groups,
+void nvfp4_domain_amax(const DeviceMatrix& x, const QuantConfig& spec, DeviceQTensor& q, const DeviceGroups* groups,
                        cudaStream_t st) {
   const bool grouped = spec.scaling == Scaling::kPerGroup;
   const int64_t ndom = grouped ? groups->groups() : 1;
@@ -123,7 +123,7 @@ void nvfp4_domain_amax(const DeviceMatrix& x, const QuantSpec& spec, DeviceQTens
   launch_finish(f, st);
 }
 
-void quantize_mxfp8_body(const DeviceMatrix& x, const QuantSpec& spec, DeviceQTensor& q, cudaStream_t st) {
+void quantize_mxfp8_body(const DeviceMatrix& x, const QuantConfig& spec, DeviceQTensor& q, cudaStream_t st) {
   const bool e5m2 = spec.elem == ElemCodec::kE5M2;
   if (x.rows == 0 || x.cols == 0) return;
   if (!spec.colwise) {
@@ -140,7 +140,7 @@ void quantize_mxfp8_body(const DeviceMatrix& x, const QuantSpec& spec, DeviceQTe
   launch_mxfp8_tile(ref_of(x), p, st);
 }
 
-void quantize_fp8_body(const DeviceMatrix& x, const QuantSpec& spec, DeviceQTensor& q, const DeviceGroups* groups,
+void quantize_fp8_body(const DeviceMatrix& x, const QuantConfig& spec, DeviceQTensor& q, const DeviceGroups* groups,
                        cudaStream_t st) {
   const int64_t rows = x.rows, cols = x.cols;
   RowParams p;
@@ -184,7 +184,7 @@ void quantize_fp8_body(const DeviceMatrix& x, const QuantSpec& spec, DeviceQTens
 }
 
 // Output buffers and metadata for MXFP8 and FP8 (NVFP4: prepare_nvfp4_output).
-void prepare_output(DeviceQTensor& q, const DeviceMatrix& x, const QuantSpec& spec, std::span<const int64_t> offsets,
+void prepare_output(DeviceQTensor& q, const DeviceMatrix& x, const QuantConfig& spec, std::span<const int64_t> offsets,
                     cudaStream_t st) {
   const int64_t rows = x.rows, cols = x.cols;
   q.meta = QTensor{};
@@ -234,7 +234,7 @@ DeviceMatrix hadamard_into(const DeviceMatrix& x, DeviceBuffer& tmp, cudaStream_
 
 }  // namespace
 
-void quantize_device(const DeviceMatrix& x_in, const QuantSpec& spec, DeviceQTensor& q, const DeviceGroups* groups,
+void quantize_device(const DeviceMatrix& x_in, const QuantConfig& spec, DeviceQTensor& q, const DeviceGroups* groups,
                      cudaStream_t st) {
   std::span<const int64_t> offsets;
   if (groups) offsets = std::span<const int64_t>(groups->host.data(), groups->host.size());
@@ -252,7 +252,7 @@ void quantize_device(const DeviceMatrix& x_in, const QuantSpec& spec, DeviceQTen
   else quantize_fp8_body(x, spec, q, groups, st);
 }
 
-void quantize_nvfp4_joint_device(std::span<const DeviceMatrix> xs, const QuantSpec& spec, std::span<DeviceQTensor> outs,
+void quantize_nvfp4_joint_device(std::span<const DeviceMatrix> xs, const QuantConfig& spec, std::span<DeviceQTensor> outs,
                                  cudaStream_t st) {
   if (spec.format != Format::kNvfp4 || spec.scaling != Scaling::kPerTensor)
     throw QuantError("joint quantization is defined for nvfp4 with per_tensor scaling (one shared amax)");
@@ -270,7 +270,7 @@ void quantize_nvfp4_joint_device(std::span<const DeviceMatrix> xs, const QuantSp
     count += x.rows * x.cols;
     run_domain_amax(x, kDomTensor, nullptr, 0, 0, keys.as<uint32_t>(), st);
   }
-  QuantSpec s = spec;
+  QuantConfig s = spec;
   s.hadamard = false;
   for (size_t i = 0; i < src.size(); ++i) {
     DeviceQTensor& q = outs[i];
@@ -366,7 +366,7 @@ void check_values(const MatrixF32& x) {
 }
 }  // namespace
 
-QTensor quantize_cuda(const MatrixF32& x, const QuantSpec& spec) {
+QTensor quantize_cuda(const MatrixF32& x, const QuantConfig& spec) {
   if (spec.scaling == Scaling::kPerGroup)
     throw QuantError(fmt::format("tensor '{}' [{}, {}]: per_group scaling needs a grouped buffer (quantize_grouped)", x.name, x.rows, x.cols));
   check_values(x);
@@ -376,7 +376,7 @@ QTensor quantize_cuda(const MatrixF32& x, const QuantSpec& spec) {
   return to_host(q);
 }
 
-QTensor quantize_grouped_cuda(const MatrixF32& x, std::span<const int64_t> offsets, const QuantSpec& spec) {
+QTensor quantize_grouped_cuda(const MatrixF32& x, std::span<const int64_t> offsets, const QuantConfig& spec) {
   if (offsets.empty()) throw QuantError(fmt::format("tensor '{}' [{}, {}]: quantize_grouped needs group offsets", x.name, x.rows, x.cols));
   check_values(x);
   DeviceBuffer in = upload_matrix(x, InputType::kF32);
@@ -386,7 +386,7 @@ QTensor quantize_grouped_cuda(const MatrixF32& x, std::span<const int64_t> offse
   return to_host(q);
 }
 
-std::vector<QTensor> quantize_nvfp4_joint_cuda(std::span<const MatrixF32> xs, const QuantSpec& spec) {
+std::vector<QTensor> quantize_nvfp4_joint_cuda(std::span<const MatrixF32> xs, const QuantConfig& spec) {
   std::vector<DeviceBuffer> ins;
   std::vector<DeviceMatrix> views;
   for (const MatrixF32& x : xs) {
@@ -434,14 +434,14 @@ uint64_t codec_mismatches_cuda(uint64_t counts[3]) {
 
 // ---- MoE producer fusions -------------------------------------------------------------------
 namespace {
-void check_fused(const QuantSpec& spec, const char* what) {
+void check_fused(const QuantConfig& spec, const char* what) {
   if (spec.format != Format::kNvfp4 || spec.scaling != Scaling::kPerRow || spec.block2d || spec.hadamard)
     throw QuantError(fmt::format("{}: the fused MoE path produces nvfp4 per_row 1-D blocks", what));
 }
 }  // namespace
 
 void permute_quantize_nvfp4_device(const DeviceMatrix& x, const int32_t* d_src_rows, int64_t out_rows,
-                                   const DeviceGroups& groups, const QuantSpec& spec, DeviceQTensor& q, cudaStream_t st) {
+                                   const DeviceGroups& groups, const QuantConfig& spec, DeviceQTensor& q, cudaStream_t st) {
   check_fused(spec, "permute_quantize");
   if (x.cols % 16 != 0) throw QuantError(fmt::format("{}: nvfp4 needs cols % 16 == 0 (blocks of 16 along the row); pad the tensor", where(x)));
   check_group_offsets(std::span<const int64_t>(groups.host.data(), groups.host.size()), out_rows);
@@ -450,7 +450,7 @@ void permute_quantize_nvfp4_device(const DeviceMatrix& x, const int32_t* d_src_r
   launch_rows_gather(ref_of(x), d_src_rows, nvfp4_row_params(out_rows, x.cols, spec, q), st);
 }
 
-void swiglu_quantize_nvfp4_device(const DeviceMatrix& fc1, const float* d_prob, const QuantSpec& spec, DeviceQTensor& q,
+void swiglu_quantize_nvfp4_device(const DeviceMatrix& fc1, const float* d_prob, const QuantConfig& spec, DeviceQTensor& q,
                                   cudaStream_t st) {
   check_fused(spec, "swiglu_quantize");
   const int64_t h = fc1.cols / 2;
@@ -463,7 +463,7 @@ void swiglu_quantize_nvfp4_device(const DeviceMatrix& fc1, const float* d_prob, 
 }
 
 QTensor permute_quantize_nvfp4_cuda(const MatrixF32& x, std::span<const int32_t> src_rows,
-                                    std::span<const int64_t> offsets, const QuantSpec& spec) {
+                                    std::span<const int64_t> offsets, const QuantConfig& spec) {
   check_values(x);
   for (size_t i = 0; i < src_rows.size(); ++i)
     if (src_rows[i] >= x.rows)
@@ -477,7 +477,7 @@ QTensor permute_quantize_nvfp4_cuda(const MatrixF32& x, std::span<const int32_t>
   return to_host(q);
 }
 
-QTensor swiglu_quantize_nvfp4_cuda(const MatrixF32& fc1, std::span<const float> prob, const QuantSpec& spec) {
+QTensor swiglu_quantize_nvfp4_cuda(const MatrixF32& fc1, std::span<const float> prob, const QuantConfig& spec) {
   check_values(fc1);
   if (int64_t(prob.size()) != fc1.rows)
     throw QuantError(fmt::format("tensor '{}' [{}, {}]: one router probability per row needed, {} given", fc1.name, fc1.rows, fc1.cols, prob.size()));

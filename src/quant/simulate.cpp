@@ -7,6 +7,7 @@
 
 #include "lockstep/numerics/block_rules.h"
 #include "lockstep/numerics/philox.h"
+#include "quantize_cpu.h"
 
 namespace lockstep {
 
@@ -14,7 +15,8 @@ std::string SimFormat::name() const {
   return fmt::format("E{}M{}/{}", e_bits, m_bits, scale == ScaleKind::kE4M3 ? "E4M3" : "E8M0");
 }
 
-SimQuantized simulate_quantize(const MatrixF32& x, const SimFormat& f, Scaling outer) {
+namespace {
+SimQuantized simulate_matrix(const cpu::MatrixF32& x, const SimFormat& f, Scaling outer) {
   if (x.cols % 16 != 0)
     throw QuantError(fmt::format("tensor '{}' [{}, {}]: simulated formats use blocks of 16, need cols % 16 == 0",
                                  x.name, x.rows, x.cols));
@@ -75,6 +77,7 @@ SimQuantized simulate_quantize(const MatrixF32& x, const SimFormat& f, Scaling o
   }
   return s;
 }
+}  // namespace
 
 std::vector<SimFormat> sweep_formats() {
   std::vector<SimFormat> out;
@@ -84,10 +87,17 @@ std::vector<SimFormat> sweep_formats() {
   return out;
 }
 
-std::vector<SweepRow> sweep(const MatrixF32& x, Scaling outer) {
+SimQuantized simulate_quantize(const Tensor& t, const SimFormat& f, Scaling outer, std::string_view name) {
+  std::vector<float> storage;
+  return simulate_matrix(cpu::as_matrix(t, storage, name), f, outer);
+}
+
+std::vector<SweepRow> sweep(const Tensor& t, Scaling outer, std::string_view name) {
+  std::vector<float> storage;
+  const cpu::MatrixF32 x = cpu::as_matrix(t, storage, name);
   std::vector<SweepRow> rows;
   for (const SimFormat& f : sweep_formats()) {
-    SimQuantized s = simulate_quantize(x, f, f.scale == ScaleKind::kE4M3 ? outer : Scaling::kPerTensor);
+    SimQuantized s = simulate_matrix(x, f, f.scale == ScaleKind::kE4M3 ? outer : Scaling::kPerTensor);
     SweepRow row{f, error_metrics(x.values, s.values)};
     for (int64_t r = 0; r < x.rows; ++r) {
       auto span_x = x.values.subspan(size_t(r * x.cols), size_t(x.cols));

@@ -103,7 +103,7 @@ ModuleChoice resolve_module(const Recipe& r, int layer, ModuleClass c, int layer
     if (spec.backward_mode != BackwardMode::kQuantized)
       m.spec[Gemm::kDgrad] = m.spec[Gemm::kWgrad] = GemmSpec{};
   }
-  for (size_t g = 0; g < size_t(Gemm::kCount); ++g) m.gemm[g] = gemm_precision(m.spec.gemm[g]);
+  for (size_t g = 0; g < size_t(Gemm::kCount); ++g) m.gemm[g] = gemm_format(m.spec.gemm[g]);
   return m;
 }
 
@@ -121,7 +121,7 @@ ModelPlan resolve_model(const Recipe& r, int layers, std::span<const CodeOverrid
 
 Json choice_json(const ModuleChoice& m, bool explain) {
   Json j;
-  for (size_t g = 0; g < size_t(Gemm::kCount); ++g) j[std::string(gemm_name(Gemm(g)))] = precision_name(m.gemm[g]);
+  for (size_t g = 0; g < size_t(Gemm::kCount); ++g) j[std::string(gemm_name(Gemm(g)))] = format_name(m.gemm[g]);
   j["backward_mode"] = backward_mode_name(m.backward_mode);
   if (explain) j["rule"] = m.rule;
   return j;

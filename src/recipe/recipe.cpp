@@ -9,17 +9,6 @@
 namespace lockstep {
 namespace {
 
-struct PrecisionRow {
-  Precision p;
-  std::string_view name;
-  int rank;  // lower = less precise; gemm_precision takes the minimum
-};
-constexpr std::array<PrecisionRow, size_t(Precision::kCount)> kPrecisions{{
-    {Precision::kBf16, "bf16", 3},
-    {Precision::kFp8, "fp8", 2},
-    {Precision::kMxfp8, "mxfp8", 1},
-    {Precision::kNvfp4, "nvfp4", 0},
-}};
 constexpr std::array<std::string_view, size_t(Gemm::kCount)> kGemms{"fprop", "dgrad", "wgrad"};
 constexpr std::array<std::string_view, size_t(BackwardMode::kCount)> kBackwardModes{
     "quantized", "high_precision", "dequantized"};
@@ -28,12 +17,6 @@ constexpr std::array<std::string_view, size_t(ModuleClass::kCount)> kModuleClass
     "lm_head"};
 constexpr std::array<std::string_view, size_t(CoverageScope::kCount)> kScopes{"experts",
                                                                                 "all_linear"};
-constexpr bool precision_rows_in_order() {
-  for (size_t i = 0; i < kPrecisions.size(); ++i)
-    if (size_t(kPrecisions[i].p) != i) return false;
-  return true;
-}
-static_assert(precision_rows_in_order(), "kPrecisions rows must follow Precision");
 static_assert(size_t(ModuleClass::kLmHead) == kLayerModuleClasses,
               "per-layer module classes come before lm_head");
 
@@ -50,14 +33,14 @@ bool is_gradient_operand(Gemm g, int operand) {
 
 void validate_operand(const OperandSpec& op, const std::string& where, bool gradient) {
   auto fail = [&](const std::string& why) { throw RecipeError(where + ": " + why); };
-  const std::string fmt_name(precision_name(op.format));
-  if (op.format == Precision::kBf16) {
-    if (!(op == OperandSpec{}))
-      fail("bf16 operands are not quantized and take no scaling or rounding options");
+  const std::string fmt_name(format_name(op.format));
+  if (!is_quantized(op.format)) {
+    if (!(op == OperandSpec{op.format}))
+      fail(fmt_name + " operands are not quantized and take no scaling or rounding options");
     return;
   }
   switch (op.format) {
-    case Precision::kNvfp4:
+    case Format::kNvfp4:
       if (op.scaling != Scaling::kPerTensor && op.scaling != Scaling::kPerRow &&
           op.scaling != Scaling::kPerGroup)
         fail(fmt::format("nvfp4 takes scaling per_tensor, per_row or per_group (its outer amax "
@@ -65,11 +48,11 @@ void validate_operand(const OperandSpec& op, const std::string& where, bool grad
                          scaling_name(op.scaling)));
       if (op.elem != ElemCodec::kE4M3) fail("elem applies to fp8 and mxfp8 only (nvfp4 is E2M1)");
       break;
-    case Precision::kMxfp8:
+    case Format::kMxfp8:
       if (op.scaling != Scaling::kBlock1x32)
         fail(fmt::format("mxfp8 takes scaling block_1x32 only, not {}", scaling_name(op.scaling)));
       break;
-    case Precision::kFp8:
+    case Format::kFp8:
       if (op.scaling == Scaling::kPerGroup || op.scaling == Scaling::kBlock1x32)
         fail(fmt::format("fp8 takes scaling per_tensor, per_row, block_1x128 or block_128x128, "
                          "not {}",
@@ -78,9 +61,9 @@ void validate_operand(const OperandSpec& op, const std::string& where, bool grad
     default:
       break;
   }
-  if (op.block2d && op.format != Precision::kNvfp4) fail("block2d applies to nvfp4 only");
-  if (op.hadamard && op.format != Precision::kNvfp4) fail("hadamard applies to nvfp4 only");
-  if (op.pow2 && op.format != Precision::kFp8) fail("pow2 applies to fp8 only");
+  if (op.block2d && op.format != Format::kNvfp4) fail("block2d applies to nvfp4 only");
+  if (op.hadamard && op.format != Format::kNvfp4) fail("hadamard applies to nvfp4 only");
+  if (op.pow2 && op.format != Format::kFp8) fail("pow2 applies to fp8 only");
   if (op.stochastic && !gradient)
     fail("stochastic rounding is for gradient operands only (CONTRACT.md section 5)");
 }
@@ -100,17 +83,11 @@ void validate_linear(const LinearSpec& s, const std::string& where) {
 
 }  // namespace
 
-std::string_view precision_name(Precision p) { return kPrecisions[size_t(p)].name; }
 std::string_view gemm_name(Gemm g) { return kGemms[size_t(g)]; }
 std::string_view backward_mode_name(BackwardMode m) { return kBackwardModes[size_t(m)]; }
 std::string_view module_class_name(ModuleClass c) { return kModuleClasses[size_t(c)]; }
 std::string_view scope_name(CoverageScope s) { return kScopes[size_t(s)]; }
 
-std::optional<Precision> precision_from_name(std::string_view n) {
-  for (const auto& r : kPrecisions)
-    if (r.name == n) return r.p;
-  return std::nullopt;
-}
 std::optional<BackwardMode> backward_mode_from_name(std::string_view n) {
   return from_table<BackwardMode>(kBackwardModes, n);
 }
@@ -177,12 +154,10 @@ void validate(const Recipe& r) {
   }
 }
 
-std::optional<QuantSpec> to_quant_spec(const OperandSpec& op) {
-  if (op.format == Precision::kBf16) return std::nullopt;
-  QuantSpec q;
-  q.format = op.format == Precision::kNvfp4   ? Format::kNvfp4
-             : op.format == Precision::kMxfp8 ? Format::kMxfp8
-                                              : Format::kFp8;
+std::optional<QuantConfig> to_quant_spec(const OperandSpec& op) {
+  if (!is_quantized(op.format)) return std::nullopt;
+  QuantConfig q;
+  q.format = op.format;
   q.scaling = op.scaling;
   q.elem = op.elem;
   q.block2d = op.block2d;
@@ -192,9 +167,8 @@ std::optional<QuantSpec> to_quant_spec(const OperandSpec& op) {
   return q;
 }
 
-Precision gemm_precision(const GemmSpec& g) {
-  return kPrecisions[size_t(g.a.format)].rank <= kPrecisions[size_t(g.b.format)].rank ? g.a.format
-                                                                                        : g.b.format;
+Format gemm_format(const GemmSpec& g) {
+  return format_info(g.a.format).rank <= format_info(g.b.format).rank ? g.a.format : g.b.format;
 }
 
 }  // namespace lockstep

@@ -48,10 +48,10 @@ std::string names_of(auto count, auto name_fn) {
   return s;
 }
 
-OperandSpec defaults_for(Precision p) {
+OperandSpec defaults_for(Format p) {
   OperandSpec op;
   op.format = p;
-  if (p == Precision::kMxfp8) op.scaling = Scaling::kBlock1x32;
+  if (p == Format::kMxfp8) op.scaling = Scaling::kBlock1x32;
   return op;
 }
 
@@ -62,10 +62,10 @@ OperandSpec operand_from_json(const Json& j, const OperandSpec& base, const std:
   OperandSpec op = base;
   if (j.contains("format")) {
     const std::string f = get_string(j["format"], where + ".format");
-    auto p = precision_from_name(f);
+    auto p = format_from_name(f);
     if (!p)
       fail(where + ".format", fmt::format("unknown format '{}' (known: {})", f,
-                                          names_of(Precision::kCount, precision_name)));
+                                          names_of(Format::kCount, format_name)));
     op = defaults_for(*p);
   }
   if (j.contains("scaling")) {
@@ -169,14 +169,14 @@ Coverage coverage_from_json(const Json& j, const std::string& where, const Linea
 
 Json to_json(const OperandSpec& op) {
   Json j;
-  j["format"] = precision_name(op.format);
-  if (op.format == Precision::kBf16) return j;
+  j["format"] = format_name(op.format);
+  if (op.format == Format::kBf16) return j;
   j["scaling"] = scaling_name(op.scaling);
-  if (op.format != Precision::kNvfp4) j["elem"] = op.elem == ElemCodec::kE4M3 ? "e4m3" : "e5m2";
-  if (op.format == Precision::kNvfp4) j["block2d"] = op.block2d;
-  if (op.format == Precision::kFp8) j["pow2"] = op.pow2;
+  if (op.format != Format::kNvfp4) j["elem"] = op.elem == ElemCodec::kE4M3 ? "e4m3" : "e5m2";
+  if (op.format == Format::kNvfp4) j["block2d"] = op.block2d;
+  if (op.format == Format::kFp8) j["pow2"] = op.pow2;
   j["stochastic"] = op.stochastic;
-  if (op.format == Precision::kNvfp4) j["hadamard"] = op.hadamard;
+  if (op.format == Format::kNvfp4) j["hadamard"] = op.hadamard;
   return j;
 }
 

@@ -149,8 +149,8 @@ std::vector<RecipeInfo> build_registry() {
 }
 
 std::string operand_summary(const OperandSpec& op) {
-  if (op.format == Precision::kBf16) return "bf16";
-  std::string s = fmt::format("{} {}", precision_name(op.format), scaling_name(op.scaling));
+  if (op.format == Format::kBf16) return "bf16";
+  std::string s = fmt::format("{} {}", format_name(op.format), scaling_name(op.scaling));
   if (op.elem == ElemCodec::kE5M2) s += " e5m2";
   if (op.block2d) s += " 2d";
   if (op.pow2) s += " pow2";
@@ -215,7 +215,7 @@ Recipe resolve_recipe_json(const Json& j, const std::string& where, const std::s
 
 std::string forward_summary(const Recipe& r) {
   const GemmSpec& f = r.linear[Gemm::kFprop];
-  if (gemm_precision(f) == Precision::kBf16 && r.modules.empty()) return "bf16";
+  if (gemm_format(f) == Format::kBf16 && r.modules.empty()) return "bf16";
   return fmt::format("x {}, w {}", operand_summary(f.a), operand_summary(f.b));
 }
 
@@ -254,10 +254,10 @@ std::vector<std::string> recipe_requirements(const Recipe& r) {
       const GemmSpec& gs = s.gemm[g];
       const bool uses_bf16_backward = g != 0 && s.backward_mode != BackwardMode::kQuantized;
       const GemmSpec eff = uses_bf16_backward ? GemmSpec{} : gs;
-      req.insert(fmt::format("gemm:{}x{}", precision_name(eff.a.format), precision_name(eff.b.format)));
+      req.insert(fmt::format("gemm:{}x{}", format_name(eff.a.format), format_name(eff.b.format)));
       for (const OperandSpec* op : {&eff.a, &eff.b}) {
-        if (op->format == Precision::kBf16) continue;
-        req.insert(fmt::format("quantize:{}/{}{}", precision_name(op->format), scaling_name(op->scaling),
+        if (op->format == Format::kBf16) continue;
+        req.insert(fmt::format("quantize:{}/{}{}", format_name(op->format), scaling_name(op->scaling),
                                op->block2d ? "/2d" : ""));
         if (op->stochastic) req.insert("round:stochastic");
         if (op->hadamard) req.insert("transform:hadamard16");

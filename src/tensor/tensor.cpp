@@ -1,31 +1,84 @@
-// Tensor construction, description and fp32 widening.
+// Tensor construction, views, copies between devices, description and dtype conversion.
 #include "lockstep/tensor/tensor.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstring>
 #include <limits>
+#include <numeric>
 #include <stdexcept>
 
 #include "lockstep/numerics/codecs.h"
 #include "lockstep/numerics/hd.h"
 
 namespace lockstep {
+namespace {
 
-Tensor::Tensor(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
+int64_t checked_numel(const std::vector<int64_t>& shape, size_t elem_size) {
   int64_t n = 1;
-  for (int64_t d : shape_) {
-    if (d < 0) throw std::invalid_argument(fmt::format("negative dimension in shape {}", shape_string(shape_)));
+  for (int64_t d : shape) {
+    if (d < 0)
+      throw std::invalid_argument(fmt::format("negative dimension in shape {}", shape_string(shape)));
     if (d != 0 && n > std::numeric_limits<int64_t>::max() / d)
-      throw std::invalid_argument(fmt::format("shape {} overflows", shape_string(shape_)));
+      throw std::invalid_argument(fmt::format("shape {} overflows", shape_string(shape)));
     n *= d;
   }
-  size_t es = dtype_size(dtype_);
-  if (n > 0 && size_t(n) > std::numeric_limits<size_t>::max() / es / 2)
-    throw std::invalid_argument(fmt::format("shape {} overflows", shape_string(shape_)));
-  numel_ = n;
-  strides_.assign(shape_.size(), 1);
-  for (int64_t i = int64_t(shape_.size()) - 2; i >= 0; --i) strides_[i] = strides_[i + 1] * shape_[i + 1];
-  bytes_.assign(size_t(n) * es, std::byte{0});
+  if (n > 0 && size_t(n) > std::numeric_limits<size_t>::max() / elem_size / 2)
+    throw std::invalid_argument(fmt::format("shape {} overflows", shape_string(shape)));
+  return n;
+}
+
+// Copies a strided host tensor element by element into packed row-major order.
+void gather_strided(const std::byte* src, const std::vector<int64_t>& shape,
+                    const std::vector<int64_t>& strides, size_t es, std::byte* dst, int64_t numel) {
+  const int64_t nd = int64_t(shape.size());
+  std::vector<int64_t> idx(size_t(nd), 0);
+  for (int64_t i = 0; i < numel; ++i) {
+    int64_t off = 0;
+    for (int64_t d = 0; d < nd; ++d) off += idx[size_t(d)] * strides[size_t(d)];
+    std::memcpy(dst + size_t(i) * es, src + off * int64_t(es), es);
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      if (++idx[size_t(d)] < shape[size_t(d)]) break;
+      idx[size_t(d)] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> contiguous_strides(std::span<const int64_t> shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (int64_t i = int64_t(shape.size()) - 2; i >= 0; --i) s[size_t(i)] = s[size_t(i + 1)] * shape[size_t(i + 1)];
+  return s;
+}
+
+Tensor Tensor::allocate(DType dtype, std::vector<int64_t> shape, Device device, Stream stream) {
+  Tensor t;
+  t.numel_ = checked_numel(shape, dtype_size(dtype));
+  t.dtype_ = dtype;
+  t.device_ = device;
+  t.strides_ = contiguous_strides(shape);
+  t.shape_ = std::move(shape);
+  t.storage_ = Storage::allocate(t.nbytes(), device, stream);
+  return t;
+}
+
+Tensor::Tensor(DType dtype, std::vector<int64_t> shape, Device device, Stream stream) {
+  *this = allocate(dtype, std::move(shape), device, stream);
+  lockstep::fill_bytes(raw(), device_, 0, nbytes(), stream);
+}
+
+Tensor Tensor::empty(DType dtype, std::vector<int64_t> shape, Device device, Stream stream) {
+  return allocate(dtype, std::move(shape), device, stream);
+}
+
+int64_t Tensor::size(int64_t d) const {
+  const int64_t nd = dim();
+  if (d < 0) d += nd;
+  if (d < 0 || d >= nd)
+    throw std::invalid_argument(fmt::format("dimension {} out of range for {}", d, describe()));
+  return shape_[size_t(d)];
 }
 
 int64_t Tensor::rows() const {
@@ -37,16 +90,130 @@ int64_t Tensor::cols() const {
   return shape_[1];
 }
 
+bool Tensor::is_contiguous() const {
+  int64_t expect = 1;
+  for (int64_t d = dim() - 1; d >= 0; --d) {
+    if (shape_[size_t(d)] != 1 && strides_[size_t(d)] != expect) return false;
+    expect *= shape_[size_t(d)];
+  }
+  return true;
+}
+
+void* Tensor::base() const {
+  if (!storage_ || !storage_->data()) return nullptr;
+  return static_cast<std::byte*>(const_cast<void*>(storage_->data())) + offset_ * int64_t(dtype_size(dtype_));
+}
+
 void Tensor::check_elem_size(size_t size) const {
   if (size != dtype_size(dtype_))
     throw std::invalid_argument(fmt::format("typed view of element size {} on a {} tensor", size, dtype_name(dtype_)));
 }
 
-std::string Tensor::describe() const { return fmt::format("{} {}", shape_string(shape_), dtype_name(dtype_)); }
+void Tensor::check_host_contiguous() const {
+  if (!is_cpu())
+    throw std::invalid_argument(fmt::format("host view of {}: copy it to the cpu first (to(Device::cpu()))", describe()));
+  if (!is_contiguous())
+    throw std::invalid_argument(fmt::format("host view of the strided tensor {}: call contiguous() first", describe()));
+}
+
+std::span<std::byte> Tensor::bytes() {
+  check_host_contiguous();
+  return {static_cast<std::byte*>(raw()), nbytes()};
+}
+std::span<const std::byte> Tensor::bytes() const {
+  check_host_contiguous();
+  return {static_cast<const std::byte*>(raw()), nbytes()};
+}
+
+Tensor Tensor::slice_rows(int64_t r0, int64_t r1) const {
+  if (dim() < 1) throw std::invalid_argument(fmt::format("slice_rows of a 0-D tensor {}", describe()));
+  if (r0 < 0 || r1 < r0 || r1 > shape_[0])
+    throw std::invalid_argument(fmt::format("rows [{}, {}) out of range for {}", r0, r1, describe()));
+  Tensor t = *this;
+  t.shape_[0] = r1 - r0;
+  t.offset_ = offset_ + r0 * strides_[0];
+  t.numel_ = r1 - r0;
+  for (size_t d = 1; d < shape_.size(); ++d) t.numel_ *= shape_[d];
+  return t;
+}
+
+Tensor Tensor::view(std::vector<int64_t> shape) const {
+  if (!is_contiguous())
+    throw std::invalid_argument(fmt::format("view {} of the strided tensor {}: call contiguous() first",
+                                            shape_string(shape), describe()));
+  if (checked_numel(shape, dtype_size(dtype_)) != numel_)
+    throw std::invalid_argument(fmt::format("view {} does not have the {} elements of {}", shape_string(shape),
+                                            numel_, describe()));
+  Tensor t = *this;
+  t.strides_ = contiguous_strides(shape);
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::transpose() const {
+  if (dim() != 2) throw std::invalid_argument(fmt::format("transpose of a non-2-D tensor {}", describe()));
+  Tensor t = *this;
+  std::swap(t.shape_[0], t.shape_[1]);
+  std::swap(t.strides_[0], t.strides_[1]);
+  return t;
+}
+
+void Tensor::copy_from(const Tensor& src, Stream stream) {
+  if (src.dtype_ != dtype_ || src.shape_ != shape_)
+    throw std::invalid_argument(fmt::format("copy_from: {} into {}", src.describe(), describe()));
+  if (!is_contiguous()) throw std::invalid_argument(fmt::format("copy_from into the strided tensor {}", describe()));
+  if (numel_ == 0) return;
+  if (src.is_contiguous()) {
+    copy_bytes(raw(), device_, src.raw(), src.device_, nbytes(), stream);
+    return;
+  }
+  if (src.is_cpu()) {
+    if (is_cpu()) {
+      gather_strided(static_cast<const std::byte*>(src.raw()), src.shape_, src.strides_, dtype_size(dtype_),
+                     static_cast<std::byte*>(raw()), numel_);
+      return;
+    }
+    copy_from(src.contiguous(), stream);
+    return;
+  }
+  // A strided device tensor: only row ranges (strides contiguous inside dimension 0) are views
+  // that a plain copy can read; anything else needs a device kernel, which copies do not have.
+  throw std::invalid_argument(fmt::format("copy of the strided device tensor {}: not supported", src.describe()));
+}
+
+Tensor Tensor::contiguous(Stream stream) const {
+  if (is_contiguous()) return *this;
+  return clone(stream);
+}
+
+Tensor Tensor::clone(Stream stream) const {
+  Tensor t = empty(dtype_, shape_, device_, stream);
+  t.copy_from(*this, stream);
+  return t;
+}
+
+Tensor Tensor::to(Device device, Stream stream) const {
+  if (device == device_) return *this;
+  Tensor t = empty(dtype_, shape_, device, stream);
+  t.copy_from(*this, stream);
+  return t;
+}
+
+void Tensor::fill_bytes(uint8_t value, Stream stream) {
+  if (!is_contiguous()) throw std::invalid_argument(fmt::format("fill_bytes of the strided tensor {}", describe()));
+  lockstep::fill_bytes(raw(), device_, value, nbytes(), stream);
+}
+
+std::string Tensor::describe() const {
+  std::string s = fmt::format("{} {}", shape_string(shape_), dtype_name(dtype_));
+  if (!device_.is_cpu()) s += " " + device_.str();
+  return s;
+}
 
 std::string shape_string(std::span<const int64_t> shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
-std::vector<float> to_f32(const Tensor& t) {
+std::vector<float> to_f32(const Tensor& t_in) {
+  const Tensor t = t_in.contiguous();
   std::vector<float> out(size_t(t.numel()));
   auto b = t.bytes();
   auto load16 = [&](size_t i) { return uint16_t(uint16_t(b[2 * i]) | uint16_t(b[2 * i + 1]) << 8); };
@@ -83,7 +250,7 @@ std::vector<float> to_f32(const Tensor& t) {
 }
 
 Tensor from_f32(std::span<const float> values, std::vector<int64_t> shape, DType dtype) {
-  Tensor t(dtype, std::move(shape));
+  Tensor t = Tensor::empty(dtype, std::move(shape));
   if (size_t(t.numel()) != values.size())
     throw std::invalid_argument(fmt::format("{} values do not fill shape {}", values.size(), shape_string(t.shape())));
   if (dtype == DType::kF32) {
@@ -92,10 +259,40 @@ Tensor from_f32(std::span<const float> values, std::vector<int64_t> shape, DType
   } else if (dtype == DType::kBF16) {
     auto d = t.data<uint16_t>();
     for (size_t i = 0; i < values.size(); ++i) d[i] = num::f32_to_bf16(values[i]);
+  } else if (dtype == DType::kF64) {
+    auto d = t.data<double>();
+    for (size_t i = 0; i < values.size(); ++i) d[i] = double(values[i]);
   } else {
-    throw std::invalid_argument(fmt::format("from_f32 writes F32 or BF16, not {}", dtype_name(dtype)));
+    throw std::invalid_argument(fmt::format("from_f32 writes F32, F64 or BF16, not {}", dtype_name(dtype)));
   }
   return t;
+}
+
+Tensor cast(const Tensor& t_in, DType dtype) {
+  if (t_in.dtype() == dtype) return t_in;
+  if (!t_in.is_cpu()) throw std::invalid_argument(fmt::format("cast of {}: host tensors only", t_in.describe()));
+  const Tensor t = t_in.contiguous();
+  if (dtype == DType::kF64) {
+    Tensor out = Tensor::empty(dtype, t.shape());
+    auto d = out.data<double>();
+    if (t.dtype() == DType::kF32) {
+      auto s = t.data<float>();
+      std::copy(s.begin(), s.end(), d.begin());
+    } else {
+      const std::vector<float> f = to_f32(t);
+      std::copy(f.begin(), f.end(), d.begin());
+    }
+    return out;
+  }
+  if (dtype == DType::kF32 || dtype == DType::kBF16) {
+    if (t.dtype() == DType::kF64 && dtype == DType::kBF16) {
+      // double -> bf16 in one rounding would need its own rule; the two-step path rounds twice,
+      // so refuse rather than silently double-round.
+      throw std::invalid_argument(fmt::format("cast {} to BF16: cast to F32 first", t.describe()));
+    }
+    return from_f32(to_f32(t), t.shape(), dtype);
+  }
+  throw std::invalid_argument(fmt::format("cast {} to {}: not supported", t.describe(), dtype_name(dtype)));
 }
 
 }  // namespace lockstep

@@ -185,7 +185,7 @@ struct Shape {
   int64_t rows, cols;
 };
 
-std::string spec_name(const QuantSpec& s) {
+std::string spec_name(const QuantConfig& s) {
   std::string n = std::string(format_name(s.format)) + " " + std::string(scaling_name(s.scaling));
   if (s.block2d) n += " 2d";
   if (s.format == Format::kMxfp8) n += s.rowwise ? (s.colwise ? " row+col" : " row") : " col";
@@ -198,17 +198,17 @@ std::string spec_name(const QuantSpec& s) {
   return n;
 }
 
-std::vector<QuantSpec> all_specs() {
-  std::vector<QuantSpec> v;
+std::vector<QuantConfig> all_specs() {
+  std::vector<QuantConfig> v;
   for (Scaling sc : {Scaling::kPerTensor, Scaling::kPerRow})
     for (bool b2 : {false, true})
       for (bool sr : {false, true})
         for (bool had : {false, true})
           for (ScaleLayout l : {ScaleLayout::kCompact, ScaleLayout::kSwizzled}) {
             if (b2 && (sc == Scaling::kPerRow || had)) continue;
-            QuantSpec s;
+            QuantConfig s;
             s.format = Format::kNvfp4, s.scaling = sc, s.block2d = b2, s.stochastic = sr, s.hadamard = had, s.scale_layout = l;
-            s.seed = 0x1234567890ABCDEFull, s.stream = 7;
+            s.seed = 0x1234567890ABCDEFull, s.rng_stream = 7;
             v.push_back(s);
           }
   for (int mode = 0; mode < 3; ++mode)
@@ -216,21 +216,21 @@ std::vector<QuantSpec> all_specs() {
       for (bool sr : {false, true})
         for (ScaleLayout l : {ScaleLayout::kCompact, ScaleLayout::kSwizzled}) {
           if (mode == 2 && l == ScaleLayout::kSwizzled) continue;
-          QuantSpec s;
+          QuantConfig s;
           s.format = Format::kMxfp8, s.scaling = Scaling::kBlock1x32, s.elem = e, s.stochastic = sr, s.scale_layout = l;
-          s.rowwise = mode != 2, s.colwise = mode != 0, s.seed = 99, s.stream = 3;
+          s.rowwise = mode != 2, s.colwise = mode != 0, s.seed = 99, s.rng_stream = 3;
           v.push_back(s);
         }
   for (Scaling sc : {Scaling::kPerTensor, Scaling::kPerRow, Scaling::kBlock1x128, Scaling::kBlock128x128})
     for (ElemCodec e : {ElemCodec::kE4M3, ElemCodec::kE5M2})
       for (int opt = 0; opt < 4; ++opt) {
-        QuantSpec s;
+        QuantConfig s;
         s.format = Format::kFp8, s.scaling = sc, s.elem = e;
         s.pow2 = opt == 1, s.eps = opt == 2 ? 1e-3f : 0.0f, s.stochastic = opt == 3, s.hadamard = false, s.seed = 5;
         v.push_back(s);
       }
   {
-    QuantSpec s;  // fp8 with the Hadamard transform
+    QuantConfig s;  // fp8 with the Hadamard transform
     s.format = Format::kFp8, s.scaling = Scaling::kBlock1x128, s.hadamard = true;
     v.push_back(s);
   }
@@ -242,7 +242,7 @@ void test_quantize(const Options& o) {
                                {7, 100}, {130, 300}, {160, 48}, {24, 16}};
   if (o.reduced) shapes = {{1, 16}, {96, 256}, {7, 100}, {0, 32}, {32, 20480}};
   const Dist dists[] = {Dist::kNormal, Dist::kEdge, Dist::kZeros, Dist::kNanRows};
-  for (const QuantSpec& s : all_specs()) {
+  for (const QuantConfig& s : all_specs()) {
     const std::string fmt(format_name(s.format));
     if (!want(o, "quantize", fmt) && !want(o, "dequantize", fmt)) continue;
     for (const Shape& sh : shapes)
@@ -319,16 +319,16 @@ void test_grouped(const Options& o) {
   };
   std::vector<G> gs = {{1, 5, 32}, {8, 40, 256}, {128, 48, 256}, {3, 0, 64}};
   if (o.reduced) gs = {{8, 40, 256}};
-  for (const QuantSpec& base : all_specs()) {
+  for (const QuantConfig& base : all_specs()) {
     const std::string fmt(format_name(base.format));
     if (!want(o, "grouped", fmt)) continue;
-    std::vector<QuantSpec> specs{base};
+    std::vector<QuantConfig> specs{base};
     if (base.format != Format::kMxfp8 && base.scaling == Scaling::kPerTensor) {
-      QuantSpec s = base;
+      QuantConfig s = base;
       s.scaling = Scaling::kPerGroup;
       specs.push_back(s);
     }
-    for (const QuantSpec& s : specs)
+    for (const QuantConfig& s : specs)
       for (const G& g : gs)
         for (bool padded : {false, true}) {
           int64_t need = 1;
@@ -359,7 +359,7 @@ void test_joint(const Options& o) {
   for (bool had : {false, true})
     for (bool sr : {false, true})
       for (int variant = 0; variant < 3; ++variant) {
-        QuantSpec s;
+        QuantConfig s;
         s.format = Format::kNvfp4, s.scaling = Scaling::kPerTensor, s.hadamard = had, s.stochastic = sr, s.seed = 77;
         const std::string name = std::string("joint nvfp4") + (had ? " had" : "") + (sr ? " sr" : "") + " v" + std::to_string(variant);
         const uint64_t seed = o.seed ^ name_hash(name);
@@ -423,7 +423,7 @@ void test_hadamard(const Options& o) {
 }
 
 void test_fused(const Options& o) {
-  QuantSpec s;
+  QuantConfig s;
   s.format = Format::kNvfp4, s.scaling = Scaling::kPerRow;
   for (bool sr : {false, true})
     for (ScaleLayout l : {ScaleLayout::kCompact, ScaleLayout::kSwizzled})

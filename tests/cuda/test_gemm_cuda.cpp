@@ -355,7 +355,7 @@ void test_decode_preload() {
         cuda::GemmOperandView w1 = fc1[size_t(l)].view, w2 = fc2[size_t(l)].view;
         w1.preload = w2.preload = mode != 0;
         cuda::GemmOperandView a1, a2;
-        a1.format = a2.format = GemmFormat::kBf16;
+        a1.format = a2.format = Format::kBf16;
         a1.rows = a2.rows = E, a1.cols = H, a2.cols = I;
         a1.data = l == 0 ? x.view.data : y[size_t(l - 1)].get();
         a2.data = h[size_t(l)].get();
@@ -411,8 +411,8 @@ void test_refusals() {
   // picks another kernel and a forced kDecode is refused with a GemmError naming the limit.
   auto pick = [](int64_t rows, int64_t K) {
     cuda::GemmOperandView av, wv;
-    av.format = GemmFormat::kBf16, av.rows = rows, av.cols = K;
-    wv.format = GemmFormat::kNvfp4, wv.rows = 8, wv.cols = K;
+    av.format = Format::kBf16, av.rows = rows, av.cols = K;
+    wv.format = Format::kNvfp4, wv.rows = 8, wv.cols = K;
     return cuda::qgemm_pick_kernel(av, wv, cuda::make_dense_table(rows));
   };
   check(pick(12, 48128) == QgemmKernel::kDecode, "decode route: nvfp4, 12 rows, K = 48128");
@@ -440,16 +440,16 @@ void test_fast_path() {
   const bool wg = cuda::qgemm_wgmma_available(2048), cb = cuda::qgemm_cublas_available();
   const QgemmKernel dense_mx = cb ? QgemmKernel::kCublas : wg ? QgemmKernel::kWgmma : QgemmKernel::kTiled;
   const QgemmKernel packed = wg ? QgemmKernel::kWgmma : cb ? QgemmKernel::kCublas : QgemmKernel::kTiled;
-  check(cuda::qgemm_fast_kernel(GemmFormat::kNvfp4, 8, 1, 2048) == QgemmKernel::kDecode, "fast path: 1 row per expert -> decode");
-  check(cuda::qgemm_fast_kernel(GemmFormat::kNvfp4, 128, 512, 2048) == packed, "fast path: grouped nvfp4 -> wgmma");
-  check(cuda::qgemm_fast_kernel(GemmFormat::kMxfp8, 128, 512, 2048) == packed, "fast path: grouped mxfp8 -> wgmma");
-  check(cuda::qgemm_fast_kernel(GemmFormat::kNvfp4, 1, 4096, 2048) == packed, "fast path: dense nvfp4 -> wgmma");
-  check(cuda::qgemm_fast_kernel(GemmFormat::kFp8, 1, 4096, 2048) == packed, "fast path: dense fp8 -> wgmma");
-  check(cuda::qgemm_fast_kernel(GemmFormat::kMxfp8, 1, 4096, 2048) == dense_mx, "fast path: dense mxfp8 -> cuBLAS");
-  check(cuda::qgemm_fast_kernel(GemmFormat::kBf16, 1, 4, 2048) == dense_mx, "fast path: bf16 W, 4 rows -> cuBLAS");
-  check(cuda::qgemm_fast_kernel(GemmFormat::kBf16, 128, 512, 2048) == dense_mx, "fast path: grouped bf16 W -> cuBLAS");
+  check(cuda::qgemm_fast_kernel(Format::kNvfp4, 8, 1, 2048) == QgemmKernel::kDecode, "fast path: 1 row per expert -> decode");
+  check(cuda::qgemm_fast_kernel(Format::kNvfp4, 128, 512, 2048) == packed, "fast path: grouped nvfp4 -> wgmma");
+  check(cuda::qgemm_fast_kernel(Format::kMxfp8, 128, 512, 2048) == packed, "fast path: grouped mxfp8 -> wgmma");
+  check(cuda::qgemm_fast_kernel(Format::kNvfp4, 1, 4096, 2048) == packed, "fast path: dense nvfp4 -> wgmma");
+  check(cuda::qgemm_fast_kernel(Format::kFp8, 1, 4096, 2048) == packed, "fast path: dense fp8 -> wgmma");
+  check(cuda::qgemm_fast_kernel(Format::kMxfp8, 1, 4096, 2048) == dense_mx, "fast path: dense mxfp8 -> cuBLAS");
+  check(cuda::qgemm_fast_kernel(Format::kBf16, 1, 4, 2048) == dense_mx, "fast path: bf16 W, 4 rows -> cuBLAS");
+  check(cuda::qgemm_fast_kernel(Format::kBf16, 128, 512, 2048) == dense_mx, "fast path: grouped bf16 W -> cuBLAS");
   // K % 64 != 0 leaves wgmma out.
-  const QgemmKernel k96 = cuda::qgemm_fast_kernel(GemmFormat::kNvfp4, 4, 100, 96);
+  const QgemmKernel k96 = cuda::qgemm_fast_kernel(Format::kNvfp4, 4, 100, 96);
   check(k96 == (cb ? QgemmKernel::kCublas : QgemmKernel::kTiled), "fast path: K = 96 -> cuBLAS or tiled");
   // kFast gives the bits of the kernel it names (grouped nvfp4, random inputs).
   const int64_t E = 3, N = 128, K = 256;
@@ -457,7 +457,7 @@ void test_fast_path() {
   Held a = make(bf16_kind(), random_values(off.back() * K, 7, 1.0f), off.back(), K);
   Held w = make(q_kind(Format::kNvfp4, Scaling::kPerRow), random_values(E * N * K, 8, 0.05f), E * N, K);
   const GemmResult fast = cuda::grouped_qgemm_cuda(a.op("a"), off, w.op("w"), {}, {}, QgemmKernel::kFast);
-  const QgemmKernel named = cuda::qgemm_fast_kernel(GemmFormat::kNvfp4, E, 130, K);
+  const QgemmKernel named = cuda::qgemm_fast_kernel(Format::kNvfp4, E, 130, K);
   const GemmResult ref = cuda::grouped_qgemm_cuda(a.op("a"), off, w.op("w"), {}, {}, named);
   check(same_bits(fast.d, ref.d, "kFast vs named"), std::string("kFast runs ") + cuda::qgemm_kernel_name(named));
 }

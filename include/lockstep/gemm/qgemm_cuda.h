@@ -19,7 +19,7 @@ namespace lockstep::cuda {
 
 // A GEMM operand [rows, K] in device memory (raw pointers; what the kernels read).
 struct GemmOperandView {
-  GemmFormat format = GemmFormat::kBf16;
+  Format format = Format::kBf16;
   ElemCodec elem = ElemCodec::kE4M3;     // fp8 / mxfp8 element codec
   int64_t rows = 0;
   int64_t cols = 0;                      // K
@@ -112,7 +112,7 @@ QgemmKernel qgemm_pick_kernel(const GemmOperandView& a, const GemmOperandView& w
 // - dense calls with mxfp8 W, and bf16 W: cuBLAS (dense 4096^3 mxfp8: 1.15x faster than wgmma;
 //   bf16 W needs no dequantize, so cuBLAS is the bf16 baseline itself);
 // - where the pick does not run (no sm_90 / K % 64, libcublas missing): the other, else tiled.
-QgemmKernel qgemm_fast_kernel(GemmFormat wf, int64_t groups, int64_t max_rows, int64_t k);
+QgemmKernel qgemm_fast_kernel(Format wf, int64_t groups, int64_t max_rows, int64_t k);
 QgemmKernel qgemm_pick_fast(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& g);
 
 // D = A W^T per group, asynchronous on `stream`. n: W rows per group (N). `workspace` is resized

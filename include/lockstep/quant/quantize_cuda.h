@@ -50,9 +50,9 @@ struct DeviceGroups {
 
 // ---- device API (asynchronous on `stream`; buffers in `out` are resized as needed) ----------
 // Throws QuantError for the shapes and combinations the CPU reference refuses.
-void quantize_device(const DeviceMatrix& x, const QuantSpec& spec, DeviceQTensor& out,
+void quantize_device(const DeviceMatrix& x, const QuantConfig& spec, DeviceQTensor& out,
                      const DeviceGroups* groups = nullptr, cudaStream_t stream = nullptr);
-void quantize_nvfp4_joint_device(std::span<const DeviceMatrix> xs, const QuantSpec& spec,
+void quantize_nvfp4_joint_device(std::span<const DeviceMatrix> xs, const QuantConfig& spec,
                                  std::span<DeviceQTensor> outs, cudaStream_t stream = nullptr);
 // out: [rows, cols] fp32. colwise selects the MXFP8 columnwise copy.
 void dequantize_device(const DeviceQTensor& q, float* out, bool colwise = false, cudaStream_t stream = nullptr);
@@ -65,9 +65,9 @@ QTensor to_host(const DeviceQTensor& q, cudaStream_t stream = nullptr);
 void to_device(const QTensor& q, DeviceQTensor& out, cudaStream_t stream = nullptr);
 
 // ---- host convenience: the CPU API's signatures, run on the current CUDA device ------------
-QTensor quantize_cuda(const MatrixF32& x, const QuantSpec& spec);
-QTensor quantize_grouped_cuda(const MatrixF32& x, std::span<const int64_t> offsets, const QuantSpec& spec);
-std::vector<QTensor> quantize_nvfp4_joint_cuda(std::span<const MatrixF32> xs, const QuantSpec& spec);
+QTensor quantize_cuda(const MatrixF32& x, const QuantConfig& spec);
+QTensor quantize_grouped_cuda(const MatrixF32& x, std::span<const int64_t> offsets, const QuantConfig& spec);
+std::vector<QTensor> quantize_nvfp4_joint_cuda(std::span<const MatrixF32> xs, const QuantConfig& spec);
 std::vector<float> dequantize_cuda(const QTensor& q);
 std::vector<float> dequantize_colwise_cuda(const QTensor& q);
 std::vector<float> hadamard16_rows_cuda(const MatrixF32& x);
@@ -88,15 +88,15 @@ namespace lockstep::cuda {
 // x: [tokens, cols] device; d_src_rows: [out_rows] int32 device (-1 = zero padding row);
 // groups: offsets over the out_rows output rows.
 void permute_quantize_nvfp4_device(const DeviceMatrix& x, const int32_t* d_src_rows, int64_t out_rows,
-                                   const DeviceGroups& groups, const QuantSpec& spec, DeviceQTensor& out,
+                                   const DeviceGroups& groups, const QuantConfig& spec, DeviceQTensor& out,
                                    cudaStream_t stream = nullptr);
 // fc1: [rows, 2H] device (gate | up); d_prob: [rows] fp32 device.
-void swiglu_quantize_nvfp4_device(const DeviceMatrix& fc1, const float* d_prob, const QuantSpec& spec,
+void swiglu_quantize_nvfp4_device(const DeviceMatrix& fc1, const float* d_prob, const QuantConfig& spec,
                                   DeviceQTensor& out, cudaStream_t stream = nullptr);
 // Host convenience versions with moe_fused.h's signatures.
 QTensor permute_quantize_nvfp4_cuda(const MatrixF32& x, std::span<const int32_t> src_rows,
-                                    std::span<const int64_t> offsets, const QuantSpec& spec);
-QTensor swiglu_quantize_nvfp4_cuda(const MatrixF32& fc1, std::span<const float> prob, const QuantSpec& spec);
+                                    std::span<const int64_t> offsets, const QuantConfig& spec);
+QTensor swiglu_quantize_nvfp4_cuda(const MatrixF32& fc1, std::span<const float> prob, const QuantConfig& spec);
 
 }  // namespace lockstep::cuda
 

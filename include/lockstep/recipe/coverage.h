@@ -28,7 +28,7 @@ struct ModuleChoice {
   // The operands each GEMM really uses: all bf16 when not quantized; dgrad / wgrad bf16 when
   // the backward mode is high_precision or dequantized (the bf16 values' origin differs).
   LinearSpec spec;
-  std::array<Precision, size_t(Gemm::kCount)> gemm{};  // gemm_precision of each
+  std::array<Format, size_t(Gemm::kCount)> gemm{};  // gemm_format of each
   BackwardMode backward_mode = BackwardMode::kHighPrecision;
   std::string rule;  // why, e.g. "coverage.last_fraction_bf16 (last 3 of 20 layers)"
 };

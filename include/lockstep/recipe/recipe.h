@@ -30,9 +30,6 @@ class RecipeError : public std::invalid_argument {
 
 // ---- registries (one row per enumerator; static_asserts in recipe.cpp keep them in order) ----
 
-// The precision of one GEMM operand. kBf16 means "not quantized".
-enum class Precision : uint8_t { kBf16, kFp8, kMxfp8, kNvfp4, kCount };
-
 enum class Gemm : uint8_t { kFprop, kDgrad, kWgrad, kCount };
 
 // Backward modes (docs/recipes.md "Backward modes").
@@ -62,12 +59,10 @@ enum class CoverageScope : uint8_t {
   kCount,
 };
 
-std::string_view precision_name(Precision p);
 std::string_view gemm_name(Gemm g);
 std::string_view backward_mode_name(BackwardMode m);
 std::string_view module_class_name(ModuleClass c);
 std::string_view scope_name(CoverageScope s);
-std::optional<Precision> precision_from_name(std::string_view n);
 std::optional<BackwardMode> backward_mode_from_name(std::string_view n);
 std::optional<ModuleClass> module_class_from_name(std::string_view n);
 std::optional<CoverageScope> scope_from_name(std::string_view n);
@@ -81,7 +76,7 @@ inline constexpr int kLayerModuleClasses = 7;
 
 // One operand of one GEMM. Fields that do not apply to `format` keep their defaults (validated).
 struct OperandSpec {
-  Precision format = Precision::kBf16;
+  Format format = Format::kBf16;
   Scaling scaling = Scaling::kPerTensor;  // nvfp4: outer domain; mxfp8: block_1x32; fp8: any
   ElemCodec elem = ElemCodec::kE4M3;      // fp8 / mxfp8
   bool block2d = false;                   // nvfp4: 16x16 blocks (weights)
@@ -150,10 +145,10 @@ int bf16_tail_layers(double fraction, int layers);
 
 // The quantizer options for one operand, or nullopt for bf16 ("not quantized"). Seeds and
 // Philox streams for stochastic rounding and Hadamard signs are the caller's to set.
-std::optional<QuantSpec> to_quant_spec(const OperandSpec& op);
+std::optional<QuantConfig> to_quant_spec(const OperandSpec& op);
 
 // The format a GEMM is reported as: its lowest-precision operand (nvfp4 < mxfp8 < fp8 < bf16).
-Precision gemm_precision(const GemmSpec& g);
+Format gemm_format(const GemmSpec& g);
 
 // ---- JSON (docs/recipes.md "Schema") -------------------------------------------------------
 

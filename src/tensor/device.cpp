@@ -1,8 +1,10 @@
 // Device names and the device report; the CUDA parts are compiled only with LOCKSTEP_HAVE_CUDA.
-#include "lockstep/backend/device.h"
+#include "lockstep/tensor/device.h"
 
+#include <fmt/format.h>
 #include <omp.h>
 
+#include <charconv>
 #include <stdexcept>
 
 #if defined(LOCKSTEP_HAVE_CUDA)
@@ -11,11 +13,17 @@
 
 namespace lockstep {
 
-std::string_view device_name(Device d) { return d == Device::kCpu ? "cpu" : "cuda"; }
+std::string Device::str() const { return is_cpu() ? "cpu" : fmt::format("cuda:{}", index); }
 
-std::optional<Device> device_from_name(std::string_view name) {
-  if (name == "cpu") return Device::kCpu;
-  if (name == "cuda") return Device::kCuda;
+std::optional<Device> parse_device(std::string_view name) {
+  if (name == "cpu") return Device::cpu();
+  if (name == "cuda") return Device::cuda(0);
+  if (name.starts_with("cuda:")) {
+    std::string_view num = name.substr(5);
+    int i = -1;
+    auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), i);
+    if (ec == std::errc() && p == num.data() + num.size() && i >= 0) return Device::cuda(i);
+  }
   return std::nullopt;
 }
 
@@ -47,9 +55,12 @@ DeviceReport query_devices() {
 }
 
 void require_device(Device d) {
-  if (d == Device::kCpu) return;
+  if (d.is_cpu()) return;
   DeviceReport r = query_devices();
-  if (r.gpus.empty()) throw std::runtime_error("--device cuda is not available: " + r.error);
+  if (r.gpus.empty()) throw std::runtime_error("device " + d.str() + " is not available: " + r.error);
+  if (d.index >= int(r.gpus.size()))
+    throw std::runtime_error(fmt::format("device {} is not available: {} CUDA device(s) visible",
+                                         d.str(), r.gpus.size()));
 }
 
 }  // namespace lockstep

@@ -1,0 +1,51 @@
+// Storage: one allocation on one device, shared by every Tensor view of it. Host memory is
+// 64-byte aligned; CUDA memory comes from the device's stream-ordered memory pool
+// (cudaMallocAsync with the pool kept, so steady-state allocations never reach cudaMalloc) and is
+// returned with cudaFreeAsync on the stream it was allocated on.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "lockstep/tensor/device.h"
+
+namespace lockstep {
+
+class Storage {
+ public:
+  // `bytes` of uninitialised memory on `device`, ordered on `stream` (CUDA). Throws
+  // std::runtime_error naming the device and size when the allocation fails or the device is not
+  // available in this build.
+  static std::shared_ptr<Storage> allocate(size_t bytes, Device device, Stream stream = {});
+
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() { return ptr_; }
+  const void* data() const { return ptr_; }
+  size_t size() const { return bytes_; }
+  Device device() const { return device_; }
+  // The stream the memory is freed on. A tensor used on other streams must be synchronised with
+  // this one before its last reference goes away.
+  Stream stream() const { return stream_; }
+
+ private:
+  Storage(void* ptr, size_t bytes, Device device, Stream stream)
+      : ptr_(ptr), bytes_(bytes), device_(device), stream_(stream) {}
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  Device device_;
+  Stream stream_;
+};
+
+// Byte copies between any two devices, ordered on `stream`; a copy whose destination is host
+// memory and whose source is device memory returns only when the bytes are there.
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
+                Stream stream = {});
+// Fills `bytes` at `dst` with `value` (ordered on `stream` on CUDA).
+void fill_bytes(void* dst, Device device, uint8_t value, size_t bytes, Stream stream = {});
+// Waits until every operation queued on `stream` has finished (no-op on the CPU).
+void synchronize(Device device, Stream stream = {});
+
+}  // namespace lockstep

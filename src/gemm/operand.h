@@ -1,0 +1,44 @@
+// GEMM operands decoded exactly (docs/gemm.md "Inner and outer values"), private to the gemm
+// layer: every operand row r and reduction index k has an exact fp32 inner value, an fp32 outer
+// scale per row, and, for FP8 1x128 / 128x128 blocks only, an fp32 scale per 128-wide k chunk.
+// The CPU paths and the CUDA kernels decode alike.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "lockstep/gemm/qgemm.h"
+
+namespace lockstep::gemm {
+
+// FP8 1x128 / 128x128 operands scale each 128-wide k chunk by its own fp32 scale_inv.
+constexpr int64_t kChunk = 128;
+
+//   bf16:  inner = x (a BF16 value),           outer = 1
+//   f32:   inner = x (unrounded),              outer = 1
+//   nvfp4: inner = E2M1(q) * E4M3(s_b),        outer = S_dec of the row's domain
+//   mxfp8: inner = E4M3(q) * 2^(e - 127),      outer = 1
+//   fp8 per_tensor / per_row / per_group: inner = E4M3(q), outer = scale_inv of the row's domain
+//   fp8 block_1x128 / block_128x128:      inner = E4M3(q), outer = 1,
+//                                         chunk_scale[r, c] = scale_inv of (r, k chunk c)
+struct DecodedOperand {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<float> inner;        // [rows, cols]
+  std::vector<float> outer;        // [rows]
+  bool chunked = false;            // fp8 block scaling: chunk_scale is present
+  int64_t chunks = 0;              // cols / kChunk when chunked
+  std::vector<float> chunk_scale;  // [rows, chunks]
+};
+
+// Validates the copy of the operand (sizes of every part, block divisibility of K: nvfp4 16,
+// mxfp8 32, fp8 blocks 128) and decodes rows [row0, row0 + count) of the matrix the copy
+// describes. A grouped NVFP4 / FP8 columnwise copy is decoded per group (group_view).
+DecodedOperand decode_operand(const GemmArg& op, Copy copy, int64_t row0, int64_t count,
+                              std::string_view name);
+
+// The float64 values of a dense F64 operand's copy, [rows, cols] row-major.
+std::vector<double> dense_f64(const GemmArg& op, Copy copy);
+
+}  // namespace lockstep::gemm
