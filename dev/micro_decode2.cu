@@ -75,15 +75,15 @@ struct PackedW {
   GemmOperandView view;
   double bytes = 0;
 };
-void make_packed(PackedW& w, GemmFormat f, int64_t rows, int64_t k, uint32_t seed, bool e5 = false) {
+void make_packed(PackedW& w, Format f, int64_t rows, int64_t k, uint32_t seed, bool e5 = false) {
   const size_t n = size_t(rows) * size_t(k);
   w.view = GemmOperandView{};
   w.view.format = f, w.view.rows = rows, w.view.cols = k;
   if (e5) w.view.elem = ElemCodec::kE5M2;
-  if (f == GemmFormat::kNvfp4) {
+  if (f == Format::kNvfp4) {
     fill(w.data, n / 2, seed, 0);
     fill(w.scale, n / 16, seed + 1, 2);
-  } else if (f == GemmFormat::kMxfp8) {
+  } else if (f == Format::kMxfp8) {
     fill(w.data, n, seed, 4);
     fill(w.scale, n / 32, seed + 1, 3);
   } else {
@@ -93,7 +93,7 @@ void make_packed(PackedW& w, GemmFormat f, int64_t rows, int64_t k, uint32_t see
   w.view.block_scale = w.scale.empty() ? nullptr : w.scale.as<uint8_t>();
   w.bytes = double(w.data.size() + w.scale.size());
 }
-const char* fname(GemmFormat f) { return f == GemmFormat::kNvfp4 ? "nvfp4" : f == GemmFormat::kMxfp8 ? "mxfp8" : "fp8"; }
+const char* fname(Format f) { return f == Format::kNvfp4 ? "nvfp4" : f == Format::kMxfp8 ? "mxfp8" : "fp8"; }
 std::vector<float> down(const DeviceBuffer& b, size_t n) {
   std::vector<float> h(n);
   LOCKSTEP_CUDA_CHECK(cudaMemcpy(h.data(), b.get(), n * 4, cudaMemcpyDeviceToHost));
@@ -259,21 +259,21 @@ int main(int argc, char** argv) {
   std::vector<Shape> shapes = {{14336, 4096}, {4096, 14336}, {8192, 8192}};
   std::vector<int64_t> ms = {1, 2, 4, 8, 16};
   if (quick) ms = {1, 8, 16};
-  struct Fm { GemmFormat f; bool e5; };
-  const Fm formats[] = {{GemmFormat::kNvfp4, false}, {GemmFormat::kMxfp8, false}, {GemmFormat::kFp8, false}, {GemmFormat::kFp8, true}};
+  struct Fm { Format f; bool e5; };
+  const Fm formats[] = {{Format::kNvfp4, false}, {Format::kMxfp8, false}, {Format::kFp8, false}, {Format::kFp8, true}};
   std::printf("%-28s %4s %9s %9s %7s | %9s %7s | %s\n", "shape", "M", "new us", "GB/s", "ratio", "old us", "ratio", "cmp");
   if (!dense) shapes.clear();
   for (const Shape sh : shapes) {
     for (const Fm fm : formats) {
-      const GemmFormat f = fm.f;
+      const Format f = fm.f;
       if (fm.e5 && sh.n != 14336) continue;
       PackedW w[4];
-      const int copies = f == GemmFormat::kNvfp4 ? 4 : 2;
+      const int copies = f == Format::kNvfp4 ? 4 : 2;
       for (int c = 0; c < copies; ++c) make_packed(w[c], f, sh.n, sh.k, 200 + c, fm.e5);
       for (int64_t m : ms) {
         if (fm.e5 && m != 4 && m != 16) continue;
         GemmOperandView a;
-        a.format = GemmFormat::kBf16, a.rows = m, a.cols = sh.k, a.data = act.get();
+        a.format = Format::kBf16, a.rows = m, a.cols = sh.k, a.data = act.get();
         DeviceGroupTable t = make_dense_table(m, s);
         const size_t no = size_t(m) * size_t(sh.n);
         out_new.resize(no * 4), out_old.resize(no * 4);
@@ -374,8 +374,8 @@ int main(int argc, char** argv) {
     std::vector<PackedW> fc1(layers), fc2(layers);
     double bytes = 0;
     for (int l = 0; l < layers; ++l) {
-      make_packed(fc1[l], GemmFormat::kNvfp4, E * 2 * I, H, 1000 + 2 * l);
-      make_packed(fc2[l], GemmFormat::kNvfp4, E * H, I, 1001 + 2 * l);
+      make_packed(fc1[l], Format::kNvfp4, E * 2 * I, H, 1000 + 2 * l);
+      make_packed(fc2[l], Format::kNvfp4, E * H, I, 1001 + 2 * l);
       bytes += fc1[l].bytes + fc2[l].bytes;
     }
     std::vector<int64_t> off(E + 1);
@@ -388,7 +388,7 @@ int main(int argc, char** argv) {
     std::vector<float> p(E, 0.125f);
     prob.upload(std::span<const float>(p.data(), p.size()));
     GemmOperandView a1, a2;
-    a1.format = a2.format = GemmFormat::kBf16;
+    a1.format = a2.format = Format::kBf16;
     a1.rows = a2.rows = E, a1.cols = H, a2.cols = I;
     a1.data = x8.get(), a2.data = h8.get();
     DeviceEpilogue ep1;

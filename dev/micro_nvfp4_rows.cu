@@ -122,8 +122,8 @@ static void launch_new(const uint16_t* in, const int32_t* src, int64_t rows, int
   CK(cudaGetLastError());
 }
 
-static QuantSpec spec_of(bool swz) {
-  QuantSpec s;
+static QuantConfig spec_of(bool swz) {
+  QuantConfig s;
   s.format = Format::kNvfp4, s.scaling = Scaling::kPerRow;
   s.scale_layout = swz ? ScaleLayout::kSwizzled : ScaleLayout::kCompact;
   return s;

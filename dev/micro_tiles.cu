@@ -183,7 +183,7 @@ static void new_nvfp4_2d_pipeline(const DeviceMatrix& x, DeviceQTensor& q, const
 }
 
 template <int kCols>
-static void new_mx_into(const DeviceMatrix& x, const QuantSpec& spec, DeviceQTensor& q) {
+static void new_mx_into(const DeviceMatrix& x, const QuantConfig& spec, DeviceQTensor& q) {
   MxTileParams p;
   p.rows = x.rows, p.cols = x.cols, p.rowwise = spec.rowwise, p.colwise = true;
   p.e5m2 = spec.elem == ElemCodec::kE5M2, p.elem_max = p.e5m2 ? num::kE5M2Max : num::kE4M3Max;
@@ -204,7 +204,7 @@ static void check_mx(int64_t rows, int64_t cols, uint64_t seed, bool rowwise, bo
   auto h = make_input(rows, cols, seed, true, 8);
   std::vector<float> fv;
   MatrixF32 m = to_f32(h, fv, rows, cols);
-  QuantSpec s;
+  QuantConfig s;
   s.format = Format::kMxfp8, s.scaling = Scaling::kBlock1x32, s.rowwise = rowwise, s.colwise = true;
   s.elem = e5m2 ? ElemCodec::kE5M2 : ElemCodec::kE4M3, s.scale_layout = swz ? ScaleLayout::kSwizzled : ScaleLayout::kCompact;
   QTensor ref = quantize(m, s);
@@ -229,7 +229,7 @@ static void check_2d(int64_t rows, int64_t cols, uint64_t seed, bool swz, const 
   auto h = make_input(rows, cols, seed, true, 16);
   std::vector<float> fv;
   MatrixF32 m = to_f32(h, fv, rows, cols);
-  QuantSpec s;
+  QuantConfig s;
   s.format = Format::kNvfp4, s.scaling = offsets ? Scaling::kPerGroup : Scaling::kPerTensor, s.block2d = true;
   s.scale_layout = swz ? ScaleLayout::kSwizzled : ScaleLayout::kCompact;
   QTensor ref = offsets ? quantize_grouped(m, *offsets, s) : quantize(m, s);
@@ -338,9 +338,9 @@ int main(int argc, char** argv) {
   din.upload(std::span<const uint16_t>(h));
   dcopy.resize(h.size() * 2);
   DeviceMatrix dm{din.get(), InputType::kBF16, R, C, num::bf16_to_f32(0x7F7F), "x"};
-  QuantSpec s2;
+  QuantConfig s2;
   s2.format = Format::kNvfp4, s2.scaling = Scaling::kPerTensor, s2.block2d = true;
-  QuantSpec smx;
+  QuantConfig smx;
   smx.format = Format::kMxfp8, smx.scaling = Scaling::kBlock1x32, smx.colwise = true;
   DeviceQTensor q2, qmx;
   quantize_device(dm, s2, q2);
