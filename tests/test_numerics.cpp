@@ -235,11 +235,19 @@ TEST(Philox, MatchesPublishedKnownAnswers) {
   EXPECT_EQ(c.v[3], 0x24126ea1u);
 }
 
-TEST(Philox, ElementWordUsesSeedAsKeyAndIndexAsCounter) {
+TEST(Philox, ElementWordIsWordIMod4OfTheCallForIDiv4) {
+  // Contract 1.1 section 5: key = (seed low, seed high), counter = (i/4 low, i/4 high, stream, 0),
+  // element i takes output word i % 4.
   const uint64_t seed = 0x0123456789ABCDEFull;
-  const uint64_t index = 0x00000005FFFFFFFEull;
-  Philox4x32 r = philox4x32_10({{0xFFFFFFFEu, 0x5u, 7u, 0u}}, 0x89ABCDEFu, 0x01234567u);
-  EXPECT_EQ(philox_element_word(seed, 7, index), r.v[0]);
+  const uint64_t index = 0x00000005FFFFFFFEull;  // i / 4 = 0x17FFFFFFF, i % 4 = 2
+  Philox4x32 r = philox4x32_10({{0x7FFFFFFFu, 0x1u, 7u, 0u}}, 0x89ABCDEFu, 0x01234567u);
+  EXPECT_EQ(philox_element_word(seed, 7, index), r.v[2]);
+  // The published known answer for counter 0, key 0 gives elements 0..3 of seed 0, stream 0.
+  const uint32_t kat[4] = {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u};
+  for (uint64_t i = 0; i < 4; ++i) EXPECT_EQ(philox_element_word(0, 0, i), kat[i]) << i;
+  // Elements 4..7 come from the next counter.
+  const Philox4x32 next = philox4x32_10({{1u, 0u, 0u, 0u}}, 0u, 0u);
+  for (uint64_t i = 4; i < 8; ++i) EXPECT_EQ(philox_element_word(0, 0, i), next.v[i - 4]) << i;
 }
 
 TEST(StochasticRounding, ExactValuesAndSaturationAreDeterministic) {

@@ -35,11 +35,18 @@ LOCKSTEP_HD inline Philox4x32 philox4x32_10(Philox4x32 ctr, uint32_t k0, uint32_
   return ctr;
 }
 
-// The random word CONTRACT.md section 5 assigns to one element: key = (seed low, seed high),
-// counter = (index low, index high, stream id, 0), first output word.
+// The four random words CONTRACT.md section 5 (contract 1.1) assigns to elements 4q .. 4q + 3:
+// key = (seed low, seed high), counter = (q low, q high, stream id, 0). Element i uses word i % 4
+// of the call with q = i / 4, so one call serves four consecutive elements.
+LOCKSTEP_HD inline Philox4x32 philox_quad_words(uint64_t seed, uint32_t stream, uint64_t quad) {
+  Philox4x32 c{{uint32_t(quad), uint32_t(quad >> 32), stream, 0u}};
+  return philox4x32_10(c, uint32_t(seed), uint32_t(seed >> 32));
+}
+
+// The random word of one element (row-major index `index` in the tensor). Callers that handle four
+// consecutive elements call philox_quad_words once instead.
 LOCKSTEP_HD inline uint32_t philox_element_word(uint64_t seed, uint32_t stream, uint64_t index) {
-  Philox4x32 c{{uint32_t(index), uint32_t(index >> 32), stream, 0u}};
-  return philox4x32_10(c, uint32_t(seed), uint32_t(seed >> 32)).v[0];
+  return philox_quad_words(seed, stream, index >> 2).v[index & 3u];
 }
 
 }  // namespace lockstep::num
