@@ -255,8 +255,14 @@ TEST(RlTasks, TrainEvalOverlapMeasured) {
   // 1 digit: only 100 distinct prompts, so 1000 train prompts cover nearly all of them.
   const int64_t tiny = count_prompt_overlap(add, 2024, 1, 1000, 200);
   EXPECT_GE(tiny, 190);
+  // 2 digits: N = 10^4 prompts. Independent streams put an eval prompt among 10^4 train draws
+  // with probability 1 - (1 - 1/N)^10^4 = 0.632; 1000 eval prompts: 632 +- 15 (binomial sd),
+  // accepted within 5 sd. Correlated streams would move it far off (identical ones give 1000).
+  const int64_t two = count_prompt_overlap(add, 2024, 2, 10000, 1000);
+  EXPECT_NEAR(double(two), 632.0, 5 * 15.2);
   // 6 digits: 10^12 prompts; 2000 x 500 draws collide with probability ~1e-6.
   EXPECT_EQ(count_prompt_overlap(add, 2024, 6, 2000, 500), 0);
   EXPECT_EQ(count_prompt_overlap(find_task("sort"), 2024, 16, 2000, 500), 0);
-  std::printf("train/eval prompt overlap: add d=1 %lld/200, add d=6 0/500\n", (long long)tiny);
+  std::printf("train/eval prompt overlap: add d=1 %lld/200, d=2 %lld/1000, d=6 0/500\n",
+              (long long)tiny, (long long)two);
 }
