@@ -8,6 +8,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "lockstep/rl/objectives.h"
+
 namespace lockstep::diag {
 
 double quantile_lower_nearest_rank(std::vector<double> values, double p) {
@@ -26,18 +28,12 @@ MismatchStats mismatch_stats(std::span<const int64_t> offsets, std::span<const f
   if (mask.size() != T)
     throw std::invalid_argument(
         fmt::format("mismatch_stats: delta has {} tokens but mask has {}", T, mask.size()));
-  if (offsets.size() != R + 1 || offsets.front() != 0 || offsets.back() != int64_t(T))
-    throw std::invalid_argument(fmt::format(
-        "mismatch_stats: offsets must have R + 1 = {} entries from 0 to T = {} (got {})", R + 1, T,
-        offsets.size()));
+  rl::check_packed_offsets("mismatch_stats", offsets, T, R);
   MismatchStats s;
   std::vector<double> valid;
   double sum = 0, sum_abs = 0, max_abs = 0;
   double w_all = 0, w_pn = 0, w_pp = 0, w_nn = 0, w_np = 0;
   for (size_t i = 0; i < R; ++i) {
-    if (offsets[i + 1] < offsets[i])
-      throw std::invalid_argument(fmt::format("mismatch_stats: offsets[{}] = {} < offsets[{}] = {}",
-                                              i + 1, offsets[i + 1], i, offsets[i]));
     const double a = advantages[i];
     if (!std::isfinite(a))
       throw std::invalid_argument(

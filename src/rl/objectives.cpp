@@ -12,6 +12,18 @@
 
 namespace lockstep::rl {
 
+void check_packed_offsets(std::string_view caller, std::span<const int64_t> offsets, size_t tokens,
+                          size_t responses) {
+  if (offsets.size() != responses + 1 || offsets.front() != 0 || offsets.back() != int64_t(tokens))
+    throw std::invalid_argument(
+        fmt::format("{}: offsets must have R + 1 = {} entries from 0 to T = {} (got {} entries)",
+                    caller, responses + 1, tokens, offsets.size()));
+  for (size_t i = 0; i + 1 < offsets.size(); ++i)
+    if (offsets[i + 1] < offsets[i])
+      throw std::invalid_argument(fmt::format("{}: offsets[{}] = {} < offsets[{}] = {}", caller,
+                                              i + 1, offsets[i + 1], i, offsets[i]));
+}
+
 std::vector<float> grpo_advantages(std::span<const float> rewards, int64_t group_size,
                                    const GrpoOptions& opt) {
   const int64_t min_group = opt.std_kind == StdKind::kSample ? 2 : 1;
@@ -125,13 +137,7 @@ void check_inputs(const ObjectiveInputsT<S>& in, const ObjectiveConfig& cfg) {
   const auto bad = [](const std::string& what) {
     throw std::invalid_argument("compute_objective: " + what);
   };
-  if (in.offsets.size() != R + 1 || in.offsets.front() != 0 || in.offsets.back() != int64_t(T))
-    bad(fmt::format("offsets must have R + 1 = {} entries from 0 to T = {} (got {} entries)", R + 1,
-                    T, in.offsets.size()));
-  for (size_t i = 0; i < R; ++i)
-    if (in.offsets[i + 1] < in.offsets[i])
-      bad(fmt::format("offsets[{}] = {} < offsets[{}] = {}", i + 1, in.offsets[i + 1], i,
-                      in.offsets[i]));
+  check_packed_offsets("compute_objective", in.offsets, T, R);
   if (in.logp_old.size() != T || in.mask.size() != T)
     bad(fmt::format("logp_new has {} tokens but logp_old has {} and mask {}", T, in.logp_old.size(),
                     in.mask.size()));

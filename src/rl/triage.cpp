@@ -9,21 +9,6 @@
 #include "lockstep/rl/objectives.h"
 
 namespace lockstep::rl {
-namespace {
-
-void check_layout(const char* fn, std::span<const int64_t> offsets, size_t tokens,
-                  size_t advantages) {
-  if (offsets.size() != advantages + 1 || offsets.front() != 0 || offsets.back() != int64_t(tokens))
-    throw std::invalid_argument(
-        fmt::format("{}: offsets must have R + 1 = {} entries from 0 to T = {} (got {} entries)",
-                    fn, advantages + 1, tokens, offsets.size()));
-  for (size_t i = 0; i + 1 < offsets.size(); ++i)
-    if (offsets[i + 1] < offsets[i])
-      throw std::invalid_argument(fmt::format("{}: offsets[{}] = {} < offsets[{}] = {}", fn, i + 1,
-                                              offsets[i + 1], i, offsets[i]));
-}
-
-}  // namespace
 
 template <class S>
 std::vector<S> triage_gate_weights(std::span<const int64_t> offsets, std::span<const S> delta,
@@ -32,7 +17,7 @@ std::vector<S> triage_gate_weights(std::span<const int64_t> offsets, std::span<c
   if (delta.size() != mask.size())
     throw std::invalid_argument(fmt::format("triage_gate_weights: delta has {} tokens, mask {}",
                                             delta.size(), mask.size()));
-  check_layout("triage_gate_weights", offsets, delta.size(), advantages.size());
+  check_packed_offsets("triage_gate_weights", offsets, delta.size(), advantages.size());
   std::vector<S> w(delta.size());
   for (size_t t = 0; t < w.size(); ++t) w[t] = mask[t] ? S(1) : S(0);
   TriageGateStats st;
@@ -90,7 +75,7 @@ S triage_repair(std::span<const int64_t> offsets, std::span<const S> logp_new,
         "triage_repair: logp_new ({}), logp_sampler ({}), grad ({}) and mask ({}) must have T "
         "entries each",
         logp_new.size(), logp_sampler.size(), grad.size(), mask.size()));
-  check_layout("triage_repair", offsets, mask.size(), advantages.size());
+  check_packed_offsets("triage_repair", offsets, mask.size(), advantages.size());
   if (!(opt.scale > 0)) throw std::invalid_argument("triage_repair: scale must be > 0");
   RepairStats st;
   double total = 0;
