@@ -1,0 +1,121 @@
+// Loading a run folder and summarising its metrics (include/lockstep/diag/run_summary.h).
+#include "lockstep/diag/run_summary.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace lockstep::diag {
+
+std::optional<double> row_number(const MetricsRow& row, std::string_view key) {
+  const auto it = row.find(key);
+  if (it == row.end() || !it->is_number()) return std::nullopt;
+  const double v = it->get<double>();
+  if (!std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+bool is_stage_time_key(std::string_view k) {
+  return k.size() > 7 && k.substr(0, 5) == "time_" && k.substr(k.size() - 2) == "_s";
+}
+
+namespace {
+
+std::string folder_name(const std::filesystem::path& dir) {
+  std::filesystem::path p = dir.lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  std::string name = p.filename().string();
+  if (name.empty() || name == ".")
+    name = std::filesystem::absolute(dir).lexically_normal().filename().string();
+  return name.empty() ? dir.string() : name;
+}
+
+void read_meta(const std::filesystem::path& file, RunData& run) {
+  std::ifstream f(file, std::ios::binary);
+  if (!f) throw std::runtime_error(fmt::format("cannot open '{}'", file.string()));
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  const nlohmann::json meta = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (meta.is_discarded() || !meta.is_object())
+    throw std::runtime_error(fmt::format("'{}' is not a JSON object", file.string()));
+  if (const auto r = meta.find("recipe"); r != meta.end()) {
+    if (r->is_string()) run.recipe = r->get<std::string>();
+    if (r->is_object() && r->contains("name") && (*r)["name"].is_string())
+      run.recipe = (*r)["name"].get<std::string>();
+  }
+  if (const auto g = meta.find("guard"); g != meta.end() && g->is_string())
+    run.guard = g->get<std::string>();
+  if (const auto d = meta.find("deterministic"); d != meta.end() && d->is_boolean())
+    run.deterministic = d->get<bool>();
+}
+
+}  // namespace
+
+RunData load_run(const std::filesystem::path& dir) {
+  RunData run;
+  run.dir = dir;
+  run.name = folder_name(dir);
+  const std::filesystem::path metrics = dir / kMetricsFileName;
+  if (!std::filesystem::is_directory(dir))
+    throw std::invalid_argument(fmt::format("run folder '{}' does not exist", dir.string()));
+  if (!std::filesystem::is_regular_file(metrics))
+    throw std::invalid_argument(fmt::format(
+        "run folder '{}' has no {} (not a training run, or it has not logged a step yet)",
+        dir.string(), kMetricsFileName));
+  MetricsFile file = read_metrics(metrics);
+  run.rows = std::move(file.rows);
+  run.truncated_last_line = file.truncated_last_line;
+  const std::filesystem::path meta = dir / "run_meta.json";
+  if (std::filesystem::exists(meta)) read_meta(meta, run);
+  return run;
+}
+
+RunSummary summarize_run(const RunData& run) {
+  RunSummary s;
+  s.name = run.name;
+  s.recipe = run.recipe;
+  s.guard = run.guard;
+  s.deterministic = run.deterministic;
+  s.rows = int64_t(run.rows.size());
+  double gap_sum = 0, stage_sum = 0;
+  int64_t gap_n = 0;
+  bool any_stage = false;
+  std::optional<double> elapsed;
+  for (const MetricsRow& row : run.rows) {
+    if (const auto it = row.find("step"); it != row.end() && it->is_number_integer())
+      s.last_step = std::max(s.last_step.value_or(it->get<int64_t>()), it->get<int64_t>());
+    if (auto v = row_number(row, "eval_accuracy")) {
+      s.final_eval_accuracy = v;
+      s.best_eval_accuracy = std::max(s.best_eval_accuracy.value_or(*v), *v);
+    }
+    if (auto v = row_number(row, "accuracy")) s.final_accuracy = v;
+    if (auto v = row_number(row, "reward_mean")) s.final_reward = v;
+    if (auto v = row_number(row, "mean_abs_gap")) {
+      gap_sum += *v;
+      ++gap_n;
+    }
+    if (auto v = row_number(row, "max_abs_gap"))
+      s.max_abs_delta = std::max(s.max_abs_delta.value_or(*v), *v);
+    if (auto v = row_number(row, "q05_gap")) s.q05_delta = std::min(s.q05_delta.value_or(*v), *v);
+    if (auto v = row_number(row, "elapsed_s")) elapsed = v;
+    for (const auto& [k, v] : row.items()) {
+      if (is_stage_time_key(k))
+        if (auto x = row_number(row, k)) {
+          stage_sum += *x;
+          any_stage = true;
+        }
+    }
+  }
+  if (gap_n > 0) s.mean_abs_delta = gap_sum / double(gap_n);
+  if (elapsed)
+    s.wall_time_s = elapsed;
+  else if (any_stage)
+    s.wall_time_s = stage_sum;
+  return s;
+}
+
+}  // namespace lockstep::diag

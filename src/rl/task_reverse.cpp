@@ -1,0 +1,34 @@
+// The `reverse` task: write a digit string backwards. Difficulty = string length; digits are
+// drawn uniformly.
+#include "lockstep/rl/task.h"
+
+namespace lockstep::rl {
+namespace {
+
+class ReverseTask final : public Task {
+ public:
+  std::string_view name() const override { return "reverse"; }
+  std::string_view description() const override {
+    return "write a string of difficulty digits backwards";
+  }
+  int32_t marker() const override { return kTaskReverse; }
+  int min_difficulty() const override { return 1; }
+  int max_difficulty() const override { return 32; }
+
+ protected:
+  // Prompt: <bos> <reverse> s_1 .. s_n =   Answer: s_n .. s_1.
+  Example generate(ExampleRng& rng, int n) const override {
+    Example ex;
+    ex.prompt = {kBos, kTaskReverse};
+    for (int i = 0; i < n; ++i) ex.prompt.push_back(digit_token(rng.digit()));
+    ex.answer.assign(ex.prompt.rbegin(), ex.prompt.rend() - 2);
+    ex.prompt.push_back(kSep);
+    return ex;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Task> make_reverse_task() { return std::make_unique<ReverseTask>(); }
+
+}  // namespace lockstep::rl
