@@ -133,19 +133,10 @@ void moe_gather_fwd_cpu(const T* x, const MoePermutation& perm, int64_t d, T* ou
   }
 }
 
+// The gather's transpose is the unweighted combine: dx[t] = sum over slots s of dout[slot_row].
 template <class T>
 void moe_gather_bwd_cpu(const T* dout, const MoePermutation& perm, int64_t d, T* dx) {
-  check_perm("moe gather backward", perm, d);
-  const int64_t k = perm.k;
-#pragma omp parallel for schedule(static) if (parallel(perm.tokens * k * d))
-  for (int64_t t = 0; t < perm.tokens; ++t) {
-    T* o = dx + t * d;
-    for (int64_t c = 0; c < d; ++c) o[c] = 0;
-    for (int64_t s = 0; s < k; ++s) {
-      const T* src = dout + int64_t(perm.slot_row[size_t(t * k + s)]) * d;
-      for (int64_t c = 0; c < d; ++c) o[c] += src[c];
-    }
-  }
+  moe_combine_fwd_cpu<T>(dout, nullptr, perm, d, dx);
 }
 
 template <class T>
