@@ -474,6 +474,26 @@ TEST(Layout, SwizzleFormulaAndRoundTrip) {
   EXPECT_EQ(zeros, s.size() - c.size());  // padding bytes are zero
 }
 
+TEST(Layout, SharedScaleViewAndDomains) {
+  // scale_access.h: one definition for the CPU reference and the CUDA kernels.
+  std::vector<uint8_t> buf(size_t(256 * 8), 0);
+  const ScaleView sw = scale_view(buf.data(), 7, /*swizzled=*/true), cp = scale_view(buf.data(), 7, false);
+  EXPECT_EQ(sw.padded_cols, 8);
+  EXPECT_EQ(sw.offset(129, 5), swizzled_offset(129, 5, 8));
+  EXPECT_EQ(cp.offset(3, 2), 3 * 7 + 2);
+  sw.store(129, 5, 42);
+  EXPECT_EQ(sw.load(129, 5), 42);
+  // Group of a row: empty groups are skipped (offsets 0, 0, 5, 5, 9: groups 1 and 3 hold rows).
+  const int64_t off[] = {0, 0, 5, 5, 9};
+  EXPECT_EQ(group_of_row(off, 4, 0), 1);
+  EXPECT_EQ(group_of_row(off, 4, 4), 1);
+  EXPECT_EQ(group_of_row(off, 4, 5), 3);
+  EXPECT_EQ(group_of_row(off, 4, 8), 3);
+  EXPECT_EQ(rowwise_domain(Scaling::kPerRow, off, 4, 6), 6);
+  EXPECT_EQ(rowwise_domain(Scaling::kPerGroup, off, 4, 6), 3);
+  EXPECT_EQ(rowwise_domain(Scaling::kPerTensor, off, 4, 6), 0);
+}
+
 TEST(Layout, SwizzledQuantizeEqualsSwizzleOfCompact) {
   auto v = random_values(200 * 80, 11);
   QuantConfig s = spec_of(Format::kNvfp4, Scaling::kPerRow);

@@ -7,10 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "gemm_bench.h"
 #include "lockstep/tensor/device.h"
-#if defined(LOCKSTEP_HAVE_CUDA)
-#include "lockstep/gemm/qgemm_cuda.h"
-#endif
 
 namespace lockstep::cli {
 namespace {
@@ -23,8 +21,7 @@ struct BenchGemmArgs {
 
 void run_bench_gemm(const BenchGemmArgs& a) {
   require_device(Device::cuda());  // throws with a message in builds or machines without CUDA
-#if defined(LOCKSTEP_HAVE_CUDA)
-  const cuda::GemmBenchResult r = cuda::bench_gemm_cuda(a.filter, a.quick, a.iters);
+  const bench::GemmBenchResult r = bench::bench_gemm_cuda(a.filter, a.quick, a.iters);
   if (a.json) {
     nlohmann::json j;
     j["gpu"] = r.gpu;
@@ -63,9 +60,6 @@ void run_bench_gemm(const BenchGemmArgs& a) {
                x.target > 0 ? fmt::format("{:.2f}{} {}", x.target, x.target_is_copy ? "c" : "b", got >= x.target ? "ok" : "MISS")
                             : "");
   }
-#else
-  (void)a;
-#endif
 }
 
 }  // namespace

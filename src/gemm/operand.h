@@ -32,9 +32,13 @@ struct DecodedOperand {
   std::vector<float> chunk_scale;  // [rows, chunks]
 };
 
-// Validates the copy of the operand (sizes of every part, block divisibility of K: nvfp4 16,
-// mxfp8 32, fp8 blocks 128) and decodes rows [row0, row0 + count) of the matrix the copy
-// describes. A grouped NVFP4 / FP8 columnwise copy is decoded per group (group_view).
+// Validates the copy of a quantized operand on any device without reading its bytes: the copy
+// exists, the sizes of every part match the matrix it describes, K is a multiple of the block
+// (nvfp4 16, mxfp8 32, fp8 blocks 128); a grouped NVFP4 / FP8 columnwise copy is read per group
+// (group_view). Throws GemmError naming the operand. Dense operands pass.
+void check_operand(const GemmArg& op, Copy copy, std::string_view name);
+
+// check_operand, then decodes rows [row0, row0 + count) of the matrix the copy describes.
 DecodedOperand decode_operand(const GemmArg& op, Copy copy, int64_t row0, int64_t count,
                               std::string_view name);
 

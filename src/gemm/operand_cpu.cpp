@@ -22,9 +22,9 @@ struct CopyView {
 };
 
 uint8_t block_scale(const CopyView& v, int64_t r, int64_t c) {
-  const uint8_t* p = v.d->block_scale.ptr<uint8_t>();
-  if (v.q->scale_layout == ScaleLayout::kCompact) return p[r * v.d->scale_cols + c];
-  return p[swizzled_offset(r, c, round_up(v.d->scale_cols, 4))];
+  return scale_view(const_cast<uint8_t*>(v.d->block_scale.ptr<uint8_t>()), v.d->scale_cols,
+                    v.q->scale_layout == ScaleLayout::kSwizzled)
+      .load(r, c);
 }
 
 // The outer domain of matrix row i: rowwise copies by the QTensor's scaling and groups, transposed
@@ -171,24 +171,38 @@ DecodedOperand decode_operand(const GemmArg& op, Copy copy, int64_t row0, int64_
     d.outer.assign(size_t(count), 1.0f);
     return d;
   }
+  check_operand(op, copy, name);
   const QTensor host = op.q().device().is_cpu() ? op.q() : op.q().to(Device::cpu());
-  const QData& data = host.copy(copy);
-  if (!data.defined())
-    throw GemmError(fmt::format("operand {}: the tensor has no {} copy (quantize it with {} = true)", what,
-                                copy == Copy::kRowwise ? "rowwise" : "columnwise",
-                                copy == Copy::kRowwise ? "rowwise" : "colwise"));
-  if (copy == Copy::kColwise && host.format != Format::kMxfp8 && !host.group_offsets.empty())
-    throw GemmError(fmt::format("operand {}: the columnwise copy of a grouped buffer is read per group "
-                                "(grouped_qgemm, or group_view)", what));
   CopyView v;
   v.q = &host;
-  v.d = &data;
+  v.d = &host.copy(copy);
   v.m = m;
   v.k = k;
   v.down_columns = copy == Copy::kColwise && host.format == Format::kMxfp8;
   v.transposed = copy == Copy::kColwise && host.format != Format::kMxfp8;
-  check_parts(v, what);
   return decode_copy(v, row0, count);
+}
+
+void check_operand(const GemmArg& op, Copy copy, std::string_view name) {
+  if (!op.quantized()) return;
+  const std::string what = op.describe(copy, name);
+  const QTensor& q = op.q();
+  const QData& data = q.copy(copy);
+  if (!data.defined())
+    throw GemmError(fmt::format("operand {}: the tensor has no {} copy (quantize it with {} = true)", what,
+                                copy == Copy::kRowwise ? "rowwise" : "columnwise",
+                                copy == Copy::kRowwise ? "rowwise" : "colwise"));
+  if (copy == Copy::kColwise && q.format != Format::kMxfp8 && !q.group_offsets.empty())
+    throw GemmError(fmt::format("operand {}: the columnwise copy of a grouped buffer is read per group "
+                                "(grouped_qgemm, or group_view)", what));
+  CopyView v;
+  v.q = &q;
+  v.d = &data;
+  v.m = op.rows(copy);
+  v.k = op.cols(copy);
+  v.down_columns = copy == Copy::kColwise && q.format == Format::kMxfp8;
+  v.transposed = copy == Copy::kColwise && q.format != Format::kMxfp8;
+  check_parts(v, what);
 }
 
 std::vector<double> dense_f64(const GemmArg& op, Copy copy) {

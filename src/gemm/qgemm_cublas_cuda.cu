@@ -1,4 +1,4 @@
-// The fast large-M CUDA GEMM path (QgemmKernel::kCublas): each packed operand is dequantized
+// The fast large-M CUDA GEMM path (GemmKernel::kCudaCublas): each packed operand is dequantized
 // exactly into its bf16 inner values (docs/gemm.md section 2: every inner value is a bf16 number),
 // cuBLAS multiplies them with fp32 accumulation into an fp32 buffer, and the epilogue kernel
 // applies the outer scales and the epilogue of section 4 (skipped when D = acc: cuBLAS then writes
@@ -70,11 +70,7 @@ constexpr int kDequantThreads = 256;
 // [8 h, 8 h + 8): nvfp4 bytes [4 h, +4) and scale h / 2, 8-bit codes bytes [8 h, +8) and (mxfp8)
 // scale h / 4 (K % 32 == 0): no row / column arithmetic. Thread i of the grid writes the 16 bytes
 // of half-pieces i, i + T, i + 2T, ... (T threads): every store instruction of a warp covers 512
-// contiguous bytes. Two half-pieces per iteration, both loaded before either is decoded. Measured
-// on the H200 (staged wgmma GEMMs, both operands packed): the earlier 16-element pieces per thread
-// (two 16-byte stores 32 bytes apart) cost 3-10 us more at 4096^3 and about 140 us more for the
-// grouped FC1 (128 experts x 512 rows); one launch for both operands with four half-pieces per
-// iteration about 20 us more at 4096^3.
+// contiguous bytes. Two half-pieces per iteration, both loaded before either is decoded.
 // Launched with programmatic dependent launch: the tables are built while the previous kernel in
 // the stream finishes; the operand is read and `out` written only after pdl_wait().
 template <Format F>
@@ -139,25 +135,25 @@ namespace {
 __global__ void epilogue4_kernel(const float* acc, GemmOperandView a, GemmOperandView w, int64_t n,
                                  const GemmGroupDesc* groups, DeviceEpilogue ep, GemmOutView out) {
   const GemmGroupDesc G = groups[blockIdx.z];
-  const int r = blockIdx.y;
-  if (r >= G.rows) return;
-  const int64_t orow = G.a_row0 + r;
-  const float oa = outer_of(a, orow);
-  for (int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4; c < n; c += int64_t(gridDim.x) * blockDim.x * 4) {
-    float y[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (r < G.tokens) {
-      const float4 v = *reinterpret_cast<const float4*>(acc + orow * n + c);
-      const float4 ow = w.outer ? *reinterpret_cast<const float4*>(w.outer + G.w_row0 + c) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-      const float vv[4] = {v.x, v.y, v.z, v.w}, oo[4] = {ow.x, ow.y, ow.z, ow.w};
+  for (int64_t r = blockIdx.y; r < G.rows; r += gridDim.y) {
+    const int64_t orow = G.a_row0 + r;
+    const float oa = outer_of(a, orow);
+    for (int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4; c < n; c += int64_t(gridDim.x) * blockDim.x * 4) {
+      float y[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (r < G.tokens) {
+        const float4 v = *reinterpret_cast<const float4*>(acc + orow * n + c);
+        const float4 ow = w.outer ? *reinterpret_cast<const float4*>(w.outer + G.w_row0 + c) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+        const float vv[4] = {v.x, v.y, v.z, v.w}, oo[4] = {ow.x, ow.y, ow.z, ow.w};
 #pragma unroll
-      for (int q = 0; q < 4; ++q) y[q] = epilogue_value(vv[q], oa, oo[q], ep, G.w_row0 + c + q);
-    }
-    if (out.d_bf16) {
-      const uint32_t lo = uint32_t(num::f32_to_bf16(y[0])) | (uint32_t(num::f32_to_bf16(y[1])) << 16);
-      const uint32_t hi = uint32_t(num::f32_to_bf16(y[2])) | (uint32_t(num::f32_to_bf16(y[3])) << 16);
-      *reinterpret_cast<uint2*>(out.d_bf16 + orow * n + c) = make_uint2(lo, hi);
-    } else {
-      *reinterpret_cast<float4*>(out.d_f32 + orow * n + c) = make_float4(y[0], y[1], y[2], y[3]);
+        for (int q = 0; q < 4; ++q) y[q] = epilogue_value(vv[q], oa, oo[q], ep, G.w_row0 + c + q);
+      }
+      if (out.d_bf16) {
+        const uint32_t lo = uint32_t(num::f32_to_bf16(y[0])) | (uint32_t(num::f32_to_bf16(y[1])) << 16);
+        const uint32_t hi = uint32_t(num::f32_to_bf16(y[2])) | (uint32_t(num::f32_to_bf16(y[3])) << 16);
+        *reinterpret_cast<uint2*>(out.d_bf16 + orow * n + c) = make_uint2(lo, hi);
+      } else {
+        *reinterpret_cast<float4*>(out.d_f32 + orow * n + c) = make_float4(y[0], y[1], y[2], y[3]);
+      }
     }
   }
 }
@@ -170,8 +166,9 @@ void launch_epilogue_fast(const float* acc, const GemmOperandView& a, const Gemm
     return;
   }
   const int threads = 256;
-  const dim3 grid(unsigned((n / 4 + threads - 1) / threads), unsigned(groups.max_rows), unsigned(groups.groups));
-  epilogue4_kernel<<<grid, threads, 0, stream>>>(acc, a, w, n, groups.table.as<GemmGroupDesc>(), ep, out);
+  const dim3 grid(unsigned((n / 4 + threads - 1) / threads), unsigned(std::min<int64_t>(groups.max_rows, 65535)),
+                  unsigned(groups.groups));
+  epilogue4_kernel<<<grid, threads, 0, stream>>>(acc, a, w, n, groups.table, ep, out);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
@@ -192,41 +189,49 @@ bool identity_epilogue(const GemmOperandView& a, const GemmOperandView& w, const
 
 }  // namespace
 
-bool cublas_available() { return api().lib != nullptr; }
+}  // namespace lockstep::cuda::gemm_detail
+
+namespace lockstep::cuda {
+
+bool cublas_available() { return gemm_detail::api().lib != nullptr; }
 
 void cublas_gemm_bf16(const void* a, const void* w, void* d, bool d_f32, int64_t m, int64_t n, int64_t k,
                       cudaStream_t stream, int batch, int64_t stride_a, int64_t stride_w, int64_t stride_d) {
   const float one = 1.0f, zero = 0.0f;
-  cublasHandle_t h = handle();
-  check_status(api().set_stream(h, stream), "cublasSetStream");
+  cublasHandle_t h = gemm_detail::handle();
+  gemm_detail::check_status(gemm_detail::api().set_stream(h, stream), "cublasSetStream");
   const cudaDataType dt = d_f32 ? CUDA_R_32F : CUDA_R_16BF;
   // Row-major D [m, n] = A [m, k] W [n, k]^T is column-major D^T = W^T(op T) A^T.
   if (batch == 1)
-    check_status(api().gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &one, w, CUDA_R_16BF, int(k), a,
+    gemm_detail::check_status(gemm_detail::api().gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &one, w, CUDA_R_16BF, int(k), a,
                             CUDA_R_16BF, int(k), &zero, d, dt, int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmEx");
   else
-    check_status(api().gemm_strided(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &one, w, CUDA_R_16BF, int(k),
+    gemm_detail::check_status(gemm_detail::api().gemm_strided(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &one, w, CUDA_R_16BF, int(k),
                                     stride_w, a, CUDA_R_16BF, int(k), stride_a, &zero, d, dt, int(n), stride_d, batch,
                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmStridedBatchedEx");
 }
 
+}  // namespace lockstep::cuda
+
+namespace lockstep::cuda::gemm_detail {
+
 void launch_cublas(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                   const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream) {
+                   const DeviceEpilogue& ep, GemmOutView out, Scratch& scratch, cudaStream_t stream) {
   if (!cublas_available()) throw GemmError("qgemm cuda: the cuBLAS fast path needs libcublas (not found by dlopen)");
   const int64_t K = a.cols;
   if (K % 16 != 0 || K > INT32_MAX || n > INT32_MAX || groups.max_rows > INT32_MAX)
     throw GemmError(cat("qgemm cublas path: needs K % 16 == 0 and dimensions below 2^31 (K = ", K, ", N = ", n, ")"));
   if (groups.host.size() != size_t(groups.groups))
-    throw GemmError("qgemm cublas path: the group table has no host copy (build it with make_group_table)");
+    throw GemmError("qgemm cublas path: needs the group offsets on the host (it loops over the groups); pass host "
+                    "offsets or choose another kernel");
   if (groups.groups == 0 || groups.total_rows == 0 || n == 0) return;
   const size_t a_bytes = bf16_copy_bytes(a);
   const size_t w_bytes = bf16_copy_bytes(w);
   const bool direct = identity_epilogue(a, w, groups, ep);
   const size_t acc_bytes = direct ? 0 : size_t(groups.total_rows) * size_t(n) * sizeof(float);
-  if (workspace.size() < a_bytes + w_bytes + acc_bytes) workspace.resize(a_bytes + w_bytes + acc_bytes);
-  uint8_t* base = workspace.as<uint8_t>();
+  uint8_t* base = static_cast<uint8_t*>(scratch.bytes(a_bytes + w_bytes + acc_bytes));
   const uint16_t* ab = dequantized(a, reinterpret_cast<uint16_t*>(base), stream);
   const uint16_t* wb = dequantized(w, reinterpret_cast<uint16_t*>(base + a_bytes), stream);
   // acc: cuBLAS's output, fp32 before the epilogue kernel, or the final output when D = acc.

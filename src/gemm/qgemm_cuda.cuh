@@ -7,13 +7,11 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <initializer_list>
 #include <sstream>
 #include <string>
 #include <utility>
 
-#include "lockstep/gemm/qgemm_cuda.h"
+#include "qgemm_cuda_types.h"
 #include "lockstep/numerics/block_rules.h"
 #include "lockstep/numerics/codecs.h"
 #include "lockstep/numerics/hd.h"
@@ -27,23 +25,6 @@ std::string cat(const T&... x) {
   std::ostringstream os;
   (os << ... << x);
   return os.str();
-}
-
-// Kernel-forcing switches (LOCKSTEP_WGMMA_KERNEL, LOCKSTEP_DECODE_SPLIT): the index of the
-// environment variable's value in `choices` (unset or empty: 0, the first choice, "auto"); any
-// other value is a GemmError naming the variable, the value (`what`: "kernel", "split") and the
-// choices.
-inline int env_choice(const char* name, std::initializer_list<const char*> choices, const char* what) {
-  const char* v = std::getenv(name);
-  const std::string s = v ? v : "";
-  if (s.empty()) return 0;
-  std::string list;
-  int i = 0;
-  for (const char* c : choices) {
-    if (s == c) return i;
-    list += (i++ ? ", " : "") + std::string(c);
-  }
-  throw GemmError(cat(name, ": unknown ", what, " '", s, "' (", list, ")"));
 }
 
 // Programmatic dependent launch (sm_90). A kernel launched with launch_pdl (or the attribute
@@ -180,10 +161,12 @@ void launch_epilogue(const float* ws, int slices, int64_t rows_total, const Gemm
                      const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups, const DeviceEpilogue& ep,
                      GemmOutView out, cudaStream_t stream);
 
+// block_split: split K in whole blocks wherever their shared memory fits (GemmKernel::
+// kCudaDecodeBlockSplit; by default only where clusters would take more than one wave).
 void launch_decode(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                   const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream);
+                   const DeviceEpilogue& ep, GemmOutView out, bool block_split, cudaStream_t stream);
 void launch_tiled(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                  const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream);
+                  const DeviceEpilogue& ep, GemmOutView out, Scratch& scratch, cudaStream_t stream);
 
 // ---- operand tiles shared by the tiled and wgmma kernels ------------------------------------
 // One operand's raw bytes for one thread's 16 k-values of one row (prefetched into registers).
@@ -286,48 +269,45 @@ __device__ __forceinline__ void store_tile(const GemmOperandView& op, const Oper
 
 // Shared by the tiled and wgmma launchers: the row-tile count must fit gridDim.y, and a SwiGLU
 // epilogue (pairing columns c and N/2 + c, which live in different tiles) needs the fp32 results
-// in `workspace` first; returns that buffer, or nullptr without SwiGLU.
+// in scratch first; returns that buffer, or nullptr without SwiGLU.
 inline float* tile_grid_checks(const char* kernel, int bm, const DeviceGroupTable& groups, int64_t n,
-                               const DeviceEpilogue& ep, DeviceBuffer& workspace) {
+                               const DeviceEpilogue& ep, Scratch& scratch) {
   if ((groups.max_rows + bm - 1) / bm > 65535)
     throw GemmError(cat("qgemm ", kernel, " kernel: ", groups.max_rows, " rows per group is too many (max ",
                         int64_t(65535) * bm, ")"));
   if (!ep.swiglu) return nullptr;
-  const size_t need = size_t(groups.total_rows) * size_t(n) * sizeof(float);
-  if (workspace.size() < need) workspace.resize(need);
-  return workspace.as<float>();
+  return scratch.get<float>(size_t(groups.total_rows) * size_t(n));
 }
 
 // The Hopper wgmma kernel (qgemm_wgmma_cuda.cu): usable when the GPU is sm_90 and K % 64 == 0.
 bool wgmma_supported(int64_t k);
-void launch_wgmma(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                  const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream);
-
-// Which of the three wgmma kernels launch_wgmma runs. kAuto chooses by format and rows per group;
-// the environment variable LOCKSTEP_WGMMA_KERNEL = inloop | staged | wreg128 | wreg256 forces one
-// wherever its operands allow it (kernel tests and benchmarks: every kernel gives the same bits).
-enum class WgmmaRoute : uint8_t { kAuto, kInloop, kStaged, kWreg128, kWreg256 };
-WgmmaRoute wgmma_route_forced();  // read once per process; throws GemmError on an unknown name
+// Runs one of the three wgmma kernels: `route` kCudaWgmma chooses by format and rows per group;
+// kCudaWgmmaInloop / Staged / Wreg128 / Wreg256 ask for one, which runs wherever its operands
+// allow it (else the choice falls back as for kCudaWgmma: every variant gives the same bits).
+// Returns the variant that ran.
+GemmKernel launch_wgmma(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
+                        const DeviceEpilogue& ep, GemmOutView out, Scratch& scratch, GemmKernel route,
+                        cudaStream_t stream);
 
 // The Hopper wgmma kernel over bf16 operands fed by TMA (qgemm_wgmma_tma_cuda.cu): packed operands
-// are first dequantized into bf16 copies in `workspace`. Same chain as launch_wgmma (bit-identical
+// are first dequantized into bf16 copies in scratch. Same chain as launch_wgmma (bit-identical
 // output, tested); launch_wgmma calls it when staged_wgmma_usable and (forced, or
 // staged_wgmma_preferred: the copies pay off).
 bool staged_wgmma_usable(const GemmOperandView& a, const GemmOperandView& w);
 bool staged_wgmma_preferred(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& groups);
 void launch_wgmma_staged(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                         const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream);
+                         const DeviceEpilogue& ep, GemmOutView out, Scratch& scratch, cudaStream_t stream);
 
 // The Hopper wgmma kernel with packed nvfp4 W decoded inside the kernel (qgemm_wgmma_wreg_cuda.cu):
-// no bf16 copy of W, a packed A is dequantized into a bf16 copy in `workspace`. Same chain as
+// no bf16 copy of W, a packed A is dequantized into a bf16 copy in scratch. Same chain as
 // launch_wgmma (bit-identical output, tested). wreg_wgmma_tile: its A-tile height (128 or 256) when
 // launch_wgmma should run it (nvfp4 W with 16-byte aligned codes and 4-byte aligned scales; 128 to
-// 2047 rows per group, or forced), else 0.
+// 2047 rows per group, or asked for by `route`), else 0.
 int wreg_wgmma_tile(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& groups,
-                    WgmmaRoute forced);
+                    GemmKernel route);
 void launch_wgmma_wreg(int tile, const GemmOperandView& a, const GemmOperandView& w, int64_t n,
-                       const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
-                       DeviceBuffer& workspace, cudaStream_t stream);
+                       const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out, Scratch& scratch,
+                       cudaStream_t stream);
 
 // bf16 inner values of `op` [rows, K] written to `scratch` (the data pointer itself for bf16
 // operands): the tiles' exact decode, one pass (qgemm_cublas_cuda.cu).
@@ -338,15 +318,9 @@ inline size_t bf16_copy_bytes(const GemmOperandView& op) {
   return op.format == Format::kBf16 ? 0 : (size_t(op.rows) * size_t(op.cols) * 2 + 255) / 256 * 256;
 }
 
-// The cuBLAS fast path (qgemm_cublas_cuda.cu).
+// The cuBLAS fast path (qgemm_cublas_cuda.cu); needs the host copy of the group table.
 void launch_cublas(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                   const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream);
-bool cublas_available();
-// Row-major D [m, n] (fp32 or bf16) = A [m, k] W [n, k]^T, bf16 operands, fp32 accumulation;
-// batch > 1: strided batched with the given element strides.
-void cublas_gemm_bf16(const void* a, const void* w, void* d, bool d_f32, int64_t m, int64_t n, int64_t k,
-                      cudaStream_t stream, int batch = 1, int64_t stride_a = 0, int64_t stride_w = 0,
-                      int64_t stride_d = 0);
+                   const DeviceEpilogue& ep, GemmOutView out, Scratch& scratch, cudaStream_t stream);
 
 constexpr int kDecodeMaxRows = 16;  // rows per group the decode kernel takes
 // Whether the decode kernel's shared memory (tables, the staged A slice) fits one block for this W

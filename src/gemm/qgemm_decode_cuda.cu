@@ -21,8 +21,8 @@
 // block size or the other rows.
 #include <cooperative_groups.h>
 
+#include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -37,19 +37,9 @@ namespace cg = cooperative_groups;
 // A block has nw warps (even, 4..16, chosen per call by the host to fill the GPU in one wave:
 // not part of the order), 16 W rows each (swiglu: nw/2 warps of gate rows, the matching up rows).
 constexpr int kMaxWarps = 16;
-// k blocks in flight per warp (register ring), one or two n-tiles. Measured with
-// dev/micro_decode2.cu on the H200: nvfp4 5 (6 within 1% on the dense shapes, 4% slower on the MoE
-// decode; 7 and 8 spill at the 128-register cap and are 10-20% slower), 8-bit codes 3 (faster than
-// 4 for every M).
-#ifndef LOCKSTEP_DECODE_RING4
-#define LOCKSTEP_DECODE_RING4 5
-#endif
-#ifndef LOCKSTEP_DECODE_RING4_NT2
-#define LOCKSTEP_DECODE_RING4_NT2 5
-#endif
-#ifndef LOCKSTEP_DECODE_RING8
-#define LOCKSTEP_DECODE_RING8 3
-#endif
+// k blocks in flight per warp (register ring): nvfp4 5, 8-bit codes 3, the fastest on the H200
+// (deeper rings spill at the 128-register cap; bench/RESULTS.md).
+constexpr int kRingNvfp4 = 5, kRing8Bit = 3;
 // Warps per SM below which the decode loop is latency-bound (the block-size model below).
 constexpr int kSaturatingWarps = 10;
 constexpr int kSmemLimit = 227 * 1024;  // per block (sm_90)
@@ -59,43 +49,11 @@ constexpr int kSmemLimit = 227 * 1024;  // per block (sm_90)
 //   the address is one byte permute (prmt) of the code word and the lane offset, {offset, code
 //   byte, 0, 0}, which the lookup adds to the table base in its own addressing; 64 KB.
 // - compact (blocks of up to 8 warps, two per SM): entry b at 128 b, lane l's copy at 4 l; address
-//   = ((code byte << 8) | (lane << 3)) >> 1: the permute and one shift; 32 KB. (With the wide
-//   table two such blocks take up to 209 KB of shared memory and 4096x14336 M = 1 ran 24.4
-//   instead of 18.7 us on the H200; our reading: the 28 KB of L1 left is too little for the W
-//   loads in flight.)
-// Measured on the H200 (tenth session): the wide table removes one instruction per code byte (the
-// shift), 12.5 % of the kernel's instructions at 14336x4096 M = 1, and the rows it serves got 3-5 %
-// faster; the lookups' shared-memory wavefronts stay, and stalls on them (short scoreboard, MIO
-// throttle) grew, so the kernel is now bound by its table lookups. Decoding half of the codes by
-// byte permutes instead (the transposed wgmma kernel's decoder: 15 instructions per 8 codes, no
-// shared memory) was 1-4 % slower on those rows and 3 % slower on the MoE decode.
+//   = ((code byte << 8) | (lane << 3)) >> 1: the permute and one shift; 32 KB (two 64 KB tables
+//   per SM would leave too little L1 for the W loads in flight).
+// The wide table saves one instruction per code byte; the kernel is bound by its table lookups
+// (figures in bench/RESULTS.md).
 // 8-bit codes use no table: cvt.rn.f16x2.e4m3x2 / .e5m2x2 (exact), f16 -> f32 -> bf16x2 (exact).
-// Optional timeline (dev/micro_decode2.cu defines LOCKSTEP_DECODE_TIMELINE): lane 0 of every warp
-// records %globaltimer and clock64 at entry (0), after griddepcontrol.wait (1), after A is staged
-// (2), at the end of the k loop (3), after the first cluster barrier (4) and at exit (5); never
-// compiled into the library.
-#ifdef LOCKSTEP_DECODE_TIMELINE
-__device__ unsigned long long* g_decode_tl = nullptr;  // [ticket][16]: 6 globaltimer, 6 clock64, ids
-__device__ unsigned int g_decode_tl_ticket = 0;
-#define LS_TL_BEGIN()                                                                        \
-  unsigned long long* tl_ = nullptr;                                                         \
-  if ((threadIdx.x & 31) == 0 && g_decode_tl != nullptr) {                                   \
-    tl_ = g_decode_tl + 16ull * atomicAdd(&g_decode_tl_ticket, 1u);                          \
-    unsigned sm_;                                                                            \
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_));                                         \
-    tl_[12] = sm_, tl_[13] = blockIdx.x, tl_[14] = blockIdx.y, tl_[15] = threadIdx.x >> 5;   \
-  }                                                                                          \
-  LS_TL(0)
-#define LS_TL(i)                                                         \
-  if (tl_ != nullptr) {                                                  \
-    unsigned long long gt_;                                              \
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(gt_));              \
-    tl_[i] = gt_, tl_[6 + (i)] = clock64();                              \
-  }
-#else
-#define LS_TL_BEGIN()
-#define LS_TL(i)
-#endif
 constexpr int kFmtNvfp4 = 0, kFmtE4m3 = 1, kFmtE5m2 = 2;
 __host__ __device__ constexpr bool wide_lut(int fmt, int max_warps) { return fmt == kFmtNvfp4 && max_warps > 8; }
 // Bytes before the staged A: pair table (nvfp4) + scale table (bf16x2 {s, s} per scale code), for
@@ -117,9 +75,8 @@ __host__ __device__ constexpr int decode_slice_blocks(int64_t K) {
 }
 // Staged A row stride in bf16: slice + 16 (row stride = 8 words mod 32 banks: conflict-free).
 __host__ __device__ constexpr int a_stride(int slice_blocks) { return slice_blocks * 128 + 16; }
-// Gather (see decode_kernel): one group and two slices. Measured on the H200 (dev/micro_decode2.cu,
-// twelfth session): 14336x4096 M = 1 3.6-7.5 % faster; with seven slices much slower, and grouped
-// calls (the MoE graph, FC1 has two slices) 4 % slower (bench/RESULTS.md, eleventh session).
+// Gather (see decode_kernel): one group and two slices, where it is faster on the H200 (dense calls
+// with two slices; not with more slices or grouped calls: bench/RESULTS.md).
 __host__ __device__ constexpr bool decode_gathers(int slices, int groups) { return slices == 2 && groups == 1; }
 // Cluster mode: table, kM staged A rows of one slice, partials (two slots with the gather).
 constexpr int decode_smem_bytes(int fmt, int nt, int nw, int slice_blocks, int slots = 1) {
@@ -170,7 +127,7 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr bool kNvfp4 = kFmt == kFmtNvfp4;
   constexpr int kM = kNT * 8;
-  constexpr int kRing = kNvfp4 ? (kNT == 1 ? LOCKSTEP_DECODE_RING4 : LOCKSTEP_DECODE_RING4_NT2) : LOCKSTEP_DECODE_RING8;
+  constexpr int kRing = kNvfp4 ? kRingNvfp4 : kRing8Bit;
   constexpr int kVec = kNvfp4 ? 1 : 2;               // 16-byte loads per row per thread per k block
   constexpr int kBytesPerBlock = kNvfp4 ? 64 : 128;  // per row per 128-wide k block
   constexpr int kScaleStep = kNvfp4 ? 8 : 4;         // scale bytes per row per k block
@@ -182,7 +139,6 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   uint32_t* slut = reinterpret_cast<uint32_t*>(smem + kFixed - 1024);   // [256]
   uint16_t* As = reinterpret_cast<uint16_t*>(smem + kFixed);  // [staged rows][AS], permuted k
 
-  LS_TL_BEGIN();
   pdl_launch_dependents();  // the next kernel may start its prologue (it waits before touching data)
   const GemmGroupDesc G = groups[blockIdx.z];
   if (G.rows == 0) return;  // the whole cluster (same group) returns
@@ -264,16 +220,8 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   // The first ring of W. With w.preload (W is not written by the work still running before this
   // kernel: see GemmOperandView) it is issued before griddepcontrol.wait, so that its memory latency
   // overlaps the table build and the previous kernel's tail; otherwise after the wait. The same
-  // loads either way: only the timing differs. Measured on the H200 (dev/micro_decode2.cu): MoE
-  // decode graph 770 -> 716 us, dense decode rows 1-5% faster. Tried and slower: a bulk L2 prefetch
-  // of the rest of the slice before the wait, a ring of 6, block sizes or a register cap that leave
-  // room for the next kernel's blocks (the host's block-size choice stays the fastest), a ring of 3
-  // with three 8-warp blocks per SM (register cap 80: spills; 4096x14336 nearly 2x slower), and the
-  // tables copied from a global image by one bulk copy instead of built below (2-6 % slower on
-  // every row: bench/RESULTS.md, eighth session); the ring in shared memory, filled by cp.async.cg
-  // (4-8 blocks deep: 8-bit codes 1.6x slower, nvfp4 1.0-1.5x), and only the first one or two
-  // ring slots issued before the wait with A's first loads ahead of the rest (2-9 % slower; the
-  // hoisted A loads made ptxas spill) (tenth session).
+  // loads either way: only the timing differs (the MoE decode graph about 7 % faster on the H200;
+  // the alternatives measured are in bench/RESULTS.md).
   auto load_ring = [&] {
 #pragma unroll
     for (int u = 0; u < kRing; ++u)
@@ -298,7 +246,6 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
     slut[b] = uint32_t(scale_entry(w.format, uint32_t(b))) * 0x10001u;
   }
   pdl_wait();  // the previous kernel's writes (A, and anything it wrote to W or D) are visible now
-  LS_TL(1);
   if (!preload) load_ring();
 
   // Stage A[rows of the group, kb0 .. kb1) as exact bf16, permuted so that lane (g, t) of mma
@@ -310,10 +257,8 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   float* part = reinterpret_cast<float*>(smem + kFixed + rows_staged * AS * 2);  // [spb][16 rwarps][kM]
   {
     const int vec = ks / 8;  // 8-element vectors per row
-    // Where the copies go through cp.async (8-bit W, and whole-block mode): measured on the H200
-    // against the register-staged loop (dev/micro_decode2.cu, twelfth session): 8-bit W at M <= 8
-    // 1.3-2.5 % faster, 8192x8192 nvfp4 M = 1 (whole blocks) 3 % faster; nvfp4 W in clusters 0.5-4 %
-    // slower (4096x14336), so those keep the register-staged loop.
+    // The copies go through cp.async for 8-bit W and in whole-block mode, where that is faster on
+    // the H200 than the register-staged loop; nvfp4 W in clusters keeps the register-staged loop.
     constexpr bool kAsyncA = kBlk || !kNvfp4;
     if (a.format == Format::kBf16 && kAsyncA) {
       const uint16_t* ad = static_cast<const uint16_t*>(a.data);
@@ -370,7 +315,6 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
     }
   }
   __syncthreads();
-  LS_TL(2);
 
   float acc[kNT][4];
 #pragma unroll
@@ -445,7 +389,6 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   }
 
 #undef LS_LUT
-  LS_TL(3);
 
   // acc[nt][q]: W row (q < 2 ? j0 : j1), A row nt * 8 + 2t + (q & 1).
   if (!kBlk && slices == 1 && !ep.swiglu) {  // direct
@@ -463,8 +406,6 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
         store_out(out, orow * n + j, y);
       }
     }
-    LS_TL(4);
-    LS_TL(5);
     return;
   }
   // Partials of this slice -> shared memory part[slot][local row][token] (slot: the slice in
@@ -498,7 +439,6 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   } else {
     __syncthreads();
   }
-  LS_TL(4);
   const int nparts = kBlk ? spb : slices;
   const float* parts[kMaxSlices];
 #pragma unroll
@@ -540,7 +480,6 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
     }
   }
   if (slices > 1 && !gather) cluster.sync();  // keep this block's partials alive until every rank has read them
-  LS_TL(5);
 }
 
 // Raw fp32 D -> output (used by the tiled and cuBLAS paths): see qgemm_cuda.cuh.
@@ -548,21 +487,21 @@ __global__ void epilogue_kernel(const float* ws, int slices, int64_t rows_total,
                                 GemmOperandView w, int64_t n, const GemmGroupDesc* groups, DeviceEpilogue ep,
                                 GemmOutView out) {
   const GemmGroupDesc G = groups[blockIdx.z];
-  const int r = blockIdx.y;
-  if (r >= G.rows) return;
-  const int64_t orow = G.a_row0 + r;
-  const int64_t oc = ep.swiglu ? n / 2 : n;
-  const float oa = outer_of(a, orow);
-  const float p = ep.router_prob ? ep.router_prob[orow] : 1.0f;
-  auto value = [&](int64_t j) {
-    float acc = ws[orow * n + j];
-    for (int s = 1; s < slices; ++s) acc = num::add_rn(acc, ws[(int64_t(s) * rows_total + orow) * n + j]);
-    return epilogue_value(acc, oa, outer_of(w, G.w_row0 + j), ep, G.w_row0 + j);
-  };
-  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < oc; c += int64_t(gridDim.x) * blockDim.x) {
-    float y = 0.0f;
-    if (r < G.tokens) y = ep.swiglu ? num::swiglu_weighted_f32(value(c), value(oc + c), p) : value(c);
-    store_out(out, orow * oc + c, y);
+  for (int64_t r = blockIdx.y; r < G.rows; r += gridDim.y) {
+    const int64_t orow = G.a_row0 + r;
+    const int64_t oc = ep.swiglu ? n / 2 : n;
+    const float oa = outer_of(a, orow);
+    const float p = ep.router_prob ? ep.router_prob[orow] : 1.0f;
+    auto value = [&](int64_t j) {
+      float acc = ws[orow * n + j];
+      for (int s = 1; s < slices; ++s) acc = num::add_rn(acc, ws[(int64_t(s) * rows_total + orow) * n + j]);
+      return epilogue_value(acc, oa, outer_of(w, G.w_row0 + j), ep, G.w_row0 + j);
+    };
+    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < oc; c += int64_t(gridDim.x) * blockDim.x) {
+      float y = 0.0f;
+      if (r < G.tokens) y = ep.swiglu ? num::swiglu_weighted_f32(value(c), value(oc + c), p) : value(c);
+      store_out(out, orow * oc + c, y);
+    }
   }
 }
 
@@ -611,17 +550,8 @@ void raise_smem_attr(int smem_max) {
   }
 }
 
-// LOCKSTEP_DECODE_SPLIT = auto | cluster | block: how the decode kernel splits K across slices
-// (kernel tests: the bits must not depend on it). block: whole blocks wherever their shared memory
-// fits; cluster: never whole blocks. Read once per process; an unknown value is a GemmError.
-enum class DecodeSplit : uint8_t { kAuto, kCluster, kBlock };
-DecodeSplit decode_split_forced() {
-  static const auto r = DecodeSplit(env_choice("LOCKSTEP_DECODE_SPLIT", {"auto", "cluster", "block"}, "split"));
-  return r;
-}
-
 template <int kFmt, int kNT>
-void launch_decode_t(int slice_blocks, int slices, cudaStream_t stream, const GemmOperandView& a,
+void launch_decode_t(int slice_blocks, int slices, bool block_split, cudaStream_t stream, const GemmOperandView& a,
                      const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups, const DeviceEpilogue& ep,
                      GemmOutView out) {
   // Block size and split mode: only the schedule depends on them, never a row's order.
@@ -630,10 +560,10 @@ void launch_decode_t(int slice_blocks, int slices, cudaStream_t stream, const Ge
   // larger block (fewer copies of the tables and of A, fewer blocks).
   // Several slices: clusters, unless their grid needs more than one wave (clusters of 4 or more
   // blocks pack the GPCs unevenly: 8192x8192 ran in two) and whole-block mode (no cluster;
-  // nw = slices x row warps; its A rows span all of K) fits in one. Measured on the H200 (eleventh
-  // session, dev/micro_decode2.cu): 8192x8192 M = 1 nvfp4 18.7 against 24.1 us, mxfp8 / fp8 23.4 /
-  // 23.1 against 31.3 / 29.7 us; where clusters take one wave, whole blocks were 0-6 % slower at
-  // M <= 8 and up to 26 % slower at M = 16 (about 220 KB of shared memory per SM, little L1 left).
+  // nw = slices x row warps; its A rows span all of K) fits in one (8192x8192 M = 1 about 1.3x
+  // faster on the H200); where clusters take one wave they are faster (whole blocks take about
+  // 220 KB of shared memory per SM, leaving little L1). block_split takes whole blocks wherever
+  // they fit (kernel tests: the bits must not depend on the split).
   int sms = 0, dev = 0;
   LOCKSTEP_CUDA_CHECK(cudaGetDevice(&dev));
   LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -648,10 +578,6 @@ void launch_decode_t(int slice_blocks, int slices, cudaStream_t stream, const Ge
     const int64_t in_wave = (units < active_units ? units : active_units) * units_per_tile;
     const int64_t warps_per_sm = ((in_wave + sms - 1) / sms) * nw;
     const int64_t cost = waves * (warps_per_sm > kSaturatingWarps ? warps_per_sm : kSaturatingWarps);
-#ifdef LOCKSTEP_DECODE_VERBOSE
-    if (LOCKSTEP_DECODE_VERBOSE) std::printf("  [nw %d spb %d: tiles %lld active %lld waves %lld cost %lld]", nw, spb, (long long)tiles,
-                (long long)active_units, (long long)waves, (long long)cost);
-#endif
     if (best_cost < 0 || cost < best_cost)
       best_cost = cost, best_nw = nw, best_spb = spb, best_tiles = tiles, best_smem = smem, best_waves = waves;
   };
@@ -669,8 +595,7 @@ void launch_decode_t(int slice_blocks, int slices, cudaStream_t stream, const Ge
     }
     consider(nw, 1, smem, ep.swiglu ? 8 * nw : 16 * nw, active, slices);
   }
-  const DecodeSplit split = decode_split_forced();
-  if (slices > 1 && split != DecodeSplit::kCluster && (best_waves > 1 || split == DecodeSplit::kBlock)) {
+  if (slices > 1 && (best_waves > 1 || block_split)) {
     const int c_nw = best_nw, c_smem = best_smem;
     const int64_t c_tiles = best_tiles, c_cost = best_cost;
     best_cost = -1;
@@ -684,22 +609,9 @@ void launch_decode_t(int slice_blocks, int slices, cudaStream_t stream, const Ge
       consider(nw, slices, smem, ep.swiglu ? 8 * r : 16 * r, active, 1);
     }
     // no whole-block grid that fits in one wave (or fits at all, when forced): the clusters
-    if (best_cost < 0 || (best_waves > 1 && split != DecodeSplit::kBlock))
+    if (best_cost < 0 || (best_waves > 1 && !block_split))
       best_nw = c_nw, best_spb = 1, best_smem = c_smem, best_tiles = c_tiles, best_cost = c_cost;
   }
-#ifdef LOCKSTEP_DECODE_FORCE_NW  // dev/micro_decode2.cu: sweep the block size (cluster mode)
-  if (LOCKSTEP_DECODE_FORCE_NW > 0) {
-    best_nw = LOCKSTEP_DECODE_FORCE_NW, best_spb = 1;
-    const int64_t per_tile = ep.swiglu ? 8 * best_nw : 16 * best_nw;
-    best_tiles = (oc + per_tile - 1) / per_tile;
-    best_smem = decode_smem_bytes(kFmt, kNT, best_nw, slice_blocks, slots);
-    if (best_nw <= 8)
-      raise_smem_attr<kFmt, kNT, 8, false>(best_smem);
-    else
-      raise_smem_attr<kFmt, kNT, 16, false>(best_smem);
-  }
-  LOCKSTEP_DECODE_LAST_NW = best_spb > 1 ? 100 * best_spb + best_nw : best_nw;
-#endif
   const int cluster = best_spb > 1 ? 1 : slices;
   const dim3 grid(unsigned(best_tiles), unsigned(cluster), unsigned(groups.groups));
   cudaLaunchConfig_t cfg{};
@@ -719,7 +631,7 @@ void launch_decode_t(int slice_blocks, int slices, cudaStream_t stream, const Ge
   auto kern = best_spb > 1    ? decode_kernel<kFmt, kNT, 16, true>
               : best_nw <= 8 ? decode_kernel<kFmt, kNT, 8, false>
                              : decode_kernel<kFmt, kNT, 16, false>;
-  LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, a, w, n, groups.table.as<GemmGroupDesc>(), ep, out, slice_blocks,
+  LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, a, w, n, groups.table, ep, out, slice_blocks,
                                          best_spb));
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
@@ -738,15 +650,15 @@ void launch_epilogue(const float* ws, int slices, int64_t rows_total, const Gemm
   if (groups.max_rows == 0 || groups.groups == 0) return;
   const int64_t oc = ep.swiglu ? n / 2 : n;
   const int threads = 256;
-  const dim3 grid(unsigned((oc + threads - 1) / threads), unsigned(groups.max_rows), unsigned(groups.groups));
-  epilogue_kernel<<<grid, threads, 0, stream>>>(ws, slices, rows_total, a, w, n, groups.table.as<GemmGroupDesc>(), ep,
-                                                out);
+  const dim3 grid(unsigned((oc + threads - 1) / threads), unsigned(std::min<int64_t>(groups.max_rows, 65535)),
+                  unsigned(groups.groups));
+  epilogue_kernel<<<grid, threads, 0, stream>>>(ws, slices, rows_total, a, w, n, groups.table, ep, out);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
 void launch_decode(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                   const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream) {
-  (void)workspace;  // partials live in shared memory (one cluster per row tile)
+                   const DeviceEpilogue& ep, GemmOutView out, bool block_split, cudaStream_t stream) {
+  // (partials live in shared memory: no scratch)
   const int64_t K = w.cols;
   if (K % 128 != 0 || groups.max_rows > kDecodeMaxRows || w.format == Format::kBf16)
     throw GemmError(cat("qgemm decode kernel: needs K % 128 == 0 (K = ", K, "), <= ", kDecodeMaxRows, " rows per group (max ", groups.max_rows, ") and packed W (nvfp4, mxfp8, fp8)"));
@@ -759,12 +671,12 @@ void launch_decode(const GemmOperandView& a, const GemmOperandView& w, int64_t n
     throw GemmError(cat("qgemm decode kernel: K = ", K, " with ", groups.max_rows, " rows per group needs ",
                         decode_smem_bytes(fmt, nt, 4, sb), " bytes of shared memory per block (max 227 KiB)"));
   const int slices = int((K / 128 + sb - 1) / sb);
-  if (fmt == kFmtNvfp4 && nt == 1) launch_decode_t<kFmtNvfp4, 1>(sb, slices, stream, a, w, n, groups, ep, out);
-  if (fmt == kFmtNvfp4 && nt == 2) launch_decode_t<kFmtNvfp4, 2>(sb, slices, stream, a, w, n, groups, ep, out);
-  if (fmt == kFmtE4m3 && nt == 1) launch_decode_t<kFmtE4m3, 1>(sb, slices, stream, a, w, n, groups, ep, out);
-  if (fmt == kFmtE4m3 && nt == 2) launch_decode_t<kFmtE4m3, 2>(sb, slices, stream, a, w, n, groups, ep, out);
-  if (fmt == kFmtE5m2 && nt == 1) launch_decode_t<kFmtE5m2, 1>(sb, slices, stream, a, w, n, groups, ep, out);
-  if (fmt == kFmtE5m2 && nt == 2) launch_decode_t<kFmtE5m2, 2>(sb, slices, stream, a, w, n, groups, ep, out);
+  if (fmt == kFmtNvfp4 && nt == 1) launch_decode_t<kFmtNvfp4, 1>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
+  if (fmt == kFmtNvfp4 && nt == 2) launch_decode_t<kFmtNvfp4, 2>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
+  if (fmt == kFmtE4m3 && nt == 1) launch_decode_t<kFmtE4m3, 1>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
+  if (fmt == kFmtE4m3 && nt == 2) launch_decode_t<kFmtE4m3, 2>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
+  if (fmt == kFmtE5m2 && nt == 1) launch_decode_t<kFmtE5m2, 1>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
+  if (fmt == kFmtE5m2 && nt == 2) launch_decode_t<kFmtE5m2, 2>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
 }
 
 }  // namespace lockstep::cuda::gemm_detail

@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(GemmOperandView a, Gemm
 }  // namespace
 
 void launch_tiled(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                  const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream) {
+                  const DeviceEpilogue& ep, GemmOutView out, Scratch& scratch, cudaStream_t stream) {
   const int64_t K = a.cols;
   if (K % kBK != 0)
     throw GemmError(cat("qgemm tiled kernel: needs K % ", kBK, " == 0 (K = ", K, ")"));
@@ -176,12 +176,12 @@ void launch_tiled(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
   if (chunked && K % 128 != 0)
     throw GemmError(cat("qgemm tiled kernel: fp8 chunk scales need K % 128 == 0 (K = ", K, ")"));
   if (groups.groups == 0 || groups.max_rows == 0 || n == 0) return;
-  float* raw = tile_grid_checks("tiled", kBM, groups, n, ep, workspace);
+  float* raw = tile_grid_checks("tiled", kBM, groups, n, ep, scratch);
   const dim3 grid(unsigned((n + kBN - 1) / kBN), unsigned((groups.max_rows + kBM - 1) / kBM), unsigned(groups.groups));
   if (chunked)
-    tiled_kernel<true><<<grid, kThreads, 0, stream>>>(a, w, n, groups.table.as<GemmGroupDesc>(), ep, out, raw);
+    tiled_kernel<true><<<grid, kThreads, 0, stream>>>(a, w, n, groups.table, ep, out, raw);
   else
-    tiled_kernel<false><<<grid, kThreads, 0, stream>>>(a, w, n, groups.table.as<GemmGroupDesc>(), ep, out, raw);
+    tiled_kernel<false><<<grid, kThreads, 0, stream>>>(a, w, n, groups.table, ep, out, raw);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
   if (raw) launch_epilogue(raw, 1, groups.total_rows, a, w, n, groups, ep, out, stream);
 }

@@ -1,4 +1,4 @@
-// The Hopper tensor-core CUDA GEMM (QgemmKernel::kWgmma, sm_90a): 128 x 128 output tiles, two
+// The Hopper tensor-core CUDA GEMM (GemmKernel::kCudaWgmmaInloop, sm_90a): 128 x 128 output tiles, two
 // warpgroups of 64 rows, K walked from 0 to K in fixed 64-wide steps (four k16 wgmma steps each,
 // ascending) with no split-K, so every output element's fp32 chain depends on K only:
 // batch-invariant for every M, like the tiled kernel (but a different chain from it). The packed
@@ -251,7 +251,7 @@ void launch_wgmma_t(dim3 grid, cudaStream_t stream, const GemmOperandView& a, co
     LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(wgmma_kernel<kBN, FA, FW>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     attr_set = true;
   }
-  wgmma_kernel<kBN, FA, FW><<<grid, kThreads, smem, stream>>>(a, w, n, groups.table.as<GemmGroupDesc>(), ep, out, raw);
+  wgmma_kernel<kBN, FA, FW><<<grid, kThreads, smem, stream>>>(a, w, n, groups.table, ep, out, raw);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
@@ -280,12 +280,6 @@ void launch_wgmma_bn(const GemmOperandView& a, const GemmOperandView& w, int64_t
 
 }  // namespace
 
-WgmmaRoute wgmma_route_forced() {
-  static const auto r = WgmmaRoute(
-      env_choice("LOCKSTEP_WGMMA_KERNEL", {"auto", "inloop", "staged", "wreg128", "wreg256"}, "kernel"));
-  return r;
-}
-
 bool wgmma_supported(int64_t k) {
   if (k % kBK != 0) return false;
   static const int cc = [] {
@@ -298,26 +292,27 @@ bool wgmma_supported(int64_t k) {
   return cc == 90;
 }
 
-void launch_wgmma(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                  const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream) {
+GemmKernel launch_wgmma(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
+                        const DeviceEpilogue& ep, GemmOutView out, Scratch& scratch, GemmKernel route,
+                        cudaStream_t stream) {
   const int64_t K = a.cols;
   if (!wgmma_supported(K))
     throw GemmError(cat("qgemm wgmma kernel: needs an sm_90 GPU and K % ", kBK, " == 0 (K = ", K, ")"));
-  if (groups.groups == 0 || groups.max_rows == 0 || n == 0) return;
-  const WgmmaRoute forced = wgmma_route_forced();
-  if (const int tile = wreg_wgmma_tile(a, w, groups, forced)) {  // the same chain, nvfp4 W decoded inside the kernel
-    launch_wgmma_wreg(tile, a, w, n, groups, ep, out, workspace, stream);
-    return;
+  if (const int tile = wreg_wgmma_tile(a, w, groups, route)) {  // the same chain, nvfp4 W decoded inside the kernel
+    if (groups.groups > 0 && groups.max_rows > 0 && n > 0) launch_wgmma_wreg(tile, a, w, n, groups, ep, out, scratch, stream);
+    return tile == 256 ? GemmKernel::kCudaWgmmaWreg256 : GemmKernel::kCudaWgmmaWreg128;
   }
-  if (forced == WgmmaRoute::kStaged ? staged_wgmma_usable(a, w)
-                                    : forced != WgmmaRoute::kInloop && staged_wgmma_preferred(a, w, groups)) {
+  if (route == GemmKernel::kCudaWgmmaStaged ? staged_wgmma_usable(a, w)
+                                            : route != GemmKernel::kCudaWgmmaInloop && staged_wgmma_preferred(a, w, groups)) {
     // the same chain on bf16 copies through TMA
-    launch_wgmma_staged(a, w, n, groups, ep, out, workspace, stream);
-    return;
+    if (groups.groups > 0 && groups.max_rows > 0 && n > 0) launch_wgmma_staged(a, w, n, groups, ep, out, scratch, stream);
+    return GemmKernel::kCudaWgmmaStaged;
   }
-  float* raw = tile_grid_checks("wgmma", kBM, groups, n, ep, workspace);
+  if (groups.groups == 0 || groups.max_rows == 0 || n == 0) return GemmKernel::kCudaWgmmaInloop;
+  float* raw = tile_grid_checks("wgmma", kBM, groups, n, ep, scratch);
   launch_wgmma_bn<128>(a, w, n, groups, ep, out, raw, stream);
   if (raw) launch_epilogue(raw, 1, groups.total_rows, a, w, n, groups, ep, out, stream);
+  return GemmKernel::kCudaWgmmaInloop;
 }
 
 }  // namespace lockstep::cuda::gemm_detail

@@ -1,4 +1,4 @@
-// The Hopper wgmma GEMM over bf16 operands fed by TMA (part of QgemmKernel::kWgmma, sm_90a).
+// The Hopper wgmma GEMM over bf16 operands fed by TMA (GemmKernel::kCudaWgmmaStaged, sm_90a).
 // Packed operands are first dequantized exactly into bf16 copies (the tiles' decode, one pass each;
 // bf16 operands are read in place), then a persistent warp-specialized kernel multiplies them (one
 // CTA per SM walking 128 x 256 output tiles): one producer thread issues the TMA loads (128-byte
@@ -8,10 +8,7 @@
 // output element is the one of the in-loop kernel (qgemm_wgmma_cuda.cu) and depends on K only, so
 // the two give the same bits (tested) and the choice between them (staged_wgmma_preferred: the
 // bf16 copies must pay for themselves) never changes a result. Outer scales and the epilogue come
-// last, from the registers (SwiGLU: through the fp32 workspace and the shared epilogue kernel).
-// Tried and measured on the H200 (bf16 8192^3, this kernel ~0.82-0.94 of cuBLAS): 2-CTA clusters
-// with the W tile multicast (no faster: the loads-only run gained 8 %, the full run nothing), 32-wide
-// k steps with 9 stages (slower: more barrier round trips per byte).
+// last, from the registers (SwiGLU: through fp32 scratch and the shared epilogue kernel).
 #include <algorithm>
 
 #include "qgemm_cuda.cuh"
@@ -193,13 +190,12 @@ bool staged_wgmma_preferred(const GemmOperandView& a, const GemmOperandView& w, 
 }
 
 void launch_wgmma_staged(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                         const DeviceEpilogue& ep, GemmOutView out, DeviceBuffer& workspace, cudaStream_t stream) {
+                         const DeviceEpilogue& ep, GemmOutView out, Scratch& scratch, cudaStream_t stream) {
   const int64_t K = a.cols;
   const size_t a_bytes = bf16_copy_bytes(a);
   const size_t w_bytes = bf16_copy_bytes(w);
   const size_t raw_bytes = ep.swiglu ? size_t(groups.total_rows) * size_t(n) * sizeof(float) : 0;
-  if (workspace.size() < a_bytes + w_bytes + raw_bytes) workspace.resize(a_bytes + w_bytes + raw_bytes);
-  uint8_t* base = workspace.as<uint8_t>();
+  uint8_t* base = static_cast<uint8_t*>(scratch.bytes(a_bytes + w_bytes + raw_bytes));
   const uint16_t* ab = dequantized(a, reinterpret_cast<uint16_t*>(base), stream);
   const uint16_t* wb = dequantized(w, reinterpret_cast<uint16_t*>(base + a_bytes), stream);
   float* raw = ep.swiglu ? reinterpret_cast<float*>(base + a_bytes + w_bytes) : nullptr;
@@ -211,7 +207,7 @@ void launch_wgmma_staged(const GemmOperandView& a, const GemmOperandView& w, int
   const unsigned grid = unsigned(std::min<int64_t>(ctas, ts.units));
   // Programmatic dependent launch: the CTAs start (barriers) while the dequantize passes finish.
   launch_pdl(wgmma_staged_kernel, dim3(grid), dim3(kThreads), size_t(kSmemBytes), stream, ma, mw, a, w, n,
-             groups.table.as<GemmGroupDesc>(), ep, out, raw, ts);
+             groups.table, ep, out, raw, ts);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
   if (raw) launch_epilogue(raw, 1, groups.total_rows, a, w, n, groups, ep, out, stream);
 }

@@ -1,5 +1,5 @@
-// The Hopper wgmma GEMM with packed nvfp4 W decoded inside the kernel (part of
-// QgemmKernel::kWgmma, sm_90a): no bf16 copy of W is written. The tensor cores compute the
+// The Hopper wgmma GEMM with packed nvfp4 W decoded inside the kernel (GemmKernel::
+// kCudaWgmmaWreg128 / Wreg256, sm_90a): no bf16 copy of W is written. The tensor cores compute the
 // transposed tile D^T = W A^T: the W tile is wgmma's "A" operand and the bf16 A tile (fed by TMA as
 // in qgemm_wgmma_tma_cuda.cu; a packed A is dequantized into a bf16 copy first) its "B" operand,
 // both in shared memory.
@@ -22,12 +22,6 @@
 // from +0, 64-wide k steps of four k16 steps, ascending, no split-K, the same exact bf16 products.
 // Swapping the operand roles changes which tensor-core lane computes an element, not its sum: the
 // tests require identical bits across the kernels.
-//
-// Measured on the H200 and dropped: W fragments decoded into registers (wgmma with a register
-// operand: ptxas serializes wgmma whose register operands are written while another is in flight,
-// dense 8192^3 2295 us vs 1671 us staged); a 256-entry pair table instead of the permute decode
-// (5-10 % slower); decoding in the producer warpgroup (128 threads for a 256-row W tile: decode-
-// bound, 4096^3 531 us).
 #include <algorithm>
 
 #include "qgemm_cuda.cuh"
@@ -416,7 +410,7 @@ void launch_wreg_t(const CUtensorMap& ma, const CUtensorMap& mc, const GemmOpera
   static const int ctas = persistent_ctas(reinterpret_cast<const void*>(wgmma_wreg_kernel<TA>), kThreads, T::kSmemBytes);
   const TileSpace ts = tile_space(groups, n, T::kTA, T::kTW);
   const unsigned grid = unsigned(std::min<int64_t>(ctas, ts.units));
-  wgmma_wreg_kernel<TA><<<grid, kThreads, T::kSmemBytes, stream>>>(ma, mc, a, w, n, groups.table.as<GemmGroupDesc>(),
+  wgmma_wreg_kernel<TA><<<grid, kThreads, T::kSmemBytes, stream>>>(ma, mc, a, w, n, groups.table,
                                                                     ep, out, raw, ts);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
@@ -432,15 +426,15 @@ void launch_wreg_t(const CUtensorMap& ma, const CUtensorMap& mc, const GemmOpera
 // rows, are faster staged (230 / 1671 us vs 269 / 2214 us). The bounds themselves are not
 // measured; the choice never changes a bit.
 int wreg_wgmma_tile(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& groups,
-                    WgmmaRoute forced) {
+                    GemmKernel route) {
   if (w.format != Format::kNvfp4 || !tensor_maps_available() || a.rows >= (int64_t(1) << 31) ||
       w.rows >= (int64_t(1) << 31) || reinterpret_cast<uintptr_t>(w.data) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(w.block_scale) % 4 != 0 ||
       (a.format == Format::kBf16 && reinterpret_cast<uintptr_t>(a.data) % 16 != 0) || groups.groups == 0)
     return 0;
-  if (forced == WgmmaRoute::kWreg128) return 128;
-  if (forced == WgmmaRoute::kWreg256) return 256;
-  if (forced != WgmmaRoute::kAuto) return 0;
+  if (route == GemmKernel::kCudaWgmmaWreg128) return 128;
+  if (route == GemmKernel::kCudaWgmmaWreg256) return 256;
+  if (route != GemmKernel::kCudaWgmma) return 0;
   const int64_t per_group = groups.total_rows / groups.groups;
   if (per_group >= 128 && per_group < 256) return 128;
   return per_group >= 256 && per_group < 2048 ? 256 : 0;
@@ -448,12 +442,11 @@ int wreg_wgmma_tile(const GemmOperandView& a, const GemmOperandView& w, const De
 
 void launch_wgmma_wreg(int tile, const GemmOperandView& a, const GemmOperandView& w, int64_t n,
                        const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
-                       DeviceBuffer& workspace, cudaStream_t stream) {
+                       Scratch& scratch, cudaStream_t stream) {
   const int64_t K = a.cols;
   const size_t a_bytes = bf16_copy_bytes(a);
   const size_t raw_bytes = ep.swiglu ? size_t(groups.total_rows) * size_t(n) * sizeof(float) : 0;
-  if (workspace.size() < a_bytes + raw_bytes) workspace.resize(a_bytes + raw_bytes);
-  uint8_t* base = workspace.as<uint8_t>();
+  uint8_t* base = static_cast<uint8_t*>(scratch.bytes(a_bytes + raw_bytes));
   const uint16_t* ab = dequantized(a, reinterpret_cast<uint16_t*>(base), stream);
   float* raw = ep.swiglu ? reinterpret_cast<float*>(base + a_bytes) : nullptr;
   const int tw = tile == 256 ? WregTile<256>::kTW : WregTile<128>::kTW;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "lockstep/quant/quantize.h"
+#include "lockstep/quant/scale_access.h"
 
 namespace lockstep {
 namespace {
@@ -53,11 +54,8 @@ int64_t rowwise_domains(const QTensor& q) {
 }
 
 int64_t rowwise_domain_of(const QTensor& q, int64_t r) {
-  if (q.scaling == Scaling::kPerRow) return r;
-  if (q.scaling == Scaling::kPerGroup)
-    for (size_t g = 0; g + 1 < q.group_offsets.size(); ++g)
-      if (r < q.group_offsets[g + 1]) return int64_t(g);
-  return 0;
+  const int64_t groups = q.group_offsets.empty() ? 0 : int64_t(q.group_offsets.size()) - 1;
+  return rowwise_domain(q.scaling, q.group_offsets.data(), groups, r);
 }
 
 QTensor group_view(const QTensor& q, int64_t g) {

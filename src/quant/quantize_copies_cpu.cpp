@@ -9,6 +9,7 @@
 #include "lockstep/numerics/block_rules.h"
 #include "quantize_cpu.h"
 #include "quantize_cpu_detail.h"
+#include "quantize_meta.h"
 
 namespace lockstep::cpu {
 namespace {
@@ -221,16 +222,7 @@ float nvfp4_tensor_amax(const MatrixF32& x, std::span<const int64_t> offsets, bo
 
 QTensor quantize(const MatrixF32& x, std::span<const int64_t> offsets, const QuantConfig& cfg,
                  const float* joint_amax, const float* joint_amax_col) {
-  QTensor q;
-  q.format = cfg.format;
-  q.scaling = cfg.scaling;
-  q.elem = cfg.format == Format::kNvfp4 ? ElemCodec::kE4M3 : cfg.elem;
-  q.block2d = cfg.block2d;
-  q.hadamard = cfg.hadamard;
-  q.scale_layout = cfg.scale_layout;
-  q.rows = x.rows;
-  q.cols = x.cols;
-  q.group_offsets.assign(offsets.begin(), offsets.end());
+  QTensor q = quantized_meta(cfg, x.rows, x.cols, offsets);
   const bool transpose_col = cfg.colwise && colwise_is_transpose(cfg);
   if (cfg.rowwise || transpose_col) {
     std::vector<float> rotated;

@@ -109,10 +109,6 @@ void alloc_scales(QData& q, int64_t srows, int64_t scols, ScaleLayout layout) {
     q.block_scale = host_u8({round_up(srows, 128) * round_up(scols, 4)});
 }
 
-ScaleAccess::ScaleAccess(QData& q, ScaleLayout layout)
-    : p(q.block_scale.ptr<uint8_t>()), cols(q.scale_cols), padded(round_up(q.scale_cols, 4)),
-      swizzled(layout == ScaleLayout::kSwizzled) {}
-
 void nvfp4_rows(const MatrixF32& x, const QuantConfig& cfg, std::span<const float> amax,
                 std::span<const int64_t> dom, uint64_t index_base, QData& q) {
   const int64_t rows = x.rows, cols = x.cols, nb = cols / 16;
@@ -121,7 +117,7 @@ void nvfp4_rows(const MatrixF32& x, const QuantConfig& cfg, std::span<const floa
   q.data = host_u8({rows, cols / 2});
   alloc_scales(q, rows, nb, cfg.scale_layout);
   q.amax = host_f32(amax, {int64_t(amax.size())});
-  ScaleAccess sc(q, cfg.scale_layout);
+  const ScaleView sc = scale_access(q, cfg.scale_layout);
   uint8_t* data = q.data.ptr<uint8_t>();
   const float* xv = x.values.data();
   // Block scales: 1-D blocks of 16 along a row, or 16x16 tiles (the same scale on all 16 rows).
@@ -168,7 +164,7 @@ void mxfp8_rows(const MatrixF32& x, const QuantConfig& cfg, QData& q) {
   const float* xv = x.values.data();
   q.data = host_u8({rows, cols});
   alloc_scales(q, rows, cols / 32, cfg.scale_layout);
-  ScaleAccess sc(q, cfg.scale_layout);
+  const ScaleView sc = scale_access(q, cfg.scale_layout);
   uint8_t* data = q.data.ptr<uint8_t>();
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {

@@ -28,22 +28,14 @@ Tensor host_f32(std::span<const float> v, std::vector<int64_t> shape);
 void alloc_scales(QData& q, int64_t srows, int64_t scols, ScaleLayout layout);
 
 // Reads and writes block-scale (r, c) of a copy in its layout (CONTRACT.md section 7).
-struct ScaleAccess {
-  ScaleAccess(QData& q, ScaleLayout layout);
-  uint8_t* p;
-  int64_t cols, padded;
-  bool swizzled;
-  int64_t offset(int64_t r, int64_t c) const {
-    return swizzled ? swizzled_offset(r, c, padded) : r * cols + c;
-  }
-  void store(int64_t r, int64_t c, uint8_t v) const { p[offset(r, c)] = v; }
-  uint8_t load(int64_t r, int64_t c) const { return p[offset(r, c)]; }
-};
+inline ScaleView scale_access(QData& q, ScaleLayout layout) {
+  return scale_view(q.block_scale.ptr<uint8_t>(), q.scale_cols, layout == ScaleLayout::kSwizzled);
+}
 // The same for reading an existing copy.
 inline uint8_t load_scale(const QData& q, ScaleLayout layout, int64_t r, int64_t c) {
-  const uint8_t* p = q.block_scale.ptr<uint8_t>();
-  return layout == ScaleLayout::kSwizzled ? p[swizzled_offset(r, c, round_up(q.scale_cols, 4))]
-                                          : p[r * q.scale_cols + c];
+  return scale_view(const_cast<uint8_t*>(q.block_scale.ptr<uint8_t>()), q.scale_cols,
+                    layout == ScaleLayout::kSwizzled)
+      .load(r, c);
 }
 
 // Rowwise quantizers of x into one copy. nvfp4_rows: amax per domain and the domain of each row

@@ -11,6 +11,7 @@
 #include "lockstep/numerics/fast_codecs.h"
 #include "lockstep/numerics/philox.h"
 #include "lockstep/numerics/transcendental.h"
+#include "lockstep/quant/scale_access.h"
 #include "quantize_cuda_params.h"
 
 namespace lockstep::cuda::detail {
@@ -65,13 +66,20 @@ struct LoadF32 {
   }
 };
 
-// Producer fusion 1: output row r is input row src[r] (src[r] < 0: a padding row of zeros).
+// Producer fusion 1: output row r is input row src[r] (src[r] < 0: a padding row of zeros). An
+// index at or past `tokens` traps (the device cannot throw; the CPU path throws QuantError).
 template <class Inner>
 struct LoadGather {
   Inner in;
   const int32_t* src;
-  __device__ __forceinline__ void load(int64_t r, int64_t c0, int n, float v[16]) const {
+  int64_t tokens;
+  __device__ __forceinline__ int32_t source(int64_t r) const {
     const int32_t s = src[r];
+    if (s >= tokens) __trap();
+    return s;
+  }
+  __device__ __forceinline__ void load(int64_t r, int64_t c0, int n, float v[16]) const {
+    const int32_t s = source(r);
     if (s < 0) {
 #pragma unroll
       for (int i = 0; i < 16; ++i) v[i] = i < n ? 0.0f : nan_f32();
@@ -177,15 +185,6 @@ __device__ __forceinline__ uint4 encode_fp8x16(const float v[16], float f, bool 
 }
 
 
-
-__device__ __forceinline__ int64_t group_of_row(const int64_t* offsets, int64_t groups, int64_t r) {
-  int64_t lo = 0, hi = groups - 1;  // last g with offsets[g] <= r (empty groups skipped)
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (offsets[mid] <= r) lo = mid; else hi = mid - 1;
-  }
-  return lo;
-}
 
 // Calls f with the plain loader of `in` (bf16 or fp32): the launchers' one dispatch on the input type.
 template <class F>

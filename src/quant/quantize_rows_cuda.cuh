@@ -150,7 +150,7 @@ struct RawChunk {
 static __device__ const uint16_t kZeroRow[kRegChunks * 256 * 16] = {};
 __device__ __forceinline__ const uint16_t* raw_row(const LoadBf16& ld, int64_t r) { return ld.p + r * ld.cols; }
 __device__ __forceinline__ const uint16_t* raw_row(const LoadGather<LoadBf16>& ld, int64_t r) {
-  const int32_t s = ld.src[r];
+  const int32_t s = ld.source(r);
   return s < 0 ? kZeroRow : ld.in.p + int64_t(s) * ld.in.cols;
 }
 
@@ -252,7 +252,7 @@ __device__ __forceinline__ uint4 encode_e4m3x16_rn(const float v[16], float f) {
 
 template <bool Swz>
 __device__ __forceinline__ void store_scale(const ScaleOut& s, int64_t r, int64_t c, uint8_t code) {
-  s.p[Swz ? swizzled_offset_d(r, c, s.padded_cols) : r * s.cols + c] = code;
+  s.p[Swz ? swizzled_offset(r, c, s.padded_cols) : r * s.cols + c] = code;
 }
 
 // F and Mode: (kMxfp8, kAmaxDomain), (kFp8, kAmaxRow | kAmaxDomain | kAmaxLanes8). Swz: swizzled

@@ -3,7 +3,7 @@
 // rows of more than 1024 chunks, and devices without the ~217 KB of shared memory per CTA it uses).
 #include "quantize_cuda_params.h"
 #include "quantize_swiglu_cuda.cuh"
-#include "lockstep/tensor/device_buffer.h"
+#include "../tensor/cuda_util.h"
 
 namespace lockstep::cuda::detail {
 namespace {

@@ -14,22 +14,15 @@
 //   each team looping over rows r, r + teams * grid, ...; the team's thread 0 loads each whole
 //   input row (gate and up halves, 4H bytes) with one bulk copy (TMA, cp.async.bulk) into one of
 //   the team's kSwigluStages row buffers, kSwigluStages - 1 rows ahead, completing on the buffer's
-//   mbarrier. Per-thread 16-byte cp.async copies (an earlier version) requested every 32-byte
-//   sector from L2 in two halves and wrote shared memory one lane per wavefront: 0.46 of copy.
+//   mbarrier (16-byte per-thread cp.async copies would request every 32-byte sector from L2 in two
+//   halves and write shared memory one lane per wavefront).
 // - Shared-memory wavefronts count: a thread reads its chunk's two 16-byte gate (and up) halves in
 //   a lane-dependent order, so the 8 lanes of a quarter warp hit 8 distinct bank quads (no 2-way
-//   conflict at the 32-byte lane stride); 0.75 -> 0.77 of copy at 512 x 2 x 3 in the same run.
+//   conflict at the 32-byte lane stride).
 // - Row amax: redux.sync over order-preserving integer keys (NaN ignored, all NaN gives NaN), one
 //   barrier per row; encode as the NVFP4 row kernel: block scale two_level_block_scale_fast, factor
 //   two_level_encode_factor_fast, codes by e2m1_code_magic (encode_e2m1x16_f32_nonan), a chunk with
 //   a NaN y by encode_e2m1x16_rn.
-// - Measured on the H200 and dropped (bench/RESULTS.md, eighth and ninth sessions): 4 % fewer
-//   instructions (a silu table addressed by (c & 0x8FFF) << 2, no saturating min in the encode below
-//   7), 5 or 6 teams per CTA, 4 chunks per thread, refills right after the team barrier, an L2
-//   evict-first policy on the bulk copies; y kept in shared memory in place of the row (phase A of
-//   row i overlapped with phase B of row i - 1, team amax through an mbarrier, no team barrier):
-//   0.62 of copy, the extra shared-memory traffic costs more than the barrier; the rotated silu
-//   table again on this kernel (1024 x 1 x 2): 94.5-95.0 against 93.1-93.2 us.
 #pragma once
 
 #include "quantize_rows_cuda.cuh"
@@ -39,9 +32,8 @@ namespace lockstep::cuda::detail {
 
 constexpr uint32_t kSiluBase = (127u - 16u) << 7;  // bf16 magnitude code of 2^-16
 constexpr uint32_t kSiluN = 24u * 128u;            // table codes per sign: |g| in [2^-16, 2^8)
-// 1024 threads x 1 chunk x 2 row buffers per team: 0.80-0.81 of copy in development runs (H200,
-// bench shape), against 0.76-0.78 for 1024 x 1 x 3, 0.76-0.78 for 512 x 2 x 3 and 0.72 for 768 x 1
-// x 4 (with the conflict-free chunk reads below); bench/RESULTS.md, ninth session.
+// 1024 threads x 1 chunk x 2 row buffers per team: the fastest configuration on the H200 (0.80-0.81
+// of copy at the bench shape; the others measured are in bench/RESULTS.md).
 constexpr int kSwigluThreads = 1024;               // most threads per CTA (one CTA per SM)
 constexpr int kSwigluChunks = 1;                   // 16-element chunks per thread and row
 constexpr int kSwigluStages = 2;                   // row buffers per team (1 row ahead)

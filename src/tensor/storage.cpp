@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstring>
 #include <new>
 #include <stdexcept>
@@ -18,6 +19,8 @@ namespace lockstep {
 namespace {
 
 constexpr std::align_val_t kHostAlign{64};
+std::atomic<bool> g_poison{false};
+std::atomic<int64_t> g_d2h{0};
 
 #if defined(LOCKSTEP_HAVE_CUDA)
 cudaStream_t cu(Stream s) { return static_cast<cudaStream_t>(s.handle); }
@@ -83,6 +86,8 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device, Stream s
   keep_pool(device.index);
   void* p = nullptr;
   if (bytes != 0) check(cudaMallocAsync(&p, bytes, cu(stream)), "cudaMallocAsync", device, bytes);
+  if (bytes != 0 && g_poison.load(std::memory_order_relaxed))
+    check(cudaMemsetAsync(p, 0xFF, bytes, cu(stream)), "cudaMemsetAsync", device, bytes);
   return std::shared_ptr<Storage>(new Storage(p, bytes, device, stream));
 #else
   (void)stream;
@@ -113,6 +118,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
     std::memcpy(dst, src, bytes);
     return;
   }
+  if (dst_device.is_cpu()) g_d2h.fetch_add(1, std::memory_order_relaxed);
 #if defined(LOCKSTEP_HAVE_CUDA)
   const Device on = dst_device.is_cuda() ? dst_device : src_device;
   DeviceGuard guard(on);
@@ -157,5 +163,8 @@ void synchronize(Device device, Stream stream) {
   no_cuda(device);
 #endif
 }
+
+void set_poison_device_allocations(bool on) { g_poison.store(on, std::memory_order_relaxed); }
+int64_t device_to_host_copies() { return g_d2h.load(std::memory_order_relaxed); }
 
 }  // namespace lockstep

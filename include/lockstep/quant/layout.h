@@ -5,14 +5,9 @@
 #include <span>
 #include <vector>
 
-namespace lockstep {
+#include "lockstep/quant/scale_access.h"  // swizzled_offset, round_up
 
-// Byte offset of compact scale (r, c) in the swizzled 128x4-tile layout whose padded scale
-// matrix has `padded_cols` = roundup(scale_cols, 4) columns.
-constexpr int64_t swizzled_offset(int64_t r, int64_t c, int64_t padded_cols) {
-  return ((r / 128 * (padded_cols / 4) + c / 4) * 32 + r % 32) * 16 + (r % 128) / 32 * 4 + c % 4;
-}
-constexpr int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+namespace lockstep {
 
 // compact: row-major [rows, cols] -> swizzled, [roundup(rows,128) * roundup(cols,4)] bytes,
 // padding bytes zero.

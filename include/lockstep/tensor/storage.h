@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "lockstep/tensor/device.h"
@@ -47,5 +48,12 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 void fill_bytes(void* dst, Device device, uint8_t value, size_t bytes, Stream stream = {});
 // Waits until every operation queued on `stream` has finished (no-op on the CPU).
 void synchronize(Device device, Stream stream = {});
+
+// Test hooks, process-wide. poison: every new device allocation is filled with 0xFF (ordered on
+// its stream) so that an output byte an op never writes shows up as a NaN / 0xFF code.
+// device_to_host_copies: the number of copy_bytes calls from device to host memory so far (a
+// sequence of device ops asserts it stays unchanged: no hidden round trip through the host).
+void set_poison_device_allocations(bool on);
+int64_t device_to_host_copies();
 
 }  // namespace lockstep
