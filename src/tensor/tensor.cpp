@@ -92,8 +92,12 @@ Tensor from_f32(std::span<const float> values, std::vector<int64_t> shape, DType
   } else if (dtype == DType::kBF16) {
     auto d = t.data<uint16_t>();
     for (size_t i = 0; i < values.size(); ++i) d[i] = num::f32_to_bf16(values[i]);
+  } else if (dtype == DType::kF16) {
+    auto d = t.data<uint16_t>();
+    for (size_t i = 0; i < values.size(); ++i) d[i] = num::f32_to_f16(values[i]);
   } else {
-    throw std::invalid_argument(fmt::format("from_f32 writes F32 or BF16, not {}", dtype_name(dtype)));
+    throw std::invalid_argument(
+        fmt::format("from_f32 writes F32, BF16 or F16, not {}", dtype_name(dtype)));
   }
   return t;
 }

@@ -64,7 +64,8 @@ std::string shape_string(std::span<const int64_t> shape);
 // Element i of a floating tensor widened exactly to fp32 (F32, BF16, F16, F8 types).
 // F64 is rounded to nearest. Throws for non-floating dtypes.
 std::vector<float> to_f32(const Tensor& t);
-// A new tensor of dtype F32 or BF16 (RNE) holding `values` with the given shape.
+// A new tensor of dtype F32, BF16 or F16 (both RNE; F16 overflows to +-inf beyond 65504)
+// holding `values` with the given shape.
 Tensor from_f32(std::span<const float> values, std::vector<int64_t> shape, DType dtype = DType::kF32);
 
 }  // namespace lockstep
