@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "lockstep/diag/run_meta.h"
 #include "lockstep/backend/device.h"
 #include "lockstep/gemm/qgemm.h"
 #if defined(LOCKSTEP_HAVE_CUDA)
@@ -46,7 +45,7 @@ void prepare(Side& s, const GemmArgs& a, const std::string& path, const std::str
              std::string scaling) {
   SafetensorsFile f = read_safetensors(path);
   const NamedTensor& nt = pick_tensor(f, path, name);
-  s.m = as_matrix_f32(nt.tensor, s.values, name);
+  s.m = naming_file(path, [&] { return as_matrix_f32(nt.tensor, s.values, name); });
   if (!a.allow_nonfinite) {
     const int64_t bad = count_nonfinite(s.m.values);
     if (bad > 0)
@@ -73,7 +72,7 @@ void prepare(Side& s, const GemmArgs& a, const std::string& path, const std::str
   spec.scaling = *sc;
   spec.pow2 = a.pow2 && *fm == Format::kFp8;
   s.scaling = scaling;
-  s.q = quantize(s.m, spec);
+  s.q = naming_file(path, [&] { return quantize(s.m, spec); });
 }
 
 GemmOperand operand(const Side& s, const std::string& name) {
@@ -82,6 +81,7 @@ GemmOperand operand(const Side& s, const std::string& name) {
 }
 
 void run_gemm(const GemmArgs& a) {
+  check_output_paths({{"-o", a.output}, {"--run-meta", a.run_meta}});
   if (dry_run(a.dry_run, fmt::format("quantize {} and {} ({}), multiply on {} -> {}", a.a_path, a.w_path, a.format,
                                      a.device, a.output)))
     return;
@@ -141,8 +141,7 @@ void run_gemm(const GemmArgs& a) {
                                                          : "fp32, ascending k, one RN per product and per add"}},
                                {});
   out.metadata["lockstep.run_meta"] = meta.dump();
-  write_safetensors(a.output, out);
-  if (!a.run_meta.empty()) write_file_atomic(a.run_meta, meta.dump(2) + "\n");
+  write_outputs(a.output, out, a.run_meta, meta);
   if (a.json) {
     fmt::print("{}\n", nlohmann::json{{"output", a.output},
                                       {"m", r.rows},
