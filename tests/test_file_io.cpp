@@ -18,35 +18,14 @@
 #include <string>
 
 #include "lockstep/tensor/file_io.h"
+#include "temp_dir.h"
 
 namespace lockstep {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            (std::string("lockstep_io_") + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-  const fs::path& path() const { return path_; }
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path_)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-
- private:
-  fs::path path_;
-};
+using lockstep::test_util::TempDir;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

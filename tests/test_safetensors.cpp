@@ -15,6 +15,7 @@
 
 #include "lockstep/tensor/file_io.h"
 #include "lockstep/tensor/safetensors.h"
+#include "temp_dir.h"
 
 namespace lockstep {
 namespace {
@@ -79,25 +80,7 @@ void expect_same(const SafetensorsFile& a, const SafetensorsFile& b) {
   EXPECT_EQ(a.metadata, b.metadata);
 }
 
-// A fresh directory removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            (std::string("lockstep_st_") + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-  size_t entries() const {
-    return size_t(std::distance(fs::directory_iterator(path_), fs::directory_iterator()));
-  }
-
- private:
-  fs::path path_;
-};
+using lockstep::test_util::TempDir;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -13,7 +13,6 @@ import resource
 import signal
 import socket
 import stat
-import struct
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from safetensors.numpy import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import contract_ref as ref  # noqa: E402
+from st_files import raw_file, read_st  # noqa: E402
 
 BIN = None
 BASE_SEED = int(os.environ.get("LOCKSTEP_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
@@ -42,22 +42,6 @@ def default_signals():
 def run(*args, preexec=None, timeout=120):
     return subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=timeout,
                           preexec_fn=preexec)
-
-
-def read_st(path):
-    """{name: (dtype, shape, bytes)}, metadata, parsed by hand (F8 dtypes need no numpy type)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack("<Q", data[:8])[0]
-    hdr = json.loads(data[8:8 + n])
-    meta = hdr.pop("__metadata__", {}) or {}
-    buf = data[8 + n:]
-    return {k: (v["dtype"], v["shape"], buf[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in hdr.items()}, meta
-
-
-def raw_file(header, data=b""):
-    h = json.dumps(header).encode()
-    return struct.pack("<Q", len(h)) + h + data
 
 
 class Case(unittest.TestCase):
