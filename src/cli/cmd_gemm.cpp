@@ -93,6 +93,11 @@ void run_gemm(const GemmArgs& a) {
           a.a_scaling.empty() ? a.scaling : a.a_scaling);
   prepare(ws, a, a.w_path, "w", a.w_format.empty() ? a.format : a.w_format,
           a.w_scaling.empty() ? a.scaling : a.w_scaling);
+  if (as.m.cols != ws.m.cols)
+    throw UsageError(
+        fmt::format("K mismatch: {} holds a [{}, {}] and {} holds w [{}, {}]; D = A W^T needs "
+                    "the same number of columns (K) in both",
+                    a.a_path, as.m.rows, as.m.cols, a.w_path, ws.m.rows, ws.m.cols));
   const GemmOperand ao = operand(as, "a"), wo = operand(ws, "w");
   // The CPU path is always the deterministic (batch-invariant) one; on cuda --deterministic picks
   // the tiled kernel (its order depends on K only, whatever M).

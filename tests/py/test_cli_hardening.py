@@ -405,6 +405,10 @@ class Strictness(Case):
                             bad, "tensor 'odd'", "cols % 16")
         self.assert_refused(run("gemm", "--a", bad, "--w", bad, "-o", self.path("o.st"), "--format", "mxfp8"),
                             bad, "cols % 32")
+        narrow = self.path("narrow.st")
+        save_file({"w": np.ones((8, 32), np.float32)}, narrow)
+        self.assert_refused(run("gemm", "--a", self.inp, "--w", narrow, "-o", self.path("o.st")),
+                            "K mismatch", self.inp, narrow)
         # forged metadata: a quantized file whose block scales were removed
         q = self.path("q.st")
         self.assertEqual(run("quantize", self.inp, "-o", q, "--format", "nvfp4").returncode, 0)
