@@ -67,6 +67,7 @@ CLI::Option* add_unsigned_option(CLI::App& app, const std::string& name, uint64_
           name,
           [&target, flag, max](const std::string& s) { target = parse_unsigned(s, flag, max); },
           description)
+      ->type_name("UINT")
       ->default_str(std::to_string(target));
 }
 
