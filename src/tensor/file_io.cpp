@@ -127,8 +127,10 @@ std::string resolve_output_path(const std::string& path) {
         bad_path(path,
                  fmt::format("is a symbolic link that does not lead to a file ({})", ec.message()));
       target = resolved.string();
-      if (::stat(target.c_str(), &st) != 0)
-        bad_path(path, fmt::format("cannot stat '{}': {}", target, errno_text(errno)));
+      if (::stat(target.c_str(), &st) != 0) {
+        const int err = errno;
+        bad_path(path, fmt::format("cannot stat '{}': {}", target, errno_text(err)));
+      }
     }
     if (!S_ISREG(st.st_mode))
       bad_path(path, fmt::format("is {}; lockstep writes regular files only and never replaces a "
@@ -141,12 +143,16 @@ std::string resolve_output_path(const std::string& path) {
   if (!t.has_filename()) bad_path(path, "names a folder, not a file");
   const fs::path dir = t.parent_path().empty() ? fs::path(".") : t.parent_path();
   struct stat ds {};
-  if (::stat(dir.c_str(), &ds) != 0)
-    bad_path(path, fmt::format("folder '{}': {}", dir.string(), errno_text(errno)));
+  if (::stat(dir.c_str(), &ds) != 0) {
+    const int err = errno;
+    bad_path(path, fmt::format("folder '{}': {}", dir.string(), errno_text(err)));
+  }
   if (!S_ISDIR(ds.st_mode)) bad_path(path, fmt::format("'{}' is not a folder", dir.string()));
-  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    const int err = errno;
     bad_path(path, fmt::format("cannot create files in folder '{}': {}", dir.string(),
-                               errno_text(errno)));
+                               errno_text(err)));
+  }
   return target;
 }
 
@@ -162,9 +168,9 @@ AtomicFile::AtomicFile(const std::string& path) : path_(path), target_(resolve_o
     if (fd_ >= 0) {
       temp_ = name;
       slot_ = register_temp(temp_);
-    } else if (errno != EEXIST) {
+    } else if (const int err = errno; err != EEXIST) {
       throw FileWriteError(fmt::format("{}: cannot create a temporary file in '{}': {}", path_,
-                                       dir.string(), errno_text(errno)));
+                                       dir.string(), errno_text(err)));
     }
   }
   if (fd_ < 0)
