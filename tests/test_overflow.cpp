@@ -122,7 +122,7 @@ TEST(NearFltMax, ErrorMetricsReportOverflowNotANumber) {
   const ErrorMetrics m = error_metrics(x, xh);
   EXPECT_EQ(m.overflow, 2);
   EXPECT_FALSE(m.rel_l2.has_value());
-  EXPECT_FALSE(m.snr_db.has_value());  // formerly 20 log10(ref / inf) = -inf, printed as "inf"
+  EXPECT_FALSE(m.snr_db.has_value());  // not 20 log10(ref / inf) = -inf
   EXPECT_TRUE(std::isinf(m.mae));
   // An Inf input reconstructed as Inf is not an overflow of the format.
   const ErrorMetrics same =

@@ -260,8 +260,8 @@ TEST(RecipeFile, DeepNestingIsRefused) {
 }
 
 TEST(RecipeFile, NumberTooLargeForADoubleIsAJsonError) {
-  // Found by fuzz_recipe: the JSON library reports 1e999 as out_of_range, not parse_error, and
-  // it escaped as an internal failure (exit 1) instead of a bad recipe file (exit 2).
+  // fuzz_recipe's finding: the JSON library reports 1e999 as out_of_range, not parse_error; it
+  // is a bad recipe file (RecipeError, exit 2) like any other JSON error, not an internal failure.
   const std::string e = error_of([] {
     parse_recipe_text(R"({"fprop": {}, "coverage": {"first_n_bf16": 1e999}})", "big.json", "big");
   });

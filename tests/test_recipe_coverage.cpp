@@ -166,7 +166,8 @@ TEST(RecipeCoverage, GlobAndPaths) {
 }
 
 TEST(RecipeCoverage, ModelDepthIsBounded) {
-  // describe --layers 10^8 once allocated until bad_alloc; the bound is far above real models.
+  // The bound keeps describe --layers 10^8 from allocating until bad_alloc; it is far above
+  // real models.
   EXPECT_EQ(resolve_model(builtin("nvfp4_per_token"), kMaxModelLayers).per_layer.size(),
             size_t(kMaxModelLayers));
   try {

@@ -390,7 +390,7 @@ class Strictness(Case):
                                  "weight": {"format": "nvfp4", "scaling": "per_row", "block2d": True}}}, f)
         self.assert_refused(run("describe", "--recipe-file", no_fprop), no_fprop, "missing 'fprop'")
         self.assert_refused(run("describe", "--recipe-file", block2d), "fprop.weight: block2d", "per_row")
-        huge = self.path("huge.json")  # found by fuzz_recipe: once an internal failure (exit 1)
+        huge = self.path("huge.json")  # fuzz_recipe's finding: a JSON error, exit 2 (not 1)
         with open(huge, "w") as f:
             f.write('{"fprop": {}, "coverage": {"first_n_bf16": 1e999}}')
         self.assert_refused(run("describe", "--recipe-file", huge), huge, "not valid JSON")
