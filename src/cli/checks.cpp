@@ -21,7 +21,9 @@ void check_output_paths(std::initializer_list<std::pair<std::string_view, std::s
     } catch (const OutputPathError& e) {
       throw UsageError(fmt::format("{}: {}", flag, e.what()));
     }
-    const std::filesystem::path canon = std::filesystem::weakly_canonical(target);
+    std::error_code ec;  // a path that cannot be made canonical is compared as resolved
+    std::filesystem::path canon = std::filesystem::weakly_canonical(target, ec);
+    if (ec) canon = target;
     for (const auto& [other_flag, other] : seen)
       if (other == canon)
         throw UsageError(
