@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "lockstep/numerics/block_rules.h"
@@ -182,6 +183,57 @@ TEST(F16, WidensExactly) {
   EXPECT_TRUE(std::isinf(f16_to_f32(0xFC00)));
   EXPECT_TRUE(std::isnan(f16_to_f32(0x7E00)));
 }
+
+TEST(F16, NarrowsWithRoundToNearestEven) {
+  // Every half round-trips; every midpoint between neighbours goes to the even one, and one fp32
+  // ulp either side of it to the nearer one.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float v = f16_to_f32(uint16_t(h));
+    if (std::isnan(v)) {
+      EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(v)))) << std::hex << h;
+      EXPECT_EQ(f32_to_f16(v) & 0x8000u, h & 0x8000u) << std::hex << h;
+      continue;
+    }
+    EXPECT_EQ(f32_to_f16(v), h) << std::hex << h;
+    if ((h & 0x7FFFu) >= 0x7BFFu) continue;  // the next one up is inf
+    const float next = f16_to_f32(uint16_t(h + 1));
+    const float mid = (v + next) / 2;  // exact: halves have 11 significant bits
+    const uint16_t even = (h & 1u) ? uint16_t(h + 1) : uint16_t(h);
+    EXPECT_EQ(f32_to_f16(mid), even) << std::hex << h;
+    EXPECT_EQ(f32_to_f16(std::nextafter(mid, 0.0f)), h) << std::hex << h;
+    EXPECT_EQ(f32_to_f16(std::nextafter(mid, std::copysign(kInf, v))), uint16_t(h + 1))
+        << std::hex << h;
+  }
+  // Overflow is IEEE (inf), not saturating: 65520 is 65504 plus half an ulp, a tie to the even inf.
+  EXPECT_EQ(f32_to_f16(std::nextafter(65520.0f, 0.0f)), 0x7BFF);
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7C00);
+  EXPECT_EQ(f32_to_f16(-3.4028235e38f), 0xFC00);
+  EXPECT_EQ(f32_to_f16(kInf), 0x7C00);
+  EXPECT_EQ(f32_to_f16(-0.0f), 0x8000);
+  // Below half the smallest subnormal (2^-25, itself a tie to the even 0) everything is zero.
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);
+  EXPECT_EQ(f32_to_f16(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001);
+  EXPECT_EQ(f32_to_f16(-std::ldexp(1.0f, -30)), 0x8000);
+  EXPECT_EQ(f32_to_f16(bits(0x00000001)), 0x0000);
+}
+
+#if defined(__FLT16_MAX__)
+// The compiler's own conversion (_Float16, IEEE RNE) as an independent oracle over a dense sample
+// of fp32 bit patterns: every 4099th pattern (all exponents, many mantissas).
+TEST(F16, MatchesTheCompilersFloat16Conversion) {
+  for (uint64_t b = 0; b <= 0xFFFFFFFFull; b += 4099) {
+    const float v = bits(uint32_t(b));
+    const _Float16 ref = static_cast<_Float16>(v);
+    uint16_t ref_bits;
+    std::memcpy(&ref_bits, &ref, 2);
+    if (std::isnan(v)) {
+      EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(v))));
+      continue;
+    }
+    ASSERT_EQ(f32_to_f16(v), ref_bits) << "fp32 bits 0x" << std::hex << b;
+  }
+}
+#endif
 
 TEST(ExMy, EveryFormatRoundTripsAndMatchesNamedCodecs) {
   for (int e = 1; e <= 5; ++e)

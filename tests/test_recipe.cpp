@@ -6,6 +6,7 @@
 
 #include "lockstep/recipe/recipe.h"
 #include "lockstep/recipe/registry.h"
+#include "lockstep/recipe/selection.h"
 
 namespace lockstep {
 namespace {
@@ -202,6 +203,70 @@ TEST(RecipeValidation, CoverageFieldsAreChecked) {
             std::string::npos);
   EXPECT_NE(error_of([] { recipe_from_json(Json::parse(R"({"purpose": "no name"})"), "f"); }).find("missing 'name'"),
             std::string::npos);
+}
+
+TEST(RecipeValidation, FpropMustBeSaid) {
+  // A recipe with no forward formats would run everything in bf16 without a word.
+  const std::string e =
+      error_of([] { recipe_from_json(Json::parse(R"({"name": "t"})"), "f.json"); });
+  EXPECT_NE(e.find("f.json: missing 'fprop'"), std::string::npos) << e;
+  EXPECT_NE(error_of([] {
+              resolve_recipe_json(Json::parse(R"({"backward_mode": "quantized"})"), "g.json", "g");
+            }).find("g.json: missing 'fprop'"),
+            std::string::npos);
+  // "extends" supplies it; a bf16 recipe says so.
+  EXPECT_NO_THROW(resolve_recipe_json(Json::parse(R"({"extends": "mxfp8"})"), "h.json", "h"));
+  EXPECT_NO_THROW(recipe_from_json(
+      Json::parse(
+          R"({"name": "b", "fprop": {"activation": {"format": "bf16"}, "weight": {"format": "bf16"}}})"),
+      "b.json"));
+  EXPECT_EQ(to_json(builtin("bf16"))["fprop"]["weight"]["format"], "bf16");
+}
+
+TEST(RecipeValidation, Block2dWithPerRowIsRefusedAsQuantizeRefusesIt) {
+  const std::string e = error_of([] {
+    Json j = minimal(R"({"format": "nvfp4"})");
+    j["fprop"]["weight"] =
+        Json::parse(R"({"format": "nvfp4", "scaling": "per_row", "block2d": true})");
+    recipe_from_json(j, "f.json");
+  });
+  EXPECT_NE(e.find("fprop.weight: block2d"), std::string::npos) << e;
+  EXPECT_NE(e.find("per_row"), std::string::npos) << e;
+  // Every scaling quantize accepts with 2-D blocks passes.
+  for (const char* sc : {"per_tensor", "per_group"}) {
+    Json j = minimal(R"({"format": "nvfp4"})");
+    j["fprop"]["weight"] = Json::parse(
+        std::string(R"({"format": "nvfp4", "block2d": true, "scaling": ")") + sc + "\"}");
+    EXPECT_NO_THROW(recipe_from_json(j, "ok")) << sc;
+  }
+}
+
+TEST(RecipeValidation, LayerCountsOutsideIntAreRefusedNotWrapped) {
+  for (const char* v : {"4294967297", "2147483648", "-2147483649", "18446744073709551615"}) {
+    Json j = minimal(R"({"format": "nvfp4"})");
+    j["coverage"] = Json::parse(std::string(R"({"first_n_bf16": )") + v + "}");
+    const std::string e = error_of([&] { recipe_from_json(j, "f.json"); });
+    EXPECT_NE(e.find("first_n_bf16: " + std::string(v) + " is outside the range"),
+              std::string::npos)
+        << e;
+  }
+}
+
+TEST(RecipeFile, DeepNestingIsRefused) {
+  const std::string deep = R"({"fprop": )" + std::string(100, '[') + std::string(100, ']') + "}";
+  const std::string e = error_of([&] { parse_recipe_text(deep, "deep.json", "deep"); });
+  EXPECT_NE(e.find("nests JSON deeper than 64 levels"), std::string::npos) << e;
+  EXPECT_NO_THROW(parse_recipe_text(R"({"extends": "nvfp4_block"})", "ok.json", "ok"));
+}
+
+TEST(RecipeFile, NumberTooLargeForADoubleIsAJsonError) {
+  // fuzz_recipe's finding: the JSON library reports 1e999 as out_of_range, not parse_error; it
+  // is a bad recipe file (RecipeError, exit 2) like any other JSON error, not an internal failure.
+  const std::string e = error_of([] {
+    parse_recipe_text(R"({"fprop": {}, "coverage": {"first_n_bf16": 1e999}})", "big.json", "big");
+  });
+  EXPECT_NE(e.find("recipe file 'big.json' is not valid JSON"), std::string::npos) << e;
+  EXPECT_NE(e.find("number overflow"), std::string::npos) << e;
 }
 
 TEST(RecipeQuantSpec, OperandsConvertToQuantizerOptions) {

@@ -165,6 +165,23 @@ TEST(RecipeCoverage, GlobAndPaths) {
   EXPECT_THROW(resolve_model(builtin("bf16"), 0), RecipeError);
 }
 
+TEST(RecipeCoverage, ModelDepthIsBounded) {
+  // The bound keeps describe --layers 10^8 from allocating until bad_alloc; it is far above
+  // real models.
+  EXPECT_EQ(resolve_model(builtin("nvfp4_per_token"), kMaxModelLayers).per_layer.size(),
+            size_t(kMaxModelLayers));
+  try {
+    resolve_model(builtin("nvfp4_per_token"), 100000000);
+    ADD_FAILURE() << "10^8 layers accepted";
+  } catch (const RecipeError& e) {
+    EXPECT_NE(std::string(e.what()).find("100000000 layers is deeper than the 1024"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(resolve_module(builtin("bf16"), 0, ModuleClass::kQkv, kMaxModelLayers + 1),
+               RecipeError);
+}
+
 TEST(RecipeCoverage, PlanJsonHasTheDescribeSchema) {
   const Json j = plan_json(resolve_model(builtin("nvfp4_per_token"), 20));
   EXPECT_EQ(j["recipe"], "nvfp4_per_token");

@@ -9,6 +9,7 @@
 #include "lockstep/diag/run_meta.h"
 #include "lockstep/recipe/registry.h"
 #include "lockstep/recipe/selection.h"
+#include "lockstep/tensor/file_io.h"
 
 namespace lockstep {
 namespace {
@@ -185,7 +186,7 @@ TEST(RecipeRunMeta, WritesAtomicallyWithProvenance) {
   size_t files = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(t.path)) ++files;
   EXPECT_EQ(files, 1u);  // no temporary left behind
-  EXPECT_THROW(write_run_meta(t.path / "no_such_dir" / "run_meta.json", s, x), std::runtime_error);
+  EXPECT_THROW(write_run_meta(t.path / "no_such_dir" / "run_meta.json", s, x), OutputPathError);
 }
 
 TEST(RecipeRunMeta, DryRunTextNamesCommandRecipeAndEnvironment) {

@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/tensor/file_io.h"
 #include "lockstep/tensor/safetensors.h"
+#include "temp_dir.h"
 
 namespace lockstep {
 namespace {
@@ -78,25 +80,7 @@ void expect_same(const SafetensorsFile& a, const SafetensorsFile& b) {
   EXPECT_EQ(a.metadata, b.metadata);
 }
 
-// A fresh directory removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            (std::string("lockstep_st_") + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-  size_t entries() const {
-    return size_t(std::distance(fs::directory_iterator(path_), fs::directory_iterator()));
-  }
-
- private:
-  fs::path path_;
-};
+using lockstep::test_util::TempDir;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -340,6 +324,72 @@ TEST(SafetensorsMalformed, OverlappingTensors) {
                      {"overlap"});
 }
 
+// The Hugging Face reader's coverage rule: sorted by offsets, tensors tile the data buffer with
+// no gap before, between or after them (tests/py/test_safetensors_interop.py checks the same
+// files against the `safetensors` package itself).
+TEST(SafetensorsMalformed, GapBetweenTensors) {
+  expect_parse_error(make_file(R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]},)"
+                               R"( "b": {"dtype": "U8", "shape": [1], "data_offsets": [3, 4]}})",
+                               "abcd"),
+                     {"tensor 'b'", "gap of 1 unindexed bytes after tensor 'a' (ends at 2)"});
+  expect_parse_error(
+      make_file(R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [1, 3]}})", "abc"),
+      {"tensor 'a'", "gap of 1 unindexed bytes after the start of the data buffer"});
+}
+
+TEST(SafetensorsMalformed, TrailingBytes) {
+  expect_parse_error(
+      make_file(R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}})", "abc"),
+      {"1 trailing bytes after tensor 'a' (ends at 2)", "data buffer is 3 bytes"});
+  expect_parse_error(make_file("{}", "zz"), {"2 trailing bytes", "no tensor holds data"});
+  expect_parse_error(
+      make_file(R"({"e": {"dtype": "U8", "shape": [0], "data_offsets": [0, 0]}})", "x"),
+      {"1 trailing bytes"});
+}
+
+TEST(SafetensorsMalformed, EmptyTensorMustSitWhereThePreviousEnds) {
+  const std::string a = R"("a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]})";
+  expect_parse_error(
+      make_file("{" + a + R"(, "e": {"dtype": "U8", "shape": [0], "data_offsets": [2, 2]}})",
+                "abcd"),
+      {"tensor 'e'", "overlap tensor 'a'"});
+  expect_parse_error(
+      make_file("{" + a + R"(, "e": {"dtype": "F32", "shape": [0], "data_offsets": [9, 9]}})",
+                "abcd"),
+      {"tensor 'e'", "beyond the data buffer"});
+  // At a boundary (the start or the end) an empty tensor is fine, as for Hugging Face.
+  for (const char* at : {"[0, 0]", "[4, 4]"}) {
+    const auto f = parse_safetensors(
+        make_file("{" + a + R"(, "e": {"dtype": "U8", "shape": [0], "data_offsets": )" + at + "}}",
+                  "abcd"),
+        "mem");
+    EXPECT_EQ(f.tensors.size(), 2u) << at;
+  }
+  EXPECT_EQ(parse_safetensors(make_file("{}"), "mem").tensors.size(), 0u);
+}
+
+TEST(SafetensorsMalformed, EmptyTensorName) {
+  expect_parse_error(
+      make_file(R"({"": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}})", "ab"),
+      {"a tensor has an empty name"});
+  SafetensorsFile f;
+  f.tensors.push_back({"", Tensor(DType::kU8, {2})});
+  EXPECT_THROW(serialize_safetensors(f), SafetensorsError);
+}
+
+TEST(SafetensorsMalformed, NestingDeeperThanTheReferenceReader) {
+  // serde_json, behind the Hugging Face reader, stops at 128 levels; so does lockstep, which
+  // also keeps the recursive parts of the JSON library (printing a value in a message) shallow.
+  const std::string deep = std::string(200, '[') + std::string(200, ']');
+  expect_parse_error(
+      make_file(R"({"w": {"dtype": "U8", "shape": )" + deep + R"(, "data_offsets": [0, 0]}})"),
+      {"nested deeper than 128 levels"});
+  const std::string ok = std::string(100, '[') + std::string(100, ']');
+  expect_parse_error(
+      make_file(R"({"w": {"dtype": "U8", "shape": [)" + ok + R"(], "data_offsets": [0, 0]}})"),
+      {"tensor 'w'", "is not an integer"});
+}
+
 TEST(SafetensorsMalformed, MetadataNotAnObjectOfStrings) {
   expect_parse_error(make_file(R"({"__metadata__": ["a"]})"),
                      {"__metadata__ is a JSON array, not an object"});
@@ -388,8 +438,10 @@ TEST(SafetensorsWrite, IntoMissingDirectoryFailsCleanly) {
   try {
     write_safetensors(path, f);
     ADD_FAILURE() << "write into a missing directory succeeded";
-  } catch (const SafetensorsError& e) {
+  } catch (const OutputPathError& e) {  // the caller's path: checked before anything is created
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("No such file or directory"), std::string::npos)
+        << e.what();
   }
   EXPECT_FALSE(fs::exists(dir.path() / "no_such_dir"));
   EXPECT_EQ(dir.entries(), 0u);
@@ -430,7 +482,7 @@ TEST(SafetensorsWrite, FailureMidWriteLeavesExistingTargetAndNoTempFile) {
   std::string message;
   try {
     write_safetensors(path, big);
-  } catch (const SafetensorsError& e) {
+  } catch (const FileWriteError& e) {  // not the caller's input: the CLI exits 1, not 2
     message = e.what();
   }
   setrlimit(RLIMIT_FSIZE, &saved);
@@ -449,7 +501,7 @@ TEST(SafetensorsWrite, RenameOntoDirectoryFailsAndCleansUp) {
   fs::create_directories(path / "child");
   SafetensorsFile f;
   f.tensors.push_back({"w", Tensor(DType::kF32, {2})});
-  EXPECT_THROW(write_safetensors(path.string(), f), SafetensorsError);
+  EXPECT_THROW(write_safetensors(path.string(), f), OutputPathError);
   EXPECT_TRUE(fs::is_directory(path / "child"));
   EXPECT_EQ(dir.entries(), 1u) << "temporary file left behind";
 }

@@ -81,10 +81,11 @@ void prepare(Side& s, const GemmArgs& a, const std::string& path, const std::str
   s.scaling = scaling;
   // F16 is widened on the host (the CUDA quantizers take F32 and BF16).
   const Tensor x = dt == DType::kF16 ? cast(s.t, DType::kF32) : s.t;
-  s.q = quantize(x.to(device), cfg, name);
+  s.q = naming_file(path, [&] { return quantize(x.to(device), cfg, name); });
 }
 
 void run_gemm(const GemmArgs& a) {
+  check_output_paths({{"-o", a.output}, {"--run-meta", a.run_meta}});
   if (dry_run(a.dry_run, fmt::format("quantize {} and {} ({}), multiply on {} -> {}", a.a_path, a.w_path, a.format,
                                      a.device, a.output)))
     return;
@@ -99,6 +100,11 @@ void run_gemm(const GemmArgs& a) {
           a.w_scaling.empty() ? a.scaling : a.w_scaling, *device);
   // --deterministic: the batch-invariant order (the CPU path always is); otherwise the library's
   // fastest kernel for the shape (docs/gemm.md lists which ones are batch-invariant).
+  if (as.t.cols() != ws.t.cols())
+    throw UsageError(
+        fmt::format("K mismatch: {} holds a [{}, {}] and {} holds w [{}, {}]; D = A W^T needs "
+                    "the same number of columns (K) in both",
+                    a.a_path, as.t.rows(), as.t.cols(), a.w_path, ws.t.rows(), ws.t.cols()));
   GemmConfig cfg;
   cfg.order = a.deterministic ? GemmOrder::kBatchInvariant : GemmOrder::kFast;
   GemmResult r = a.oracle ? qgemm_oracle(as.arg(), ws.arg(), cfg) : qgemm(as.arg(), ws.arg(), cfg);
@@ -125,8 +131,7 @@ void run_gemm(const GemmArgs& a) {
                                                          : "fp32, ascending k, one RN per product and per add"}},
                                {});
   out.metadata["lockstep.run_meta"] = meta.dump();
-  write_safetensors(a.output, out);
-  if (!a.run_meta.empty()) write_file_atomic(a.run_meta, meta.dump(2) + "\n");
+  write_outputs(a.output, out, a.run_meta, meta);
   if (a.json) {
     fmt::print("{}\n", nlohmann::json{{"output", a.output},
                                       {"m", M},

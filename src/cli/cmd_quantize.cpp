@@ -1,8 +1,13 @@
 // `lockstep quantize` and `lockstep dequantize`: whole safetensors files through the contract's
-// quantizers. Inputs are validated completely before anything is written; outputs are atomic.
+// quantizers. Output paths and inputs are validated completely before any work; outputs are
+// written all or none, each atomically.
 #include <fmt/format.h>
 
+#include <cfloat>
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "commands.h"
 #include "lockstep/tensor/device.h"
@@ -21,9 +26,26 @@ struct QuantizeArgs {
        hadamard = false, json = false, dry_run = false;
   std::string device = "cpu", run_meta;
   uint64_t seed = 0;
-  uint32_t stream = 0;
-  float eps = 0.0f;
+  uint64_t stream = 0;        // a Philox stream id: 32 bits (parse_unsigned bounds it)
+  std::optional<double> eps;  // fp8 amax floor; unset means 0
 };
+
+// --eps: finite, >= 0, within fp32 range, and for fp8 only (nvfp4 and mxfp8 have no amax floor).
+float checked_eps(const QuantizeArgs& a, Format f) {
+  if (!a.eps) return 0.0f;
+  const double e = *a.eps;
+  if (!std::isfinite(e) || e < 0.0 || e > double(FLT_MAX))
+    throw UsageError(
+        fmt::format("--eps {}: expected a finite amax floor from 0 to {:g}", e, double(FLT_MAX)));
+  if (e > 0.0 && float(e) == 0.0f)
+    throw UsageError(
+        fmt::format("--eps {}: rounds to 0 in fp32; give 0 or a value of at least {:g}", e,
+                    double(std::numeric_limits<float>::denorm_min())));
+  if (f != Format::kFp8)
+    throw UsageError(fmt::format(
+        "--eps applies to fp8 (its per-tensor/per-row/block amax floor), not {}", format_name(f)));
+  return float(e);
+}
 
 bool is_quantizable(const Tensor& t) {
   return t.dim() == 2 && (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16);
@@ -47,10 +69,10 @@ QuantConfig make_spec(const QuantizeArgs& a) {
   s.block2d = a.block2d;
   s.colwise = a.colwise;
   s.pow2 = a.pow2;
-  s.eps = a.eps;
+  s.eps = checked_eps(a, s.format);
   s.stochastic = a.stochastic;
   s.seed = a.seed;
-  s.rng_stream = a.stream;
+  s.rng_stream = uint32_t(a.stream);
   s.hadamard = a.hadamard;
   if (a.scale_layout != "compact" && a.scale_layout != "swizzled")
     throw UsageError(fmt::format("unknown --scale-layout '{}' (compact or swizzled)", a.scale_layout));
@@ -66,7 +88,21 @@ Device device_arg(const std::string& name) {
   return *d;
 }
 
+// Refuses a file that already holds lockstep quantized tensors (lockstep.NAME.format metadata):
+// quantizing it again would treat their parts (NAME.scale_inv, NAME.amax) as weights.
+void refuse_quantized_input(const SafetensorsFile& in, const std::string& path) {
+  const std::vector<std::string> names = quantized_tensor_names(in);
+  if (names.empty()) return;
+  const std::string& name = names.front();
+  throw UsageError(fmt::format(
+      "{}: tensor '{}' is already quantized ({}, metadata 'lockstep.{}.format'){}; quantize takes "
+      "high-precision tensors: run `lockstep dequantize` on the file first",
+      path, name, in.metadata.at("lockstep." + name + ".format"), name,
+      names.size() > 1 ? fmt::format(", as are {} other tensor(s)", names.size() - 1) : ""));
+}
+
 void run_quantize(const QuantizeArgs& a) {
+  check_output_paths({{"-o", a.output}, {"--run-meta", a.run_meta}});
   const QuantConfig spec = make_spec(a);
   const Device device = device_arg(a.device);
   if (dry_run(a.dry_run, fmt::format("{} {} of every 2-D float tensor of {} on {} -> {}", a.format,
@@ -74,6 +110,7 @@ void run_quantize(const QuantizeArgs& a) {
     return;
   require_device(device);
   SafetensorsFile in = read_safetensors(a.input);
+  refuse_quantized_input(in, a.input);
   // Validate every tensor before quantizing anything: non-finite values are refused unless
   // --allow-nonfinite, and the first contract violation stops the command with no output file.
   int quantizable = 0;
@@ -81,7 +118,9 @@ void run_quantize(const QuantizeArgs& a) {
     const NamedTensor& nt = in.tensors[i];
     if (!is_quantizable(nt.tensor)) continue;
     ++quantizable;
-    validate_quant_input(nt.name, nt.tensor.rows(), nt.tensor.cols(), {}, spec);
+    naming_file(a.input, [&] {
+      validate_quant_input(nt.name, nt.tensor.rows(), nt.tensor.cols(), {}, spec);
+    });
     if (!a.allow_nonfinite) {
       int64_t bad = count_nonfinite(to_f32(nt.tensor));
       if (bad > 0)
@@ -103,7 +142,7 @@ void run_quantize(const QuantizeArgs& a) {
     }
     // F16 is widened exactly on the host (the CUDA quantizers read F32 and BF16).
     const Tensor x = nt.tensor.dtype() == DType::kF16 ? cast(nt.tensor, DType::kF32) : nt.tensor;
-    QTensor q = quantize(x.to(device), spec, nt.name);
+    QTensor q = naming_file(a.input, [&] { return quantize(x.to(device), spec, nt.name); });
     add_qtensor(out, nt.name, q, nt.tensor.dtype());
     report.push_back({{"name", nt.name}, {"shape", nt.tensor.shape()}, {"dtype", dtype_name(nt.tensor.dtype())}});
   }
@@ -111,14 +150,13 @@ void run_quantize(const QuantizeArgs& a) {
       "quantize", a.device,
       Json{{"input", a.input}, {"output", a.output}, {"format", a.format},
            {"scaling", std::string(scaling_name(spec.scaling))}, {"block2d", a.block2d},
-           {"colwise", a.colwise}, {"pow2", a.pow2}, {"eps", a.eps}, {"elem", a.elem},
+           {"colwise", a.colwise}, {"pow2", a.pow2}, {"eps", spec.eps}, {"elem", a.elem},
            {"stochastic", a.stochastic}, {"hadamard", a.hadamard}, {"allow_nonfinite", a.allow_nonfinite}},
       Json{{"block_scale", a.scale_layout}, {"fp4_packing", "two codes per byte, even column in the low nibble"}},
       a.stochastic ? std::map<std::string, uint64_t>{{"stochastic_rounding", a.seed}, {"stream", a.stream}}
                    : std::map<std::string, uint64_t>{});
   out.metadata["lockstep.run_meta"] = meta.dump();
-  write_safetensors(a.output, out);
-  if (!a.run_meta.empty()) write_file_atomic(a.run_meta, meta.dump(2) + "\n");
+  write_outputs(a.output, out, a.run_meta, meta);
   if (a.json) {
     fmt::print("{}\n", nlohmann::json{{"output", a.output},
                                       {"format", a.format},
@@ -136,8 +174,28 @@ struct DequantizeArgs {
   bool dry_run = false;
 };
 
+// The output dtype of one tensor: f32, bf16, or (--dtype source) the dtype it was quantized from.
+DType output_dtype(const std::string& dtype_arg, DType source, const std::string& input,
+                   const std::string& name) {
+  if (dtype_arg == "f32") return DType::kF32;
+  if (dtype_arg == "bf16") return DType::kBF16;
+  if (source != DType::kF32 && source != DType::kBF16 && source != DType::kF16)
+    throw SafetensorsError(
+        fmt::format("{}: quantized tensor '{}': metadata 'lockstep.{}.dtype' says {}, which "
+                    "quantize never writes (F32, BF16 or F16); use --dtype f32 or bf16",
+                    input, name, name, dtype_name(source)));
+  return source;
+}
+
+int64_t count_inf(std::span<const float> v) {
+  int64_t n = 0;
+  for (float x : v) n += std::isinf(x) ? 1 : 0;
+  return n;
+}
+
 void run_dequantize(const DequantizeArgs& a) {
   const std::string &input = a.input, &output = a.output, &dtype_arg = a.dtype;
+  check_output_paths({{"-o", output}, {"--run-meta", a.run_meta}});
   const Device device = device_arg(a.device);
   if (dry_run(a.dry_run, fmt::format("dequantize every quantized tensor of {} on {} -> {} ({})", input,
                                      a.device, output, dtype_arg)))
@@ -149,25 +207,50 @@ void run_dequantize(const DequantizeArgs& a) {
   SafetensorsFile out;
   for (const auto& [k, v] : in.metadata)
     if (!k.starts_with("lockstep.")) out.metadata[k] = v;
+  // Values that dequantize to +-Inf: finite inputs too close to FLT_MAX for the format (MXFP8:
+  // |x| >= 248 x 2^120, docs/contract-notes.md), values beyond the range of a narrower output
+  // dtype, or Inf inputs quantized with --allow-nonfinite.
+  std::vector<std::pair<std::string, int64_t>> overflowed;
+  int64_t overflowed_total = 0;
   for (const std::string& name : names) {
     DType source = DType::kF32;
-    QTensor q = read_qtensor(in, name, &source);
-    DType dt = DType::kF32;
-    if (dtype_arg == "bf16" || (dtype_arg == "source" && source == DType::kBF16)) dt = DType::kBF16;
+    QTensor q = naming_file(input, [&] { return read_qtensor(in, name, &source); });
+    const DType dt = output_dtype(dtype_arg, source, input, name);
     DequantConfig dc;
-    dc.dtype = dt;
     dc.copy = q.has_rowwise() ? Copy::kRowwise : Copy::kColwise;
-    out.tensors.push_back({name, dequantize(q.to(device), dc).to(Device::cpu())});
+    const std::vector<float> values =
+        naming_file(input, [&] { return to_f32(dequantize(q.to(device), dc).to(Device::cpu())); });
+    Tensor t = from_f32(values, {q.rows, q.cols}, dt);
+    const int64_t inf = dt == DType::kF32 ? count_inf(values) : count_inf(to_f32(t));
+    if (inf > 0) {
+      overflowed.emplace_back(name, inf);
+      overflowed_total += inf;
+      fmt::print(stderr,
+                 "lockstep: warning: {}: tensor '{}' ({}): {} of {} value(s) dequantize to +-Inf "
+                 "in {} (a finite input too close to FLT_MAX overflows the format or the output "
+                 "dtype, or the input held Inf; see docs/contract-notes.md)\n",
+                 input, name, format_name(q.format), inf, q.rows * q.cols, dtype_name(dt));
+    }
+    out.tensors.push_back({name, std::move(t)});
   }
   for (NamedTensor& nt : in.tensors)
     if (!is_qtensor_part(in, nt.name)) out.tensors.push_back(std::move(nt));
   const Json meta = provenance("dequantize", a.device,
-                               Json{{"input", input}, {"output", output}, {"dtype", dtype_arg}},
+                               Json{{"input", input},
+                                    {"output", output},
+                                    {"dtype", dtype_arg},
+                                    {"overflowed_to_inf", overflowed_total}},
                                Json::object(), {});
   out.metadata["lockstep.run_meta"] = meta.dump();
-  write_safetensors(output, out);
-  if (!a.run_meta.empty()) write_file_atomic(a.run_meta, meta.dump(2) + "\n");
-  fmt::print("dequantized {} tensor(s) -> {}\n", names.size(), output);
+  write_outputs(output, out, a.run_meta, meta);
+  std::string note;
+  if (overflowed_total > 0) {
+    note = fmt::format("; {} value(s) overflowed to +-Inf (", overflowed_total);
+    for (size_t i = 0; i < overflowed.size(); ++i)
+      note += fmt::format("{}'{}' {}", i ? ", " : "", overflowed[i].first, overflowed[i].second);
+    note += ")";
+  }
+  fmt::print("dequantized {} tensor(s) -> {}{}\n", names.size(), output, note);
 }
 
 }  // namespace
@@ -192,11 +275,13 @@ void register_quantize_commands(CLI::App& app) {
               "also write the columnwise copy for the backward GEMMs: nvfp4 / fp8 the quantized transpose "
               "(rows % 16 == 0 for nvfp4), mxfp8 blocks of 32 down columns (rows % 32 == 0)");
   q->add_flag("--pow2", a->pow2, "fp8: round scales down to powers of two");
-  q->add_option("--eps", a->eps, "fp8: amax floor")->capture_default_str();
+  q->add_option("--eps", a->eps, "fp8: amax floor (finite, >= 0; default 0)");
   q->add_option("--elem", a->elem, "fp8/mxfp8 element type: e4m3 or e5m2")->capture_default_str();
   q->add_flag("--stochastic", a->stochastic, "stochastic rounding of elements (Philox, CONTRACT section 5)");
-  q->add_option("--seed", a->seed, "Philox seed for --stochastic")->capture_default_str();
-  q->add_option("--stream", a->stream, "Philox stream id for --stochastic")->capture_default_str();
+  add_unsigned_option(*q, "--seed", a->seed, UINT64_MAX,
+                      "Philox seed for --stochastic (0 to 2^64 - 1)");
+  add_unsigned_option(*q, "--stream", a->stream, UINT32_MAX,
+                      "Philox stream id for --stochastic (0 to 2^32 - 1)");
   q->add_flag("--hadamard", a->hadamard, "random Hadamard transform along rows before quantizing (section 6)");
   q->add_option("--scale-layout", a->scale_layout, "compact or swizzled (128x4 tiles) block scales")->capture_default_str();
   q->add_flag("--allow-nonfinite", a->allow_nonfinite, "quantize NaN/Inf inputs by the contract's rules instead of refusing");
@@ -216,7 +301,9 @@ void register_quantize_commands(CLI::App& app) {
   d->add_option("--device", da->device, "cpu or cuda (same bytes either way)")->capture_default_str();
   d->add_option("--run-meta", da->run_meta, "also write the run's provenance (run_meta.json) to this file");
   d->add_flag("--dry-run", da->dry_run, "print the resolved recipe, environment and command; create nothing");
-  d->add_option("--dtype", da->dtype, "f32 (exact), bf16, or source (the dtype the tensor was quantized from)")
+  d->add_option(
+       "--dtype", da->dtype,
+       "f32 (exact), bf16, or source (the dtype the tensor was quantized from: F32, BF16 or F16)")
       ->check(CLI::IsMember({"f32", "bf16", "source"}))
       ->capture_default_str();
   d->callback([da] { run_dequantize(*da); });

@@ -134,7 +134,10 @@ void run_describe(DescribeArgs& a) {
                                    *a.sel.recipe_name));
     a.sel.recipe_name = a.positional;
   }
-  if (a.layers < 1) throw UsageError(fmt::format("--layers must be >= 1, got {}", a.layers));
+  if (a.layers < 1 || a.layers > kMaxModelLayers)
+    throw UsageError(
+        fmt::format("--layers {}: expected 1 to {} (real models have at most a few hundred layers)",
+                    a.layers, kMaxModelLayers));
   a.sel.read_environment();
   const SelectedRecipe s = select_recipe(a.sel);
   const ModelPlan plan = resolve_model(s.recipe, a.layers);
@@ -164,7 +167,8 @@ void register_recipe_commands(CLI::App& app) {
   desc->add_option("RECIPE", d->positional,
                    "recipe name (default: --recipe-file, then $LOCKSTEP_RECIPE, then bf16)");
   add_recipe_options(*desc, d->sel);
-  desc->add_option("--layers", d->layers, "number of transformer layers")
+  desc->add_option("--layers", d->layers,
+                   fmt::format("number of transformer layers (1 to {})", kMaxModelLayers))
       ->default_val(kDefaultDescribeLayers);
   desc->add_flag("--json", d->json,
                  "print {recipe, layers: [{layer, modules}], lm_head} as JSON");

@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "lockstep/diag/run_meta.h"
 #include "lockstep/quant/simulate.h"
+#include "lockstep/tensor/file_io.h"
 #include "lockstep/tensor/safetensors.h"
 
 namespace lockstep::cli {
@@ -21,15 +21,20 @@ struct SweepArgs {
   std::string run_meta;
 };
 
-nlohmann::json opt_json(const std::optional<double>& v) {
+// A metric for the report: "overflow" when the reconstruction overflowed to +-Inf (a format
+// property, not an error of 0 or inf dB), undefined (JSON null) when ||x|| = 0, "inf" / "-inf",
+// else the number.
+nlohmann::json metric_json(const std::optional<double>& v, int64_t overflow) {
+  if (overflow > 0) return "overflow";
   if (!v) return nullptr;
-  if (std::isinf(*v)) return "inf";
+  if (std::isinf(*v)) return *v > 0 ? "inf" : "-inf";
   return *v;
 }
 
-std::string opt_text(const std::optional<double>& v, const char* spec) {
+std::string metric_text(const std::optional<double>& v, int64_t overflow, const char* spec) {
+  if (overflow > 0) return "overflow";
   if (!v) return "undefined";
-  if (std::isinf(*v)) return "inf";
+  if (std::isinf(*v)) return *v > 0 ? "inf" : "-inf";
   return fmt::format(fmt::runtime(spec), *v);
 }
 
@@ -42,6 +47,7 @@ void run_sweep(const SweepArgs& a) {
     std::vector<float> values;
     int64_t rows, cols;
   };
+  check_output_paths({{"--run-meta", a.run_meta}});
   if (dry_run(a.dry_run, a.file.empty() ? "sweep the generated tensor" : "sweep " + a.file)) return;
   std::vector<Item> items;
   std::string source;
@@ -85,17 +91,25 @@ void run_sweep(const SweepArgs& a) {
                  "worst rel-L2");
     }
     for (const SweepRow& r : rows) {
+      const ErrorMetrics& m = r.metrics;
+      const int64_t worst_overflow = std::isinf(r.worst_row_rel_l2) ? 1 : 0;
       if (!a.json)
-        fmt::print("{:<11} {:>9} {:>11} {:>11.4e} {:>10} {:>12.4e}\n", r.format.name(),
-                   opt_text(r.metrics.snr_db, "{:.2f}"), opt_text(r.metrics.rel_l2, "{:.4e}"), r.metrics.mae,
-                   r.worst_row, r.worst_row_rel_l2);
-      jr.push_back({{"format", fmt::format("E{}M{}", r.format.e_bits, r.format.m_bits)},
-                    {"scale", r.format.scale == ScaleKind::kE4M3 ? "E4M3" : "E8M0"},
-                    {"snr_db", opt_json(r.metrics.snr_db)},
-                    {"rel_l2", opt_json(r.metrics.rel_l2)},
-                    {"mae", r.metrics.mae},
-                    {"max_abs", r.metrics.max_abs},
-                    {"worst_row", {{"row", r.worst_row}, {"rel_l2", r.worst_row_rel_l2}}}});
+        fmt::print(
+            "{:<11} {:>9} {:>11} {:>11} {:>10} {:>12}{}\n", r.format.name(),
+            metric_text(m.snr_db, m.overflow, "{:.2f}"),
+            metric_text(m.rel_l2, m.overflow, "{:.4e}"), metric_text(m.mae, m.overflow, "{:.4e}"),
+            r.worst_row, metric_text(r.worst_row_rel_l2, worst_overflow, "{:.4e}"),
+            m.overflow > 0 ? fmt::format("  ({} value(s) dequantize to +-Inf)", m.overflow) : "");
+      jr.push_back(
+          {{"format", fmt::format("E{}M{}", r.format.e_bits, r.format.m_bits)},
+           {"scale", r.format.scale == ScaleKind::kE4M3 ? "E4M3" : "E8M0"},
+           {"snr_db", metric_json(m.snr_db, m.overflow)},
+           {"rel_l2", metric_json(m.rel_l2, m.overflow)},
+           {"mae", metric_json(m.mae, m.overflow)},
+           {"max_abs", metric_json(m.max_abs, m.overflow)},
+           {"overflow", m.overflow},
+           {"worst_row",
+            {{"row", r.worst_row}, {"rel_l2", metric_json(r.worst_row_rel_l2, worst_overflow)}}}});
     }
     js["tensors"].push_back({{"name", it.name}, {"shape", {it.rows, it.cols}}, {"results", jr}});
   }
@@ -125,7 +139,8 @@ void register_sweep_command(CLI::App& app) {
       ->capture_default_str();
   s->add_option("--rows", a->rows, "rows of the generated tensor")->capture_default_str();
   s->add_option("--cols", a->cols, "cols of the generated tensor")->capture_default_str();
-  s->add_option("--seed", a->seed, "seed of the generated tensor")->capture_default_str();
+  add_unsigned_option(*s, "--seed", a->seed, UINT64_MAX,
+                      "seed of the generated tensor (0 to 2^64 - 1)");
   s->add_flag("--json", a->json, "machine-readable output");
   s->add_option("--run-meta", a->run_meta, "write the results with their provenance (run_meta.json) to this file");
   s->add_flag("--dry-run", a->dry_run, "print the resolved recipe, environment and command; run nothing");

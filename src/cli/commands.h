@@ -3,14 +3,15 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
-#include "lockstep/recipe/selection.h"
-
 #include <cstdint>
 #include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "lockstep/quant/quantize.h"
+#include "lockstep/recipe/selection.h"
+#include "lockstep/tensor/safetensors.h"
 
 namespace lockstep::cli {
 
@@ -37,6 +38,41 @@ SelectedRecipe environment_recipe();
 Json provenance(const std::string& command, const std::string& device, Json extra, Json layouts,
                 std::map<std::string, uint64_t> seeds);
 bool dry_run(bool requested, const std::string& what);
+
+// Runs f(); a QuantError or SafetensorsError it throws is thrown again with "FILE: " in front
+// (unless the message already starts with it), so that every shape-rule or metadata error names
+// the file as well as the tensor.
+template <class F>
+auto naming_file(const std::string& file, F&& f) -> decltype(f()) {
+  auto named = [&](const char* what) {
+    const std::string m(what);
+    return m.starts_with(file + ":") ? m : file + ": " + m;
+  };
+  try {
+    return f();
+  } catch (const QuantError& e) {
+    throw QuantError(named(e.what()));
+  } catch (const SafetensorsError& e) {
+    throw SafetensorsError(named(e.what()));
+  }
+}
+
+// Shared value checks (src/cli/checks.cpp).
+// Every output of a command, checked before any work: each path by resolve_output_path
+// (lockstep/tensor/file_io.h), and no two naming the same file. Empty paths (an output not asked
+// for) are skipped. Throws UsageError naming the flag, the path and the rule.
+void check_output_paths(std::initializer_list<std::pair<std::string_view, std::string>> outputs);
+// Writes `file` to `output` and, when `run_meta_path` is not empty, `run_meta` to it: both
+// written to temporaries first, renamed into place only once both are complete.
+void write_outputs(const std::string& output, const SafetensorsFile& file,
+                   const std::string& run_meta_path, const Json& run_meta);
+// A decimal unsigned integer in [0, max] ("-1", "1e3", "0x10", "" are refused); UsageError
+// naming the flag otherwise.
+uint64_t parse_unsigned(const std::string& text, std::string_view flag, uint64_t max);
+// An option whose value is parsed by parse_unsigned into `target` (its current value is shown as
+// the default).
+CLI::Option* add_unsigned_option(CLI::App& app, const std::string& name, uint64_t& target,
+                                 uint64_t max, const std::string& description);
 
 void register_quantize_commands(CLI::App& app);  // quantize, dequantize
 void register_inspect_command(CLI::App& app);    // inspect

@@ -1,14 +1,16 @@
 // Entry point of the `lockstep` command-line tool: builds the subcommand tree and turns errors
 // into a message on stderr and a non-zero exit code.
-#include "lockstep/version.h"
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <functional>
 
 #include "commands.h"
 #include "lockstep/quant/quantize.h"
 #include "lockstep/tensor/safetensors.h"
+#include "lockstep/version.h"
 
 namespace lockstep::cli {
 namespace {
@@ -37,6 +39,24 @@ int main(int argc, char** argv) {
   register_doctor_command(app);
   register_gemm_command(app);
   register_report_command(app);
+  // CLI11 reports a misspelt command as "A subcommand is required"; name it instead. The root
+  // app takes only flags (--help, --version), so its first other argument is the command.
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.starts_with("-")) continue;
+    const auto subs = app.get_subcommands(std::function<bool(CLI::App*)>());
+    if (std::none_of(subs.begin(), subs.end(),
+                     [&](CLI::App* sub) { return sub->check_name(arg); })) {
+      std::string names;
+      for (const CLI::App* sub : subs) names += (names.empty() ? "" : ", ") + sub->get_name();
+      fmt::print(stderr,
+                 "lockstep: error: unknown command '{}' (commands: {}; `lockstep --help` describes "
+                 "them)\n",
+                 arg, names);
+      return kExitBadInput;
+    }
+    break;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,19 +1,17 @@
 // run_meta.json (written atomically) and the --dry-run block: what a run used and why, so any
 // result can be traced to its recipe, its sources, the build and the machine.
-#include "lockstep/version.h"
 #include "lockstep/diag/run_meta.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <stdexcept>
 
 #include "lockstep/tensor/device.h"
 #include "lockstep/recipe/coverage.h"
 #include "lockstep/recipe/registry.h"
+#include "lockstep/tensor/file_io.h"
+#include "lockstep/version.h"
 
 extern char** environ;
 
@@ -141,33 +139,9 @@ Json run_meta_json(const SelectedRecipe& sel, const RunMetaExtras& x) {
   return j;
 }
 
-void write_file_atomic(const std::filesystem::path& path, const std::string& text) {
-  std::filesystem::path tmp = path;
-  tmp += fmt::format(".tmp.{}", ::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw std::runtime_error(fmt::format("cannot create '{}'", tmp.string()));
-    f << text;
-    f.flush();
-    if (!f) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      throw std::runtime_error(fmt::format("cannot write '{}'", tmp.string()));
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code ignore;
-    std::filesystem::remove(tmp, ignore);
-    throw std::runtime_error(fmt::format("cannot rename '{}' to '{}': {}", tmp.string(),
-                                         path.string(), ec.message()));
-  }
-}
-
 void write_run_meta(const std::filesystem::path& path, const SelectedRecipe& sel,
                     const RunMetaExtras& x) {
-  write_file_atomic(path, run_meta_json(sel, x).dump(2) + "\n");
+  write_file_atomic(path.string(), run_meta_json(sel, x).dump(2) + "\n");
 }
 
 std::string dry_run_text(const SelectedRecipe& sel, const std::vector<std::string>& argv) {

@@ -17,9 +17,10 @@ ErrorMetrics error_metrics(std::span<const float> x, std::span<const float> x_ha
     err2 += d * d;
     abs_sum += std::fabs(d);
     if (std::fabs(d) > m.max_abs || std::isnan(d)) m.max_abs = std::fabs(d);
+    if (std::isfinite(x[i]) && std::isinf(x_hat[i])) ++m.overflow;
   }
   m.mae = x.empty() ? 0.0 : abs_sum / double(x.size());
-  if (ref2 > 0.0) {
+  if (ref2 > 0.0 && m.overflow == 0) {
     double ref = std::sqrt(ref2), err = std::sqrt(err2);
     m.rel_l2 = err / ref;
     m.snr_db = err == 0.0 ? INFINITY : 20.0 * std::log10(ref / err);

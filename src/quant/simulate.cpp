@@ -103,9 +103,11 @@ std::vector<SweepRow> sweep(const Tensor& t, Scaling outer, std::string_view nam
       auto span_x = x.values.subspan(size_t(r * x.cols), size_t(x.cols));
       auto span_h = std::span<const float>(s.values).subspan(size_t(r * x.cols), size_t(x.cols));
       ErrorMetrics m = error_metrics(span_x, span_h);
-      if (m.rel_l2 && (row.worst_row < 0 || *m.rel_l2 > row.worst_row_rel_l2)) {
+      // A row that overflows (finite x, x_hat = +-Inf) is the worst, with rel-L2 +inf.
+      const std::optional<double> rel = m.overflow > 0 ? std::optional<double>(INFINITY) : m.rel_l2;
+      if (rel && (row.worst_row < 0 || *rel > row.worst_row_rel_l2)) {
         row.worst_row = r;
-        row.worst_row_rel_l2 = *m.rel_l2;
+        row.worst_row_rel_l2 = *rel;
       }
     }
     rows.push_back(row);

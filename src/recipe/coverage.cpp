@@ -63,6 +63,9 @@ bool glob_match(std::string_view p, std::string_view t) {
 ModuleChoice resolve_module(const Recipe& r, int layer, ModuleClass c, int layers,
                             std::span<const CodeOverride> code) {
   if (layers < 1) throw RecipeError(fmt::format("a model needs at least 1 layer, got {}", layers));
+  if (layers > kMaxModelLayers)
+    throw RecipeError(fmt::format("a model of {} layers is deeper than the {} lockstep plans for",
+                                  layers, kMaxModelLayers));
   if (c == ModuleClass::kLmHead) {
     layer = -1;
   } else if (layer < 0 || layer >= layers) {

@@ -47,6 +47,12 @@ void validate_operand(const OperandSpec& op, const std::string& where, bool grad
                          "domain), not {}",
                          scaling_name(op.scaling)));
       if (op.elem != ElemCodec::kE4M3) fail("elem applies to fp8 and mxfp8 only (nvfp4 is E2M1)");
+      // As the quantizer refuses it (validate_quant_input): a 16x16 tile spans 16 rows.
+      if (op.block2d && op.scaling == Scaling::kPerRow)
+        fail(
+            "block2d (16x16 tiles spanning 16 rows) cannot use per_row outer scales; use "
+            "per_tensor or "
+            "per_group");
       break;
     case Format::kMxfp8:
       if (op.scaling != Scaling::kBlock1x32)

@@ -2,6 +2,7 @@
 // reproduces the recipe exactly); reading refuses unknown keys and wrong types, naming the field.
 #include <fmt/format.h>
 
+#include <limits>
 #include <set>
 
 #include "lockstep/recipe/recipe.h"
@@ -38,6 +39,11 @@ bool get_bool(const Json& j, const std::string& where) {
 }
 int get_int(const Json& j, const std::string& where) {
   if (!j.is_number_integer()) fail(where, "expected an integer, got " + j.dump());
+  const bool fits = j.is_number_unsigned()
+                        ? j.get<uint64_t>() <= uint64_t(std::numeric_limits<int>::max())
+                        : j.get<int64_t>() >= std::numeric_limits<int>::min() &&
+                              j.get<int64_t>() <= std::numeric_limits<int>::max();
+  if (!fits) fail(where, fmt::format("{} is outside the range of a layer count", j.dump()));
   return j.get<int>();
 }
 
@@ -254,6 +260,15 @@ Recipe recipe_from_json(const Json& j, const std::string& where) {
   } catch (const RecipeError& e) {
     throw RecipeError(where + ": " + e.what());  // say which file or entry holds the recipe
   }
+  // Every field has a default except the forward GEMM's formats: a recipe that does not say them
+  // would run everything in bf16 without a word, which is never what a recipe file means.
+  if (!j.contains("fprop"))
+    fail(
+        where,
+        "missing 'fprop': give the forward GEMM's operand formats, e.g. \"fprop\": "
+        "{\"activation\": "
+        "{\"format\": \"mxfp8\"}, \"weight\": {\"format\": \"mxfp8\"}} (bf16 too must be said), or "
+        "\"extends\" a built-in recipe");
   return r;
 }
 

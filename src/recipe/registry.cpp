@@ -13,6 +13,7 @@ namespace {
 // The table: exactly the recipe-file schema (docs/recipes.md); "extends" may name an earlier row.
 constexpr std::string_view kRegistryJson = R"JSON([
 {"name": "bf16", "purpose": "Reference: every GEMM in bf16 with fp32 accumulation.",
+ "fprop": {"activation": {"format": "bf16"}, "weight": {"format": "bf16"}},
  "backward_mode": "high_precision", "coverage": {"scope": "all_linear"}},
 
 {"name": "fp8_per_tensor",

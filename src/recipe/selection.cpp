@@ -42,24 +42,40 @@ void SelectionInputs::read_environment() {
   env_disable_backward_quant = getenv_opt(kDisableBackwardQuantEnvVar);
 }
 
-Recipe load_recipe_file(const std::string& path, RecipeProvenance* prov) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw RecipeError(fmt::format("cannot read recipe file '{}'", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
+Recipe parse_recipe_text(std::string_view text, const std::string& where,
+                         const std::string& default_name, RecipeProvenance* prov) {
+  // The schema nests 6 levels deep; refusing far deeper input keeps the recursive parts of the
+  // JSON library (printing a value in an error message, destruction) off deep recursion.
+  constexpr int kMaxDepth = 64;
+  auto depth_limit = [&](int depth, Json::parse_event_t event, Json&) {
+    if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) &&
+        depth >= kMaxDepth)
+      throw RecipeError(
+          fmt::format("recipe file '{}' nests JSON deeper than {} levels", where, kMaxDepth));
+    return true;
+  };
   Json j;
   try {
-    j = Json::parse(ss.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    throw RecipeError(fmt::format("recipe file '{}' is not valid JSON: {}", path, e.what()));
+    j = Json::parse(text.begin(), text.end(), depth_limit);
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e999
+    throw RecipeError(fmt::format("recipe file '{}' is not valid JSON: {}", where, e.what()));
   }
-  Recipe r = resolve_recipe_json(j, path, std::filesystem::path(path).stem().string());
+  Recipe r = resolve_recipe_json(j, where, default_name);
   if (prov != nullptr) {
     prov->extends = j.is_object() ? j.value("extends", "") : "";
     prov->fields_from_file.clear();
     for (const auto& [k, v] : j.items()) prov->fields_from_file.push_back(k);
   }
   return r;
+}
+
+Recipe load_recipe_file(const std::string& path, RecipeProvenance* prov) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw RecipeError(fmt::format("cannot read recipe file '{}'", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw RecipeError(fmt::format("cannot read recipe file '{}'", path));
+  return parse_recipe_text(ss.str(), path, std::filesystem::path(path).stem().string(), prov);
 }
 
 void force_high_precision_backward(Recipe& r) {

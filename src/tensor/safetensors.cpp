@@ -1,5 +1,5 @@
 // safetensors reader and writer: one header validator shared by the in-memory parser, the file
-// reader and `lockstep inspect`, and an atomic writer (mkstemp beside the target, fsync, rename).
+// reader and `lockstep inspect`, and a writer over AtomicFile (file_io.h).
 // Every error names the file, the tensor where there is one, and the rule broken.
 #include "lockstep/tensor/safetensors.h"
 
@@ -12,7 +12,6 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -59,15 +58,27 @@ uint64_t json_to_u64(const json& v, const std::string& origin, const std::string
   fail_tensor(origin, name, fmt::format("{} {} is not an integer", what, v.dump()));
 }
 
+// The Hugging Face reader's JSON recursion limit (serde_json's 128); a valid header nests 3 deep.
+constexpr int kMaxJsonDepth = 128;
+
+[[noreturn]] void nesting_too_deep(const std::string& origin) {
+  fail(origin,
+       fmt::format("header is not valid JSON (nested deeper than {} levels)", kMaxJsonDepth));
+}
+
 // Parses the JSON text, reporting the first duplicate key at any depth (nlohmann keeps only the
 // last value of a duplicated key, which would silently drop a tensor).
 json parse_header_json(std::string_view text, const std::string& origin) {
   std::vector<std::set<std::string>> keys_per_object;
   std::string duplicate;
   size_t duplicate_depth = 0;
-  auto callback = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
+  auto callback = [&](int depth, json::parse_event_t event, json& parsed) {
     switch (event) {
+      case json::parse_event_t::array_start:
+        if (depth >= kMaxJsonDepth) nesting_too_deep(origin);
+        break;
       case json::parse_event_t::object_start:
+        if (depth >= kMaxJsonDepth) nesting_too_deep(origin);
         keys_per_object.emplace_back();
         break;
       case json::parse_event_t::object_end:
@@ -188,24 +199,44 @@ SafetensorsHeader parse_header(std::span<const std::byte> prefix_and_json, uint6
       }
       continue;
     }
+    if (key.empty())
+      fail(origin,
+           "a tensor has an empty name (\"\" in the header); tensor names must be non-empty");
     out.tensors.push_back(parse_entry(key, value, out.data_bytes, origin));
   }
 
-  // File order is data order. Empty tensors occupy no bytes and cannot overlap anything; every
-  // other tensor must start at or after the end of the previous one.
+  // File order is data order. As the Hugging Face reader does, the entries sorted by
+  // (begin, end) must tile the data buffer exactly: each starts where the previous one ends
+  // (an empty tensor too), the first at 0, the last at the end of the buffer. So no byte is
+  // shared, skipped or left over.
   std::stable_sort(out.tensors.begin(), out.tensors.end(),
                    [](const TensorInfo& a, const TensorInfo& b) {
                      return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
                    });
   const TensorInfo* prev = nullptr;
+  uint64_t covered = 0;  // bytes [0, covered) belong to the tensors seen so far
   for (const TensorInfo& t : out.tensors) {
-    if (t.begin == t.end) continue;
-    if (prev && t.begin < prev->end)
+    if (t.begin < covered)
       fail_tensor(origin, t.name,
                   fmt::format("data_offsets [{}, {}] overlap tensor '{}' at [{}, {}]", t.begin,
                               t.end, prev->name, prev->begin, prev->end));
+    if (t.begin > covered)
+      fail_tensor(origin, t.name,
+                  fmt::format("data_offsets [{}, {}] leave a gap of {} unindexed bytes after {}; "
+                              "tensors must cover the data buffer contiguously",
+                              t.begin, t.end, t.begin - covered,
+                              prev ? fmt::format("tensor '{}' (ends at {})", prev->name, prev->end)
+                                   : std::string("the start of the data buffer")));
+    covered = t.end;
     prev = &t;
   }
+  if (covered != out.data_bytes)
+    fail(origin, fmt::format("{} trailing bytes after {} are not indexed by any tensor (the data "
+                             "buffer is {} bytes)",
+                             out.data_bytes - covered,
+                             prev ? fmt::format("tensor '{}' (ends at {})", prev->name, prev->end)
+                                  : std::string("the header (no tensor holds data)"),
+                             out.data_bytes));
   return out;
 }
 
@@ -225,12 +256,6 @@ class Fd {
   Fd& operator=(const Fd&) = delete;
   ~Fd() { reset(); }
   int get() const { return fd_; }
-  // Closes now and reports close's result (a deferred write error can surface here).
-  int close() {
-    int rc = fd_ >= 0 ? ::close(fd_) : 0;
-    fd_ = -1;
-    return rc;
-  }
   void reset(int fd = -1) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = fd;
@@ -278,18 +303,6 @@ void open_and_read_header(const std::string& path, OpenedFile& f) {
   f.header = parse_header(prefix, size, path);
 }
 
-void write_all(int fd, std::span<const std::byte> bytes, const std::string& path) {
-  const std::byte* p = bytes.data();
-  size_t n = bytes.size();
-  while (n > 0) {
-    ssize_t put = ::write(fd, p, std::min<size_t>(n, 1u << 30));
-    if (put < 0 && errno == EINTR) continue;
-    if (put < 0) fail(path, fmt::format("write failed: {}", errno_text()));
-    p += put;
-    n -= size_t(put);
-  }
-}
-
 // The 8-byte length plus the JSON header padded with spaces to a multiple of 8, for tensors laid
 // out contiguously in the given order.
 std::vector<std::byte> build_header(const SafetensorsFile& file, const std::string& origin) {
@@ -303,6 +316,8 @@ std::vector<std::byte> build_header(const SafetensorsFile& file, const std::stri
     uint64_t offset = 0;
     for (const NamedTensor& nt : file.tensors) {
       if (nt.name == kMetadataKey) fail(origin, "a tensor may not be named __metadata__");
+      if (nt.name.empty())
+        fail(origin, "a tensor has an empty name; tensor names must be non-empty");
       if (!names.insert(nt.name).second) fail_tensor(origin, nt.name, "duplicate tensor name");
       uint64_t end = offset + nt.tensor.nbytes();
       nlohmann::ordered_json entry = {{"dtype", std::string(dtype_name(nt.tensor.dtype()))},
@@ -324,6 +339,12 @@ std::vector<std::byte> build_header(const SafetensorsFile& file, const std::stri
   for (int i = 0; i < 8; ++i) out[size_t(i)] = std::byte(uint8_t(n >> (8 * i)));
   std::memcpy(out.data() + 8, text.data(), text.size());
   return out;
+}
+
+void write_tensors(AtomicFile& out, std::span<const std::byte> header,
+                   const SafetensorsFile& file) {
+  out.write(header);
+  for (const auto& nt : file.tensors) out.write(nt.tensor.bytes());
 }
 
 }  // namespace
@@ -385,49 +406,16 @@ std::vector<std::byte> serialize_safetensors(const SafetensorsFile& file) {
   return out;
 }
 
+void write_safetensors(AtomicFile& out, const SafetensorsFile& file) {
+  write_tensors(out, build_header(file, out.path()), file);
+}
+
 void write_safetensors(const std::string& path, const SafetensorsFile& file) {
   // Everything that can be checked is checked before a file is created.
-  std::vector<std::byte> header = build_header(file, path);
-
-  namespace fs = std::filesystem;
-  fs::path target(path);
-  fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  std::string tmpl = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
-  std::vector<char> tmp_name(tmpl.begin(), tmpl.end());
-  tmp_name.push_back('\0');
-
-  // Removes the temporary file unless it was renamed into place.
-  struct TempFile {
-    Fd fd;
-    std::string name;
-    bool committed = false;
-    ~TempFile() {
-      fd.reset();
-      if (!name.empty() && !committed) ::unlink(name.c_str());
-    }
-  } tmp;
-  tmp.fd.reset(::mkstemp(tmp_name.data()));
-  if (tmp.fd.get() < 0)
-    fail(path,
-         fmt::format("cannot create a temporary file in '{}': {}", dir.string(), errno_text()));
-  tmp.name = tmp_name.data();
-
-  // mkstemp creates 0600; give the file the target's mode if it exists, else rw-r--r--.
-  struct stat st {};
-  mode_t mode = ::stat(path.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0644;
-  if (::fchmod(tmp.fd.get(), mode) != 0)
-    fail(path, fmt::format("cannot set mode: {}", errno_text()));
-
-  write_all(tmp.fd.get(), header, path);
-  for (const auto& nt : file.tensors) write_all(tmp.fd.get(), nt.tensor.bytes(), path);
-  if (::fsync(tmp.fd.get()) != 0) fail(path, fmt::format("fsync failed: {}", errno_text()));
-  if (tmp.fd.close() != 0) fail(path, fmt::format("close failed: {}", errno_text()));
-  if (::rename(tmp.name.c_str(), path.c_str()) != 0)
-    fail(path, fmt::format("cannot rename the temporary file into place: {}", errno_text()));
-  tmp.committed = true;
-  // Make the rename itself durable; a failure here leaves a complete file, so it is not an error.
-  Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir_fd.get() >= 0) ::fsync(dir_fd.get());
+  const std::vector<std::byte> header = build_header(file, path);
+  AtomicFile out(path);
+  write_tensors(out, header, file);
+  out.commit();
 }
 
 }  // namespace lockstep

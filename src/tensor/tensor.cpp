@@ -262,8 +262,12 @@ Tensor from_f32(std::span<const float> values, std::vector<int64_t> shape, DType
   } else if (dtype == DType::kF64) {
     auto d = t.data<double>();
     for (size_t i = 0; i < values.size(); ++i) d[i] = double(values[i]);
+  } else if (dtype == DType::kF16) {
+    auto d = t.data<uint16_t>();
+    for (size_t i = 0; i < values.size(); ++i) d[i] = num::f32_to_f16(values[i]);
   } else {
-    throw std::invalid_argument(fmt::format("from_f32 writes F32, F64 or BF16, not {}", dtype_name(dtype)));
+    throw std::invalid_argument(
+        fmt::format("from_f32 writes F32, F64, BF16 or F16, not {}", dtype_name(dtype)));
   }
   return t;
 }
@@ -284,11 +288,11 @@ Tensor cast(const Tensor& t_in, DType dtype) {
     }
     return out;
   }
-  if (dtype == DType::kF32 || dtype == DType::kBF16) {
-    if (t.dtype() == DType::kF64 && dtype == DType::kBF16) {
+  if (dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16) {
+    if (t.dtype() == DType::kF64 && dtype != DType::kF32) {
       // double -> bf16 in one rounding would need its own rule; the two-step path rounds twice,
       // so refuse rather than silently double-round.
-      throw std::invalid_argument(fmt::format("cast {} to BF16: cast to F32 first", t.describe()));
+      throw std::invalid_argument(fmt::format("cast {} to {}: cast to F32 first", t.describe(), dtype_name(dtype)));
     }
     return from_f32(to_f32(t), t.shape(), dtype);
   }

@@ -8,7 +8,6 @@ Seeds are fresh per run (printed in failure messages); set LOCKSTEP_TEST_SEED to
 import json
 import math
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from safetensors.numpy import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import contract_ref as ref  # noqa: E402
+from st_files import read_st  # noqa: E402
 
 BIN = None
 BF16 = ml_dtypes.bfloat16
@@ -31,21 +31,6 @@ _seed_counter = [0]
 def fresh_seed():
     _seed_counter[0] += 1
     return BASE_SEED * 1000 + _seed_counter[0]
-
-
-def read_st(path):
-    """Own safetensors parser (F8_E8M0 etc. need no numpy mapping): {name: (dtype, shape, bytes)}, metadata."""
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack("<Q", data[:8])[0]
-    hdr = json.loads(data[8:8 + n])
-    meta = hdr.pop("__metadata__", {}) or {}
-    buf = data[8 + n:]
-    out = {}
-    for k, v in hdr.items():
-        s, e = v["data_offsets"]
-        out[k] = (v["dtype"], list(v["shape"]), buf[s:e])
-    return out, meta
 
 
 def run(*args, check=False):

@@ -128,6 +128,59 @@ class HuggingFaceFiles(unittest.TestCase):
         self.assertEqual(q["dtype"], "BF16")
         self.assertEqual(q["parts"], ["layer.w.qdata", "layer.w.amax"])
 
+    def test_offset_rules_agree_with_huggingface(self):
+        # Hand-made layouts: the Hugging Face reader is the outside reference for which ones a
+        # safetensors reader accepts (tensors, sorted by offsets, tile the data buffer exactly).
+        from safetensors.numpy import load
+
+        def raw(header, data):
+            h = json.dumps(header).encode()
+            return struct.pack("<Q", len(h)) + h + data
+
+        def u8(n, begin):
+            return {"dtype": "U8", "shape": [n], "data_offsets": [begin, begin + n]}
+
+        cases = {
+            "contiguous": (raw({"a": u8(2, 0), "b": u8(2, 2)}, b"abcd"), True),
+            "out_of_header_order": (raw({"b": u8(2, 2), "a": u8(2, 0)}, b"abcd"), True),
+            "empty_at_start": (raw({"e": u8(0, 0), "a": u8(4, 0)}, b"abcd"), True),
+            "empty_at_end": (raw({"a": u8(4, 0), "e": u8(0, 4)}, b"abcd"), True),
+            "no_tensors": (raw({}, b""), True),
+            "gap_between": (raw({"a": u8(2, 0), "b": u8(1, 3)}, b"abcd"), False),
+            "gap_before_first": (raw({"a": u8(2, 1)}, b"abc"), False),
+            "trailing_bytes": (raw({"a": u8(2, 0)}, b"abc"), False),
+            "only_trailing": (raw({}, b"zz"), False),
+            "empty_inside_other": (raw({"a": u8(4, 0), "e": u8(0, 2)}, b"abcd"), False),
+            "empty_beyond_end": (raw({"a": u8(4, 0), "e": u8(0, 9)}, b"abcd"), False),
+            "overlap": (raw({"a": u8(2, 0), "b": u8(2, 1)}, b"abc"), False),
+            "aliased": (raw({"a": u8(2, 0), "b": u8(2, 0)}, b"ab"), False),
+        }
+        for name, (data, valid) in cases.items():
+            with self.subTest(case=name):
+                try:
+                    load(data)
+                    hf_ok = True
+                except Exception:  # safetensors_rust.SafetensorError
+                    hf_ok = False
+                self.assertEqual(hf_ok, valid, f"the reference reader disagrees with the expectation for {name}")
+                path = os.path.join(self.dir, name + ".safetensors")
+                with open(path, "wb") as f:
+                    f.write(data)
+                r = run_inspect(path, "--json")
+                self.assertEqual(r.returncode, 0 if valid else 2, f"{name}: {r.stderr}")
+                if not valid:
+                    self.assertIn(path, r.stderr)
+
+    def test_empty_tensor_name_is_stricter_than_huggingface(self):
+        # The package itself accepts a tensor named "" (0.8.0); lockstep refuses it at read time,
+        # naming the file, because such a name cannot be a model weight and makes the per-tensor
+        # metadata keys (lockstep.NAME.format) ambiguous.
+        path = self.save({"": np.zeros(2, np.float32), "w": np.ones(2, np.float32)})
+        r = run_inspect(path)
+        self.assertEqual(r.returncode, 2, r.stdout)
+        self.assertIn(path, r.stderr)
+        self.assertIn("empty name", r.stderr)
+
     def test_human_output_lists_tensors(self):
         path = self.save({"embed.weight": np.zeros((2, 3), np.float32)}, {"k": "v"})
         r = run_inspect(path)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lockstep/recipe/selection.h"
+#include "lockstep/tensor/file_io.h"
 
 namespace lockstep {
 
@@ -33,13 +34,10 @@ Json build_info();
 // The whole run_meta.json document.
 Json run_meta_json(const SelectedRecipe& sel, const RunMetaExtras& x);
 
-// Writes run_meta_json to `path` atomically: a temporary file in the same folder, flushed and
-// renamed over `path`, so readers see the old file or the new one, never half of one. Throws
-// std::runtime_error naming the path on failure (the temporary is removed).
+// Writes run_meta_json to `path` atomically (write_file_atomic, lockstep/tensor/file_io.h), so
+// readers see the old file or the new one, never half of one. Throws OutputPathError for a bad
+// target and FileWriteError when writing fails (the temporary is removed).
 void write_run_meta(const std::filesystem::path& path, const SelectedRecipe& sel, const RunMetaExtras& x);
-
-// Writes `text` to `path` atomically (the primitive behind write_run_meta).
-void write_file_atomic(const std::filesystem::path& path, const std::string& text);
 
 // The --dry-run block: the full command line, the resolved recipe with its provenance, the
 // relevant environment, and "nothing was created". Commands print it and return before any work.

@@ -134,4 +134,30 @@ LOCKSTEP_HD inline float f16_to_f32(uint16_t h) {
   return f32_from_bits(sign | (uint32_t(112 - e) << 23) | (man << 13));
 }
 
+// fp32 -> IEEE binary16, round-to-nearest-even (IEEE semantics, not saturating): |v| >= 65520
+// gives +-inf, values below half the smallest subnormal give +-0, NaN stays a quiet NaN with its
+// sign.
+LOCKSTEP_HD inline uint16_t f32_to_f16(float v) {
+  const uint32_t b = f32_bits(v);
+  const uint16_t sign = uint16_t((b >> 16) & 0x8000u);
+  const uint32_t abs = b & 0x7FFFFFFFu;
+  if (abs > 0x7F800000u) return uint16_t(sign | 0x7E00u | ((abs >> 13) & 0x3FFu));
+  if (abs >= 0x477FF000u) return uint16_t(sign | 0x7C00u);  // 65520 = 65504 + half an ulp
+  if (abs >= 0x38800000u) {                                 // normal half: |v| >= 2^-14
+    uint32_t m = abs - (112u << 23);                        // exponent bias 127 -> 15
+    m += 0x0FFFu + ((m >> 13) & 1u);                        // RNE on the 13 dropped bits
+    return uint16_t(sign | (m >> 13));
+  }
+  const uint32_t e = abs >> 23;
+  if (e < 102) return sign;  // |v| < 2^-25, half the smallest subnormal: rounds to 0
+  // Subnormal half: k units of 2^-24, k = significand * 2^(e - 126), rounded to nearest even
+  // (k = 1024 is the smallest normal, encoded the same way).
+  const uint32_t shift = 126u - e;  // 14..24
+  const uint32_t mant = (abs & 0x7FFFFFu) | 0x800000u;
+  uint32_t k = mant >> shift;
+  const uint32_t rem = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+  if (rem > half || (rem == half && (k & 1u) != 0)) ++k;
+  return uint16_t(sign | k);
+}
+
 }  // namespace lockstep::num

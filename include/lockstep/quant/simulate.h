@@ -37,7 +37,7 @@ struct SweepRow {
   SimFormat format;
   ErrorMetrics metrics;
   int64_t worst_row = -1;       // row with the largest rel-L2 (-1 when no row has a defined one)
-  double worst_row_rel_l2 = 0;
+  double worst_row_rel_l2 = 0;  // +inf when that row overflows (ErrorMetrics::overflow)
 };
 
 // The formats of `lockstep sweep`: E2M1..E2M4 and E3M1..E5M1, each with E4M3 and E8M0 scales.

@@ -40,6 +40,11 @@ struct ModelPlan {
   ModuleChoice lm_head;
 };
 
+// The deepest model a plan is made for. Real language models have at most a few hundred layers
+// (Qwen3-235B 94, Llama-3.1-405B 126); 1024 leaves room while bounding describe's memory and time
+// (about 1 MB and well under a second).
+inline constexpr int kMaxModelLayers = 1024;
+
 // "layers.<layer>.<class>", or "lm_head" for ModuleClass::kLmHead.
 std::string module_path(int layer, ModuleClass c);
 // Whole-string glob: '*' any run of characters (dots included), '?' one character.
@@ -47,7 +52,7 @@ bool glob_match(std::string_view pattern, std::string_view text);
 
 // Rule order (later wins): scope -> layer rules (first_n, last_n, last_fraction, exclude_layers)
 // -> shared_experts_bf16 -> recipe pattern overrides (last match wins) -> code overrides.
-// Throws RecipeError when layers < 1 or layer is out of range.
+// Throws RecipeError when layers is outside [1, kMaxModelLayers] or layer is out of range.
 ModuleChoice resolve_module(const Recipe& r, int layer, ModuleClass c, int layers,
                             std::span<const CodeOverride> code = {});
 ModelPlan resolve_model(const Recipe& r, int layers, std::span<const CodeOverride> code = {});

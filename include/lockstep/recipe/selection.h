@@ -53,6 +53,10 @@ SelectedRecipe select_recipe(const SelectionInputs& in);
 // Reads a recipe file (same schema as the built-ins; "extends" names a built-in). A file without
 // "name" is named after its stem. Fills prov->extends and prov->fields_from_file when given.
 Recipe load_recipe_file(const std::string& path, RecipeProvenance* prov = nullptr);
+// The text of a recipe file, parsed and validated as load_recipe_file does; `where` names it in
+// messages, `default_name` is the name when the text gives none. Throws RecipeError only.
+Recipe parse_recipe_text(std::string_view text, const std::string& where,
+                         const std::string& default_name, RecipeProvenance* prov = nullptr);
 
 // Sets every backward mode in the recipe (top level, per class, pattern patches) to high_precision.
 void force_high_precision_backward(Recipe& r);

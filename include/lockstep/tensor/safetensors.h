@@ -9,12 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/tensor/file_io.h"
 #include "lockstep/tensor/tensor.h"
 
 namespace lockstep {
 
-// A malformed, truncated or unreadable safetensors file, or a failed write. The message names
-// the file, the tensor (where there is one) and the problem.
+// A malformed, truncated or unreadable safetensors file, or tensors that cannot be written as one
+// (duplicate or empty names). The message names the file, the tensor (where there is one) and the
+// problem. A write that fails on the way to disk throws FileWriteError (file_io.h) instead.
 class SafetensorsError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -60,8 +62,13 @@ SafetensorsFile read_safetensors(const std::string& path);
 
 // Serialize (header padded with spaces to a multiple of 8 bytes, tensors in the given order).
 std::vector<std::byte> serialize_safetensors(const SafetensorsFile& file);
-// Write atomically: a temporary file beside `path`, flushed, then renamed over it. On any
-// failure the temporary file is removed and `path` is left as it was.
+// Write atomically: a temporary file beside `path`, flushed, then renamed over it (AtomicFile).
+// On any failure the temporary file is removed and `path` is left as it was: SafetensorsError
+// when the tensors cannot be written (before anything is created), OutputPathError for a bad
+// target, FileWriteError when writing fails.
 void write_safetensors(const std::string& path, const SafetensorsFile& file);
+// Writes the file into `out` without committing it, so that a command can commit several outputs
+// only once all of them are written.
+void write_safetensors(AtomicFile& out, const SafetensorsFile& file);
 
 }  // namespace lockstep

@@ -130,7 +130,8 @@ std::vector<int64_t> contiguous_strides(std::span<const int64_t> shape);
 // The elements of a floating host tensor (F32, BF16, F16, F64, F8 types) widened to fp32
 // (F64 rounds to nearest; every other widening is exact), in row-major order.
 std::vector<float> to_f32(const Tensor& t);
-// A new host tensor of dtype F32, BF16 (RNE) or F16 (RNE) holding `values` with the given shape.
+// A new host tensor of dtype F32, F64, BF16 or F16 (both RNE; F16 overflows to +-inf beyond
+// 65504) holding `values` with the given shape.
 Tensor from_f32(std::span<const float> values, std::vector<int64_t> shape,
                 DType dtype = DType::kF32);
 // A host tensor converted to another floating dtype (F32, F64, BF16, F16), rounding to nearest
