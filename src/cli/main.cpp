@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "commands.h"
+#include "lockstep/model/weights.h"
 #include "lockstep/quant/quantize.h"
 #include "lockstep/tensor/safetensors.h"
 #include "lockstep/version.h"
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   register_recipe_commands(app);
   register_doctor_command(app);
   register_gemm_command(app);
+  register_init_commands(app);
   register_report_command(app);
   // CLI11 reports a misspelt command as "A subcommand is required"; name it instead. The root
   // app takes only flags (--help, --version), so its first other argument is the command.
@@ -66,6 +68,9 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "lockstep: error: {}\n", e.what());
     return kExitBadInput;
   } catch (const lockstep::QuantError& e) {
+    fmt::print(stderr, "lockstep: error: {}\n", e.what());
+    return kExitBadInput;
+  } catch (const lockstep::model::WeightsError& e) {
     fmt::print(stderr, "lockstep: error: {}\n", e.what());
     return kExitBadInput;
   } catch (const lockstep::SafetensorsError& e) {

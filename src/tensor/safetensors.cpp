@@ -418,4 +418,10 @@ void write_safetensors(const std::string& path, const SafetensorsFile& file) {
   out.commit();
 }
 
+void write_bytes_atomic(const std::string& path, std::span<const std::byte> bytes) {
+  AtomicFile out(path);
+  out.write(bytes);
+  out.commit();
+}
+
 }  // namespace lockstep

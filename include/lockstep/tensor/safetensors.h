@@ -70,5 +70,8 @@ void write_safetensors(const std::string& path, const SafetensorsFile& file);
 // Writes the file into `out` without committing it, so that a command can commit several outputs
 // only once all of them are written.
 void write_safetensors(AtomicFile& out, const SafetensorsFile& file);
+// The same atomic write for any bytes (config.json and index files beside safetensors files);
+// failures throw the errors of tensor/file_io.h naming `path`.
+void write_bytes_atomic(const std::string& path, std::span<const std::byte> bytes);
 
 }  // namespace lockstep
