@@ -1,0 +1,23 @@
+// The fast-mode prefill attention of the learner (private to ops/): for each query, one two-pass
+// softmax over its whole causal key range, K of a (sequence, kv head) transposed once and shared
+// by all its queries. Another summation order than attention_row (ops/attention.h), so it is not
+// bit-identical to the sampler's decode; `lockstep align` measures the difference.
+#pragma once
+
+#include <cstdint>
+
+#include "lockstep/ops/attention.h"
+
+namespace lockstep::ops {
+
+// Per query row i of a sequence, keys j = 0..i (every step one rounded operation of T):
+//   s_j = (sum_d q[d] * k_j[d], d ascending) * scale;  m = max_j s_j
+//   p_j = exp(s_j - m);  l = sum_j p_j (j ascending);  out[d] = (sum_j p_j v_j[d], j asc.) / l
+//   lse = m + log(l).
+// Layouts as attention_fwd_cpu; cu_seqlens: int64 [num_seqs + 1].
+template <class T>
+void attention_prefill_fwd_cpu(const T* q, const T* k, const T* v, const int64_t* cu_seqlens,
+                               int64_t num_seqs, const AttentionDims& dims, T scale, T* out,
+                               T* lse);
+
+}  // namespace lockstep::ops
