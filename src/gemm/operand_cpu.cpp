@@ -9,6 +9,10 @@
 
 namespace lockstep::gemm {
 namespace {
+// Below this much work a loop runs on one thread: a parallel region costs microseconds, and the
+// OpenMP if clause changes only how many threads run it, never a value.
+constexpr int64_t kParallelMin = int64_t(1) << 15;
+
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -97,7 +101,7 @@ DecodedOperand decode_copy(const CopyView& v, int64_t row0, int64_t count) {
   switch (q.format) {
     case Format::kNvfp4: {
       const float* amax = v.d->amax.ptr<float>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (count * K >= kParallelMin)
       for (int64_t i = 0; i < count; ++i) {
         const int64_t r = row0 + i;
         d.outer[size_t(i)] = num::two_level_outer(amax[domain(v, r)], num::kE2M1Max).s_dec;
@@ -112,7 +116,7 @@ DecodedOperand decode_copy(const CopyView& v, int64_t row0, int64_t count) {
     }
     case Format::kMxfp8: {
       const uint8_t* sc = v.d->block_scale.ptr<uint8_t>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (count * K >= kParallelMin)
       for (int64_t i = 0; i < count; ++i) {
         const int64_t r = row0 + i;
         for (int64_t k = 0; k < K; ++k) {
@@ -132,7 +136,7 @@ DecodedOperand decode_copy(const CopyView& v, int64_t row0, int64_t count) {
         d.chunks = K / kChunk;
         d.chunk_scale.resize(size_t(count * d.chunks));
       }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (count * K >= kParallelMin)
       for (int64_t i = 0; i < count; ++i) {
         const int64_t r = row0 + i;
         for (int64_t k = 0; k < K; ++k) d.inner[size_t(i * K + k)] = num::decode_minifloat(f, data[r * K + k]);
