@@ -43,11 +43,9 @@ std::vector<LinearSite> linear_sites(const ModelConfig& c) {
 }
 
 LinearSpec site_spec(const ModelPlan& plan, const LinearSite& s) {
-  if (s.cls == ModuleClass::kCount) {
-    LinearSpec bf16;
-    bf16.backward_mode = BackwardMode::kHighPrecision;
-    return bf16;
-  }
+  // The shared-expert gate [1, H] is a gate like the router: it follows the router's choice.
+  if (s.cls == ModuleClass::kCount)
+    return plan.per_layer.at(size_t(s.layer)).at(size_t(ModuleClass::kRouter)).spec;
   if (s.cls == ModuleClass::kLmHead) return plan.lm_head.spec;
   return plan.per_layer.at(size_t(s.layer)).at(size_t(s.cls)).spec;
 }

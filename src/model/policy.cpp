@@ -75,7 +75,10 @@ PolicyVersion export_policy(const ModelWeights& w, const Recipe& recipe, int64_t
   std::map<std::string, bool> is_linear;
   for (const LinearSite& s : linear_sites(w.config)) {
     const LinearSpec spec = site_spec(plan, s);
-    const Tensor& t = w.at(s.name);
+    auto found = w.tensors.find(s.name);
+    if (found == w.tensors.end())
+      throw std::invalid_argument(fmt::format("export_policy: missing weight '{}'", s.name));
+    const Tensor& t = found->second;
     const std::string key = s.cls == ModuleClass::kLmHead ? "lm_head" : s.name;
     if (s.groups > 1)
       p.operands[key] = nn::prepare_grouped_fprop_weight(t, s.groups, spec, key, false);

@@ -52,8 +52,8 @@ struct LinearSite {
 // Every linear weight of a config, in a fixed order (layers ascending, then lm_head); lm_head is
 // listed (with the embedding's name when tied).
 std::vector<LinearSite> linear_sites(const ModelConfig& c);
-// The spec of a site under a plan (bf16 high_precision for the shared-expert gate, which no recipe
-// class covers).
+// The spec of a site under a plan (the shared-expert gate, which no recipe class names, follows
+// the router of its layer).
 LinearSpec site_spec(const ModelPlan& plan, const LinearSite& s);
 
 // KV cache of the sampler: per slot (a sequence) and layer, K and V [max_pos, Hkv, D] as fp32
