@@ -1,143 +1,64 @@
-// Helpers of the model tests: tiny Qwen3 / Qwen3-MoE configs built in memory, random weights from
-// Philox (the same bits on every machine and library version), the f32 pass-through plan of the
-// float64 gradient checks, and packed batches.
+// Helpers of the model configuration and weights tests: a scratch directory per test, and
+// assertions that an exception is thrown and its message names what it must name.
 #pragma once
 
-#include <cstdint>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
-#include "lockstep/model/config.h"
-#include "lockstep/model/weights.h"
-#include "lockstep/numerics/philox.h"
-#include "lockstep/recipe/coverage.h"
-#include "lockstep/recipe/registry.h"
-
 namespace lockstep::test {
 
-struct TinyOptions {
-  bool moe = false;
-  bool shared_expert = false;
-  bool tied = false;
-  int64_t layers = 2;
-  int64_t hidden = 32;
-  int64_t vocab = 16;
-  int64_t max_pos = 48;
+// A fresh directory under the system temp folder, removed with everything in it at scope exit.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = std::filesystem::temp_directory_path() /
+            ("lockstep_model_test_" + std::to_string(::getpid()) + "_" + info->test_suite_name() +
+             "_" + info->name());
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  std::string str(const std::string& name) const { return (path_ / name).string(); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path_ / name, std::ios::binary) << text;
+    return str(name);
+  }
+
+ private:
+  std::filesystem::path path_;
 };
 
-inline model::ModelConfig tiny_config(const TinyOptions& o = {}) {
-  model::ModelConfig c;
-  c.model_type = o.moe ? "qwen3_moe" : "qwen3";
-  c.vocab_size = o.vocab;
-  c.hidden_size = o.hidden;
-  c.intermediate_size = 2 * o.hidden;
-  c.num_hidden_layers = o.layers;
-  c.num_attention_heads = 2;
-  c.num_key_value_heads = 1;
-  c.head_dim = 16;
-  c.rms_norm_eps = 1e-6;
-  c.rope_theta = 10000.0;
-  c.max_position_embeddings = o.max_pos;
-  c.tie_word_embeddings = o.tied;
-  if (o.moe) {
-    c.num_experts = 4;
-    c.num_experts_per_tok = 2;
-    c.moe_intermediate_size = 16;
-    c.norm_topk_prob = true;
-    c.decoder_sparse_step = 1;
-    if (o.layers > 1) c.mlp_only_layers = {0};  // one dense layer, the rest MoE
-    if (o.shared_expert) c.shared_expert_intermediate_size = 16;
+// Runs `f`, requires it to throw E, and requires the message to contain every string of `parts`.
+template <class E>
+void expect_throw_naming(const std::function<void()>& f, const std::vector<std::string>& parts,
+                         const std::string& context = "") {
+  try {
+    f();
+  } catch (const E& e) {
+    const std::string msg = e.what();
+    for (const auto& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos)
+          << context << ": message \"" << msg << "\" does not name \"" << p << "\"";
+    return;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << context << ": wrong exception type: " << e.what();
+    return;
   }
-  return c;
-}
-
-// Every lockstep tensor name and shape of weights.h for a config.
-inline std::vector<std::pair<std::string, std::vector<int64_t>>> tiny_shapes(
-    const model::ModelConfig& c) {
-  const int64_t H = c.hidden_size, D = c.head_dim, hq = c.num_attention_heads,
-                hkv = c.num_key_value_heads, V = c.vocab_size;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> s;
-  s.push_back({"embed", {V, H}});
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
-    s.push_back({p + "input_norm", {H}});
-    s.push_back({p + "qkv", {(hq + 2 * hkv) * D, H}});
-    s.push_back({p + "q_norm", {D}});
-    s.push_back({p + "k_norm", {D}});
-    s.push_back({p + "o_proj", {H, hq * D}});
-    s.push_back({p + "post_norm", {H}});
-    const bool moe =
-        c.is_moe() && (l + 1) % c.decoder_sparse_step == 0 &&
-        std::find(c.mlp_only_layers.begin(), c.mlp_only_layers.end(), l) == c.mlp_only_layers.end();
-    if (moe) {
-      const int64_t E = c.num_experts, I = c.moe_intermediate_size;
-      s.push_back({p + "router", {E, H}});
-      s.push_back({p + "experts_fc1", {E * 2 * I, H}});
-      s.push_back({p + "experts_fc2", {E * H, I}});
-      if (c.shared_expert_intermediate_size > 0) {
-        const int64_t Is = c.shared_expert_intermediate_size;
-        s.push_back({p + "shared_gate_up", {2 * Is, H}});
-        s.push_back({p + "shared_down", {H, Is}});
-        s.push_back({p + "shared_gate", {1, H}});
-      }
-    } else {
-      s.push_back({p + "gate_up", {2 * c.intermediate_size, H}});
-      s.push_back({p + "down", {H, c.intermediate_size}});
-    }
-  }
-  s.push_back({"final_norm", {H}});
-  if (!c.tie_word_embeddings) s.push_back({"lm_head", {V, H}});
-  return s;
-}
-
-// Uniform values in [-scale, scale) from Philox (stream = tensor index); norms 1 + 0.1 u.
-inline model::ModelWeights tiny_weights(const model::ModelConfig& c, uint64_t seed,
-                                        float scale = 0.25f) {
-  model::ModelWeights w;
-  w.config = c;
-  uint32_t stream = 0;
-  for (const auto& [name, shape] : tiny_shapes(c)) {
-    Tensor t(DType::kF32, shape);
-    float* p = t.ptr<float>();
-    const bool norm = shape.size() == 1;
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      const uint32_t r = num::philox_element_word(seed, stream, uint64_t(i));
-      const float u = float(r >> 8) * (1.0f / 8388608.0f) - 1.0f;  // [-1, 1)
-      p[i] = norm ? 1.0f + 0.1f * u : scale * u;
-    }
-    w.tensors[name] = t;
-    ++stream;
-  }
-  return w;
-}
-
-// A recipe every operand of which is f32 (pass-through), with a code override so that router
-// and lm_head follow it too: the float64 gradient-check plan.
-inline Recipe f32_recipe() {
-  Recipe r = builtin_recipe_or_throw("bf16", "test").recipe;
-  r.name = "f32_test";
-  return r;
-}
-inline LinearSpec f32_spec(BackwardMode mode = BackwardMode::kQuantized) {
-  LinearSpec s;
-  for (auto& g : s.gemm) g.a.format = g.b.format = Format::kF32;
-  s.backward_mode = mode;
-  return s;
-}
-inline std::vector<CodeOverride> f32_overrides(BackwardMode mode = BackwardMode::kQuantized) {
-  return {CodeOverride{"*", f32_spec(mode)}};
-}
-
-// Token ids from Philox in [0, vocab).
-inline std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t seed, uint32_t stream) {
-  std::vector<int32_t> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i)
-    v[size_t(i)] = int32_t(num::philox_element_word(seed, stream, uint64_t(i)) % uint32_t(vocab));
-  return v;
-}
-
-inline Tensor ids_tensor(const std::vector<int32_t>& v) {
-  return Tensor::from_vector<int32_t>(v, {int64_t(v.size())}, DType::kI32);
+  ADD_FAILURE() << context << ": no exception thrown";
 }
 
 }  // namespace lockstep::test

@@ -10,7 +10,7 @@
 #include "lockstep/model/learner.h"
 #include "lockstep/model/policy.h"
 #include "lockstep/model/sampler.h"
-#include "model_test_util.h"
+#include "tiny_model_util.h"
 #include "test_util.h"
 
 using namespace lockstep;

@@ -10,7 +10,7 @@
 
 #include "lockstep/model/learner.h"
 #include "lockstep/tensor/safetensors.h"
-#include "model_test_util.h"
+#include "tiny_model_util.h"
 #include "test_util.h"
 
 using namespace lockstep;

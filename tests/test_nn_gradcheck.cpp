@@ -13,7 +13,7 @@
 #include "lockstep/nn/grouped_linear.h"
 #include "lockstep/nn/linear.h"
 #include "lockstep/nn/moe.h"
-#include "model_test_util.h"
+#include "tiny_model_util.h"
 #include "test_util.h"
 
 using namespace lockstep;

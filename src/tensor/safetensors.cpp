@@ -385,10 +385,12 @@ std::vector<std::byte> serialize_safetensors(const SafetensorsFile& file) {
   return out;
 }
 
-void write_safetensors(const std::string& path, const SafetensorsFile& file) {
-  // Everything that can be checked is checked before a file is created.
-  std::vector<std::byte> header = build_header(file, path);
+namespace {
 
+// Writes the concatenation of `parts` to `path` atomically: a temporary file beside `path`
+// (mkstemp), written, fsynced, renamed into place, then the directory fsynced.
+void write_parts_atomic(const std::string& path,
+                        std::span<const std::span<const std::byte>> parts) {
   namespace fs = std::filesystem;
   fs::path target(path);
   fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
@@ -418,8 +420,7 @@ void write_safetensors(const std::string& path, const SafetensorsFile& file) {
   if (::fchmod(tmp.fd.get(), mode) != 0)
     fail(path, fmt::format("cannot set mode: {}", errno_text()));
 
-  write_all(tmp.fd.get(), header, path);
-  for (const auto& nt : file.tensors) write_all(tmp.fd.get(), nt.tensor.bytes(), path);
+  for (const auto& part : parts) write_all(tmp.fd.get(), part, path);
   if (::fsync(tmp.fd.get()) != 0) fail(path, fmt::format("fsync failed: {}", errno_text()));
   if (tmp.fd.close() != 0) fail(path, fmt::format("close failed: {}", errno_text()));
   if (::rename(tmp.name.c_str(), path.c_str()) != 0)
@@ -428,6 +429,21 @@ void write_safetensors(const std::string& path, const SafetensorsFile& file) {
   // Make the rename itself durable; a failure here leaves a complete file, so it is not an error.
   Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir_fd.get() >= 0) ::fsync(dir_fd.get());
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const SafetensorsFile& file) {
+  // Everything that can be checked is checked before a file is created.
+  std::vector<std::byte> header = build_header(file, path);
+  std::vector<std::span<const std::byte>> parts{header};
+  for (const auto& nt : file.tensors) parts.push_back(nt.tensor.bytes());
+  write_parts_atomic(path, parts);
+}
+
+void write_bytes_atomic(const std::string& path, std::span<const std::byte> bytes) {
+  const std::span<const std::byte> parts[1] = {bytes};
+  write_parts_atomic(path, parts);
 }
 
 }  // namespace lockstep

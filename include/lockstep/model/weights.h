@@ -22,6 +22,8 @@
 #pragma once
 
 #include <map>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -47,21 +49,57 @@ struct ModelWeights {
 // Every lockstep tensor name and shape the config implies, in a fixed order.
 std::vector<std::pair<std::string, std::vector<int64_t>>> weight_shapes(const ModelConfig& c);
 
-// Random initialisation (Philox keyed by seed: normal(0, 0.02) for matrices, ones for norms),
-// the same bits on every machine.
+// Standard deviation of the random matrices of init_weights.
+inline constexpr double kInitStd = 0.02;
+
+// Random initialisation, the same bits on every machine: RMSNorm gains are 1; the matrix at index
+// i of weight_shapes(c) draws Philox stream i keyed by `seed`, element k (row-major) being the
+// k-th standard normal of that stream (num::philox_normal_f64: Box-Muller in float64 with
+// portable log/sin/cos) times kInitStd, rounded once to fp32.
 ModelWeights init_weights(const ModelConfig& c, uint64_t seed);
 
 // Hugging Face <-> lockstep layout. from_hf checks that every expected tensor exists with its shape
-// and that no unexpected one does (rotary buffers aside), widening BF16 / F16 to F32 exactly.
+// and that no unexpected one does (rotary buffers aside; a tied model's lm_head.weight only when
+// it equals the embedding), widening BF16 / F16 to F32 exactly. Errors name `where` (or, through
+// `file_of`, the file holding the tensor: HF name -> file path).
 ModelWeights weights_from_hf(const ModelConfig& c, const std::map<std::string, Tensor>& hf,
-                             const std::string& where);
+                             const std::string& where,
+                             const std::map<std::string, std::string>* file_of = nullptr);
 std::map<std::string, Tensor> weights_to_hf(const ModelWeights& w, DType dtype);
+// The same tensors in the layout's fixed order (embed, layer by layer, norm, head): the order
+// save_model_dir writes and shards them in.
+std::vector<NamedTensor> weights_to_hf_ordered(const ModelWeights& w, DType dtype);
 
-// A model directory: config.json + model.safetensors or model.safetensors.index.json + shards.
+// model.safetensors.index.json: {"metadata": {...}, "weight_map": {tensor: shard file}}.
+struct ShardIndex {
+  std::map<std::string, std::string> weight_map;  // HF tensor name -> shard file name
+  std::vector<std::string> shards;                // distinct shard file names, sorted
+};
+// Validates the index's structure (weight_map an object of tensor -> file name; each file name a
+// plain "*.safetensors" name inside the directory). Throws WeightsError naming `where` and the
+// entry.
+ShardIndex parse_shard_index(const nlohmann::json& j, const std::string& where);
+// Checks the index against what the shards hold (shard file name -> tensor names in it): every
+// listed tensor is in its shard, no tensor is in two shards, every tensor of a shard is listed.
+void check_shard_index(const ShardIndex& index,
+                       const std::map<std::string, std::vector<std::string>>& shard_tensors,
+                       const std::string& where);
+
+inline constexpr const char* kConfigFile = "config.json";
+inline constexpr const char* kSingleWeightsFile = "model.safetensors";
+inline constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+// A model directory: config.json + model.safetensors or model.safetensors.index.json + shards
+// (both at once is refused as ambiguous).
 ModelWeights load_model_dir(const std::string& dir);
-// Writes config.json and model.safetensors (or shards of at most max_shard_bytes with an index),
-// atomically per file; dtype F32 or BF16.
+// Writes config.json (with "torch_dtype") and model.safetensors, or, when max_shard_bytes > 0 and
+// the tensors do not fit one file of that size, shards model-0000i-of-0000n.safetensors of at
+// most max_shard_bytes of tensor data each (a larger tensor gets a shard alone, as transformers
+// does) with an index. Each file is written atomically; the other layout's files left from an
+// earlier save are removed. dtype F32 or BF16. `metadata` is added to every safetensors file's
+// metadata (beside "format": "pt", which transformers requires).
 void save_model_dir(const ModelWeights& w, const std::string& dir, DType dtype = DType::kF32,
-                    size_t max_shard_bytes = 0);
+                    size_t max_shard_bytes = 0,
+                    const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace lockstep::model

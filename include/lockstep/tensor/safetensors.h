@@ -63,5 +63,8 @@ std::vector<std::byte> serialize_safetensors(const SafetensorsFile& file);
 // Write atomically: a temporary file beside `path`, flushed, then renamed over it. On any
 // failure the temporary file is removed and `path` is left as it was.
 void write_safetensors(const std::string& path, const SafetensorsFile& file);
+// The same atomic write for any bytes (config.json and index files beside safetensors files);
+// failures throw SafetensorsError naming `path`.
+void write_bytes_atomic(const std::string& path, std::span<const std::byte> bytes);
 
 }  // namespace lockstep

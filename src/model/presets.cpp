@@ -1,0 +1,90 @@
+// The built-in model presets: one row per preset in one table (name, one-line description, the
+// configuration). Sized for the CPU main job: an RL run of a few minutes on 2 cores.
+#include <fmt/format.h>
+
+#include <array>
+
+#include "lockstep/model/config.h"
+
+namespace lockstep::model {
+
+namespace {
+
+struct PresetRow {
+  std::string_view name;
+  std::string_view description;
+  ModelConfig (*make)();
+};
+
+// The attention and vocabulary both presets share: the RL tasks' 32-token vocabulary (bos 1,
+// eos 2), hidden 64, 4 layers, 4 query heads and 2 key/value heads of 16. Every GEMM K (64, 16 x 4
+// heads, 64 or 128 intermediate) is a multiple of 16 (NVFP4 blocks) and of 32 where MXFP8 needs.
+ModelConfig tiny_base() {
+  ModelConfig c;
+  c.vocab_size = 32;
+  c.hidden_size = 64;
+  c.num_hidden_layers = 4;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 1000000.0;
+  c.max_position_embeddings = 128;
+  c.bos_token_id = 1;
+  c.eos_token_id = 2;
+  return c;
+}
+
+ModelConfig tiny_dense() {
+  ModelConfig c = tiny_base();
+  c.model_type = "qwen3";
+  c.intermediate_size = 128;
+  c.tie_word_embeddings = true;  // as the small Qwen3 dense models
+  return c;
+}
+
+ModelConfig tiny_moe() {
+  ModelConfig c = tiny_base();
+  c.model_type = "qwen3_moe";
+  c.intermediate_size = 128;  // unused: every layer is MoE (kept for readers that expect it)
+  c.num_experts = 8;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 64;
+  c.norm_topk_prob = true;
+  c.decoder_sparse_step = 1;
+  c.tie_word_embeddings = false;
+  return c;
+}
+
+constexpr std::array<PresetRow, 2> kPresets{{
+    {"tiny-dense", "Qwen3 dense: vocab 32, hidden 64, 4 layers, 4 x 16 heads (2 kv), MLP 128, tied",
+     tiny_dense},
+    {"tiny-moe",
+     "Qwen3-MoE: vocab 32, hidden 64, 4 layers, 4 x 16 heads (2 kv), 8 experts top-2 of 64, "
+     "untied",
+     tiny_moe},
+}};
+
+const PresetRow& find_row(std::string_view name) {
+  for (const PresetRow& r : kPresets)
+    if (r.name == name) return r;
+  std::string names;
+  for (const PresetRow& r : kPresets) names += (names.empty() ? "" : ", ") + std::string(r.name);
+  throw ConfigError(fmt::format("unknown preset '{}'; presets: {}", name, names));
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> out;
+  for (const PresetRow& r : kPresets) out.emplace_back(r.name);
+  return out;
+}
+
+ModelConfig preset(std::string_view name) { return find_row(name).make(); }
+
+std::string preset_description(std::string_view name) {
+  return std::string(find_row(name).description);
+}
+
+}  // namespace lockstep::model
