@@ -71,6 +71,15 @@ LOCKSTEP_HD inline float sub_rn(float a, float b) {
 #endif
 }
 
+// IEEE square root, correctly rounded (std::sqrt on the host is the IEEE operation).
+LOCKSTEP_HD inline float sqrt_rn(float a) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(a);
+#else
+  return std::sqrt(a);
+#endif
+}
+
 LOCKSTEP_HD inline bool is_nan(float v) { return (f32_bits(v) & 0x7FFFFFFFu) > 0x7F800000u; }
 LOCKSTEP_HD inline bool is_inf(float v) { return (f32_bits(v) & 0x7FFFFFFFu) == 0x7F800000u; }
 LOCKSTEP_HD inline bool is_finite(float v) { return (f32_bits(v) & 0x7F800000u) != 0x7F800000u; }

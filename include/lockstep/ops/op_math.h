@@ -1,0 +1,32 @@
+// The scalar functions the ops/ kernels are written with, per scalar type T. For float: the
+// portable numerics (exp_f32, log_f32, sqrt_rn, silu_f32) so that a GPU port reproduces the bits;
+// for double: the C library (the float64 instantiations exist for gradient checks).
+#pragma once
+
+#include <cmath>
+
+#include "lockstep/numerics/transcendental.h"
+
+namespace lockstep::ops {
+
+template <class T>
+struct OpMath;
+
+template <>
+struct OpMath<float> {
+  static float exp(float x) { return num::exp_f32(x); }
+  static float log(float x) { return num::log_f32(x); }
+  static float sqrt(float x) { return num::sqrt_rn(x); }
+  // RN(g / RN(1 + exp_f32(-g))), the silu of numerics/transcendental.h.
+  static float silu(float g) { return num::silu_f32(g); }
+};
+
+template <>
+struct OpMath<double> {
+  static double exp(double x) { return std::exp(x); }
+  static double log(double x) { return std::log(x); }
+  static double sqrt(double x) { return std::sqrt(x); }
+  static double silu(double g) { return g / (1.0 + std::exp(-g)); }
+};
+
+}  // namespace lockstep::ops
