@@ -1,4 +1,4 @@
-// Helpers of the model tests: tiny Qwen3 / Qwen3-MoE configs built in memory, random weights from
+// Helpers of the nn / model execution tests: tiny Qwen3 / Qwen3-MoE configs built in memory, random weights from
 // Philox (the same bits on every machine and library version), the f32 pass-through plan of the
 // float64 gradient checks, and packed batches.
 #pragma once
@@ -51,52 +51,13 @@ inline model::ModelConfig tiny_config(const TinyOptions& o = {}) {
   return c;
 }
 
-// Every lockstep tensor name and shape of weights.h for a config.
-inline std::vector<std::pair<std::string, std::vector<int64_t>>> tiny_shapes(
-    const model::ModelConfig& c) {
-  const int64_t H = c.hidden_size, D = c.head_dim, hq = c.num_attention_heads,
-                hkv = c.num_key_value_heads, V = c.vocab_size;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> s;
-  s.push_back({"embed", {V, H}});
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
-    s.push_back({p + "input_norm", {H}});
-    s.push_back({p + "qkv", {(hq + 2 * hkv) * D, H}});
-    s.push_back({p + "q_norm", {D}});
-    s.push_back({p + "k_norm", {D}});
-    s.push_back({p + "o_proj", {H, hq * D}});
-    s.push_back({p + "post_norm", {H}});
-    const bool moe =
-        c.is_moe() && (l + 1) % c.decoder_sparse_step == 0 &&
-        std::find(c.mlp_only_layers.begin(), c.mlp_only_layers.end(), l) == c.mlp_only_layers.end();
-    if (moe) {
-      const int64_t E = c.num_experts, I = c.moe_intermediate_size;
-      s.push_back({p + "router", {E, H}});
-      s.push_back({p + "experts_fc1", {E * 2 * I, H}});
-      s.push_back({p + "experts_fc2", {E * H, I}});
-      if (c.shared_expert_intermediate_size > 0) {
-        const int64_t Is = c.shared_expert_intermediate_size;
-        s.push_back({p + "shared_gate_up", {2 * Is, H}});
-        s.push_back({p + "shared_down", {H, Is}});
-        s.push_back({p + "shared_gate", {1, H}});
-      }
-    } else {
-      s.push_back({p + "gate_up", {2 * c.intermediate_size, H}});
-      s.push_back({p + "down", {H, c.intermediate_size}});
-    }
-  }
-  s.push_back({"final_norm", {H}});
-  if (!c.tie_word_embeddings) s.push_back({"lm_head", {V, H}});
-  return s;
-}
-
 // Uniform values in [-scale, scale) from Philox (stream = tensor index); norms 1 + 0.1 u.
 inline model::ModelWeights tiny_weights(const model::ModelConfig& c, uint64_t seed,
                                         float scale = 0.25f) {
   model::ModelWeights w;
   w.config = c;
   uint32_t stream = 0;
-  for (const auto& [name, shape] : tiny_shapes(c)) {
+  for (const auto& [name, shape] : model::weight_shapes(c)) {
     Tensor t(DType::kF32, shape);
     float* p = t.ptr<float>();
     const bool norm = shape.size() == 1;
