@@ -46,5 +46,7 @@ void register_bench_gemm_command(CLI::App& bench);  // bench gemm (under `bench`
 void register_recipe_commands(CLI::App& app);    // recipes, describe
 void register_doctor_command(CLI::App& app);     // doctor
 void register_gemm_command(CLI::App& app);       // gemm
+void register_model_commands(CLI::App& app);     // forward, sample, align
+void register_bench_model_command(CLI::App& bench);  // bench model (under `bench`)
 
 }  // namespace lockstep::cli

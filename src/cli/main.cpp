@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   register_recipe_commands(app);
   register_doctor_command(app);
   register_gemm_command(app);
+  register_model_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -21,7 +21,7 @@ void attention_prefill_fwd_cpu(const T* q, const T* k, const T* v, const int64_t
 #pragma omp parallel if (work >= (int64_t(1) << 16) && tasks > 1)
   {
     std::vector<T> kt, s;
-    std::vector<T> acc(static_cast<size_t>(D));
+    std::vector<T> qs(static_cast<size_t>(D));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t sq = task / hkv, g = task % hkv;
@@ -34,31 +34,31 @@ void attention_prefill_fwd_cpu(const T* q, const T* k, const T* v, const int64_t
       for (int64_t i = 0; i < n; ++i)
         for (int64_t h = g * rep; h < (g + 1) * rep; ++h) {
           const int64_t row = (s0 + i) * hq + h;
-          const T* qi = q + row * D;
+          // The scale is folded into q once per query (D multiplications instead of one per key).
+          const T* qrow = q + row * D;
+          for (int64_t d = 0; d < D; ++d) qs[size_t(d)] = qrow[d] * scale;
           for (int64_t j = 0; j <= i; ++j) s[size_t(j)] = 0;
           for (int64_t d = 0; d < D; ++d) {
-            const T qd = qi[d];
+            const T qd = qs[size_t(d)];
             const T* kd = kt.data() + d * n;
             for (int64_t j = 0; j <= i; ++j) s[size_t(j)] += qd * kd[j];
           }
-          T m = s[0] * scale;
-          for (int64_t j = 0; j <= i; ++j) {
-            s[size_t(j)] *= scale;
-            m = std::max(m, s[size_t(j)]);
-          }
+          T m = s[0];
+          for (int64_t j = 1; j <= i; ++j) m = std::max(m, s[size_t(j)]);
           T l = 0;
           for (int64_t j = 0; j <= i; ++j) {
             s[size_t(j)] = OpMath<T>::exp(s[size_t(j)] - m);
             l += s[size_t(j)];
           }
-          std::fill(acc.begin(), acc.end(), T(0));
+          // Probabilities normalised first, then O = P V (an eager softmax-then-matmul order).
+          for (int64_t j = 0; j <= i; ++j) s[size_t(j)] = s[size_t(j)] / l;
+          T* oi = out + row * D;
+          for (int64_t d = 0; d < D; ++d) oi[d] = 0;
           for (int64_t j = 0; j <= i; ++j) {
             const T pj = s[size_t(j)];
             const T* vj = v + ((s0 + j) * hkv + g) * D;
-            for (int64_t d = 0; d < D; ++d) acc[size_t(d)] += pj * vj[d];
+            for (int64_t d = 0; d < D; ++d) oi[d] += pj * vj[d];
           }
-          T* oi = out + row * D;
-          for (int64_t d = 0; d < D; ++d) oi[d] = acc[size_t(d)] / l;
           lse[row] = m + OpMath<T>::log(l);
         }
     }
