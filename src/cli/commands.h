@@ -48,5 +48,6 @@ void register_doctor_command(CLI::App& app);     // doctor
 void register_gemm_command(CLI::App& app);       // gemm
 void register_model_commands(CLI::App& app);     // forward, sample, align
 void register_bench_model_command(CLI::App& bench);  // bench model (under `bench`)
+void register_init_commands(CLI::App& app);      // init, presets
 
 }  // namespace lockstep::cli

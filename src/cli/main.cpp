@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "commands.h"
+#include "lockstep/model/weights.h"
 #include "lockstep/quant/quantize.h"
 #include "lockstep/tensor/safetensors.h"
 
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   register_doctor_command(app);
   register_gemm_command(app);
   register_model_commands(app);
+  register_init_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -46,6 +48,9 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "lockstep: error: {}\n", e.what());
     return kExitBadInput;
   } catch (const lockstep::QuantError& e) {
+    fmt::print(stderr, "lockstep: error: {}\n", e.what());
+    return kExitBadInput;
+  } catch (const lockstep::model::WeightsError& e) {
     fmt::print(stderr, "lockstep: error: {}\n", e.what());
     return kExitBadInput;
   } catch (const lockstep::SafetensorsError& e) {

@@ -129,6 +129,16 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> weight_shapes(const Mo
   return out;
 }
 
+int64_t parameter_count(const ModelConfig& c) {
+  int64_t n = 0;
+  for (const auto& [name, shape] : weight_shapes(c)) {
+    int64_t k = 1;
+    for (int64_t d : shape) k *= d;
+    n += k;
+  }
+  return n;
+}
+
 ModelWeights init_weights(const ModelConfig& c, uint64_t seed) {
   validate_config(c, "init_weights");
   ModelWeights w;

@@ -48,6 +48,8 @@ struct ModelWeights {
 
 // Every lockstep tensor name and shape the config implies, in a fixed order.
 std::vector<std::pair<std::string, std::vector<int64_t>>> weight_shapes(const ModelConfig& c);
+// The number of weights (elements of weight_shapes; a tied head counted once).
+int64_t parameter_count(const ModelConfig& c);
 
 // Standard deviation of the random matrices of init_weights.
 inline constexpr double kInitStd = 0.02;
