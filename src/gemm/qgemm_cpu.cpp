@@ -107,8 +107,11 @@ template <int R>
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 [[gnu::target_clones("avx512f", "avx2", "default")]]
 #endif
-void gemm_core(const DecodedOperand& a, const DecodedOperand& wdec, const PackedW& w, float* d) {
-  const int64_t M = a.rows, N = w.n;
+// Rows [a0, a0 + M) of A (M = -1: all rows); d holds M rows.
+void gemm_core(const DecodedOperand& a, const DecodedOperand& wdec, const PackedW& w, float* d,
+               int64_t a0 = 0, int64_t M = -1) {
+  if (M < 0) M = a.rows - a0;
+  const int64_t N = w.n;
   const int64_t row_blocks = (M + kRowBlock - 1) / kRowBlock;
   const int64_t tiles = row_blocks * w.panels;
 #pragma omp parallel for schedule(dynamic, 4) if (M * N * w.k >= 8 * kParallelMin)
@@ -119,8 +122,8 @@ void gemm_core(const DecodedOperand& a, const DecodedOperand& wdec, const Packed
     const float* arows[kRowBlock];
     const float* ascale[kRowBlock];
     for (int r = 0; r < R; ++r) {
-      arows[r] = a.inner.data() + (i0 + r) * a.cols;
-      ascale[r] = a.chunked ? a.chunk_scale.data() + (i0 + r) * a.chunks : nullptr;
+      arows[r] = a.inner.data() + (a0 + i0 + r) * a.cols;
+      ascale[r] = a.chunked ? a.chunk_scale.data() + (a0 + i0 + r) * a.chunks : nullptr;
     }
     float acc[kRowBlock][kPanel];
     const int64_t ac = a.chunked ? a.chunks : 0;
@@ -134,13 +137,18 @@ void gemm_core(const DecodedOperand& a, const DecodedOperand& wdec, const Packed
       for (int l = 0; l < kPanel; ++l) {
         const int64_t j = pi * kPanel + l;
         if (j >= N) break;
-        const float s = num::mul_rn(a.outer[size_t(i0 + r)], wdec.outer[size_t(j)]);
+        const float s = num::mul_rn(a.outer[size_t(a0 + i0 + r)], wdec.outer[size_t(j)]);
         d[size_t((i0 + r) * N + j)] = num::mul_rn(s, acc[r][l]);
       }
   }
 }
 
 }  // namespace
+
+void gemm_decoded_rows_into(const DecodedOperand& a, int64_t a0, int64_t rows,
+                            const DecodedOperand& w, float* d) {
+  gemm_core(a, w, pack_w(w), d, a0, rows);
+}
 
 // One fp32 GEMM of decoded operands: raw D [a.rows, w.rows].
 std::vector<float> gemm_decoded(const DecodedOperand& a, const DecodedOperand& w) {
