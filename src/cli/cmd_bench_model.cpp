@@ -2,6 +2,7 @@
 // tokens/s and policy export time per preset and recipe on the CPU engine, saved-operand bytes per
 // backward mode, and the ratio to a PyTorch fp32 eager baseline (bench/torch_baseline.py JSON).
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -21,7 +22,7 @@ namespace {
 struct BenchModelArgs {
   std::vector<std::string> presets{"tiny-dense", "tiny-moe"};
   std::vector<std::string> recipes{"bf16", "nvfp4_per_token"};
-  int64_t batch = 64, seq_len = 24, prompt_len = 8, new_tokens = 16;
+  int64_t batch = 64, min_len = 12, max_len = 24, new_tokens = 16;
   int reps = 5;
   std::string baseline;
   bool json = false;
@@ -50,7 +51,8 @@ int32_t rand_id(uint64_t i, int64_t vocab) {
 
 struct Row {
   std::string preset, recipe;
-  double learner_tps = 0, step_ms = 0, decode_tps = 0, export_ms = 0, export_bf16_ms = 0;
+  double learner_tps = 0, step_ms = 0, decode_tps = 0, prefill_tps = 0, export_ms = 0,
+         export_bf16_ms = 0;
   double base_learner = 0, base_decode = 0;
 };
 
@@ -77,14 +79,18 @@ void run_bench_model(const BenchModelArgs& a) {
   for (const std::string& pname : a.presets) {
     const model::ModelConfig cfg = model::preset(pname);
     const model::ModelWeights w = model::init_weights(cfg, 0);
-    const int64_t n = a.batch * a.seq_len;
+    // Sequence b has min_len + (7 b mod (max_len - min_len + 1)) tokens: a fixed mix of lengths.
+    std::vector<int64_t> lens;
+    for (int64_t b = 0; b < a.batch; ++b)
+      lens.push_back(a.min_len + (7 * b) % (a.max_len - a.min_len + 1));
+    std::vector<int64_t> cu{0};
+    for (int64_t b = 0; b < a.batch; ++b) cu.push_back(cu.back() + lens[size_t(b)]);
+    const int64_t n = cu.back();
     std::vector<int32_t> ids(static_cast<size_t>(n)), tg(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
       ids[size_t(i)] = rand_id(uint64_t(i), cfg.vocab_size);
       tg[size_t(i)] = rand_id(uint64_t(i + n), cfg.vocab_size);
     }
-    std::vector<int64_t> cu{0};
-    for (int64_t b = 0; b < a.batch; ++b) cu.push_back(cu.back() + a.seq_len);
     const Tensor idt = Tensor::from_vector<int32_t>(ids, {n}, DType::kI32);
     const Tensor tgt = Tensor::from_vector<int32_t>(tg, {n}, DType::kI32);
     Tensor dlogp(DType::kF32, {n});
@@ -115,18 +121,21 @@ void run_bench_model(const BenchModelArgs& a) {
       sampler.load_policy(model::export_policy(learner.weights(), recipe, learner.version()),
                           learner.version(), recipe.name);
       std::vector<model::SampleRequest> reqs(static_cast<size_t>(a.batch));
+      int64_t prompt_tokens = 0;
       for (int64_t b = 0; b < a.batch; ++b) {
         reqs[size_t(b)].stream = uint32_t(b);
-        for (int64_t j = 0; j < a.prompt_len; ++j)
+        for (int64_t j = 0; j < lens[size_t(b)]; ++j)
           reqs[size_t(b)].prompt.push_back(rand_id(uint64_t(b * 1000 + j), cfg.vocab_size));
+        prompt_tokens += lens[size_t(b)];
       }
-      int64_t generated = 0;
-      const double t_dec = median_seconds(a.reps, [&] {
-        generated = 0;
-        for (const model::SampleResult& s : sampler.generate(reqs))
-          generated += int64_t(s.tokens.size());
-      });
-      r.decode_tps = double(generated) / t_dec;
+      // Decode tokens/s excludes the prefill: (t(new tokens) - t(1 token)) over the tokens after
+      // the first (no eos: every sequence generates exactly new_tokens).
+      const double t_all = median_seconds(a.reps, [&] { sampler.generate(reqs); });
+      sc.max_new = 1;
+      sampler.set_config(sc);
+      const double t_one = median_seconds(a.reps, [&] { sampler.generate(reqs); });
+      r.decode_tps = double(a.batch * (a.new_tokens - 1)) / std::max(t_all - t_one, 1e-9);
+      r.prefill_tps = double(prompt_tokens) / t_one;
       for (const auto& b : base)
         if (b.value("preset", std::string()) == pname) {
           r.base_learner = b.value("learner_tokens_per_s", 0.0);
@@ -146,9 +155,9 @@ void run_bench_model(const BenchModelArgs& a) {
   if (a.json) {
     nlohmann::json j;
     j["batch"] = a.batch;
-    j["seq_len"] = a.seq_len;
-    j["prompt_len"] = a.prompt_len;
+    j["lengths"] = {a.min_len, a.max_len};
     j["new_tokens"] = a.new_tokens;
+    j["threads"] = omp_get_max_threads();
     j["results"] = nlohmann::json::array();
     for (const Row& r : rows)
       j["results"].push_back(
@@ -157,6 +166,7 @@ void run_bench_model(const BenchModelArgs& a) {
            {"learner_tokens_per_s", r.learner_tps},
            {"step_ms", r.step_ms},
            {"decode_tokens_per_s", r.decode_tps},
+           {"prefill_tokens_per_s", r.prefill_tps},
            {"export_ms", r.export_ms},
            {"export_bf16_ms", r.export_bf16_ms},
            {"learner_ratio_to_torch", r.base_learner > 0 ? r.learner_tps / r.base_learner : 0.0},
@@ -166,8 +176,9 @@ void run_bench_model(const BenchModelArgs& a) {
     return;
   }
   fmt::print(
-      "lockstep bench model (CPU, batch {} x {} tokens learner; {} prompts of {} + {} new)\n",
-      a.batch, a.seq_len, a.batch, a.prompt_len, a.new_tokens);
+      "lockstep bench model (CPU, {} threads; {} sequences of {}-{} tokens; decode {} new tokens "
+      "each, prefill excluded)\n",
+      omp_get_max_threads(), a.batch, a.min_len, a.max_len, a.new_tokens);
   fmt::print("{:<11} {:<17} {:>13} {:>8} {:>9} {:>12} {:>8} {:>10} {:>9}\n", "preset", "recipe",
              "learner tok/s", "x torch", "step ms", "decode tok/s", "x torch", "export ms",
              "bf16 ms");
@@ -178,7 +189,7 @@ void run_bench_model(const BenchModelArgs& a) {
                r.step_ms, r.decode_tps,
                r.base_decode > 0 ? fmt::format("{:.2f}", r.decode_tps / r.base_decode) : "-",
                r.export_ms, r.export_bf16_ms);
-  fmt::print("saved operands of one forward ({} tokens):\n", a.batch * a.seq_len);
+  fmt::print("saved operands of one learner forward:\n");
   for (const auto& s : saved)
     fmt::print("  {:<11} {:<28} {:>10} bytes\n", s["preset"].get<std::string>(),
                s["recipe"].get<std::string>(), s["saved_bytes"].get<size_t>());
@@ -195,8 +206,8 @@ void register_bench_model_command(CLI::App& bench) {
   c->add_option("--preset", a->presets, "presets to run (default tiny-dense tiny-moe)");
   c->add_option("--recipe", a->recipes, "recipes to run (default bf16 nvfp4_per_token)");
   c->add_option("--batch", a->batch, "sequences per learner batch and decode batch (default 64)");
-  c->add_option("--seq-len", a->seq_len, "tokens per learner sequence (default 24)");
-  c->add_option("--prompt-len", a->prompt_len, "decode prompt length (default 8)");
+  c->add_option("--min-len", a->min_len, "shortest sequence / prompt (default 12)");
+  c->add_option("--max-len", a->max_len, "longest sequence / prompt (default 24)");
   c->add_option("--new-tokens", a->new_tokens, "tokens generated per prompt (default 16)");
   c->add_option("--reps", a->reps, "timed repetitions (median; default 5)");
   c->add_option("--baseline", a->baseline,
