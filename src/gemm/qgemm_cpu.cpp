@@ -1,13 +1,15 @@
 // The deterministic CPU GEMM (fp32, the accumulation order of docs/gemm.md), the shared epilogue,
-// the grouped (MoE) GEMMs and the float64 path for dense F64 operands. Blocking is over output rows and columns only, never over
-// k, so every output element runs the same chain of fp32 operations whatever M, threads or tiles.
+// the grouped (MoE) GEMMs and the float64 path for dense F64 operands. Blocking is over output rows
+// and columns only, never over k, so every output element runs the same chain of fp32 operations
+// whatever M, threads or tiles.
+#include "qgemm_cpu.h"
+
 #include <fmt/format.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "qgemm_cpu.h"
 #include "lockstep/numerics/hd.h"
 #include "lockstep/numerics/transcendental.h"
 
@@ -16,7 +18,6 @@ namespace {
 // Below this much work a loop runs on one thread: a parallel region costs microseconds, and the
 // OpenMP if clause changes only how many threads run it, never a value.
 constexpr int64_t kParallelMin = int64_t(1) << 15;
-
 
 constexpr int kPanel = 16;  // W rows per packed panel (vector lanes: one output element each)
 constexpr int kRowBlock = 4;
@@ -42,9 +43,11 @@ PackedW pack_w(const DecodedOperand& w) {
     for (int l = 0; l < kPanel; ++l) {
       const int64_t j = pi * kPanel + l;
       if (j >= w.rows) break;
-      for (int64_t k = 0; k < p.k; ++k) p.inner[size_t((pi * p.k + k) * kPanel + l)] = w.inner[size_t(j * p.k + k)];
+      for (int64_t k = 0; k < p.k; ++k)
+        p.inner[size_t((pi * p.k + k) * kPanel + l)] = w.inner[size_t(j * p.k + k)];
       for (int64_t c = 0; c < p.chunks; ++c)
-        p.chunk_scale[size_t((pi * p.chunks + c) * kPanel + l)] = w.chunk_scale[size_t(j * p.chunks + c)];
+        p.chunk_scale[size_t((pi * p.chunks + c) * kPanel + l)] =
+            w.chunk_scale[size_t(j * p.chunks + c)];
     }
   return p;
 }
@@ -55,8 +58,9 @@ PackedW pack_w(const DecodedOperand& w) {
 //            acc = RN(acc + RN(p * RN(sa_c * sw_c)))    (sa_c = 1 / sw_c = 1 for unchunked sides)
 // Host code is built with -ffp-contract=off, so `x + a * b` is two roundings, never an FMA.
 template <int R>
-[[gnu::always_inline]] inline void tile(const float* const* arows, const float* const* ascale, int64_t a_chunks, const PackedW& w,
-          int64_t pi, float (&acc)[kRowBlock][kPanel]) {
+[[gnu::always_inline]] inline void tile(const float* const* arows, const float* const* ascale,
+                                        int64_t a_chunks, const PackedW& w, int64_t pi,
+                                        float (&acc)[kRowBlock][kPanel]) {
   const float* wp = w.inner.data() + pi * w.k * kPanel;
   for (int r = 0; r < R; ++r)
     for (int l = 0; l < kPanel; ++l) acc[r][l] = 0.0f;
@@ -128,10 +132,18 @@ void gemm_core(const DecodedOperand& a, const DecodedOperand& wdec, const Packed
     float acc[kRowBlock][kPanel];
     const int64_t ac = a.chunked ? a.chunks : 0;
     switch (R) {
-      case 4: tile<4>(arows, ascale, ac, w, pi, acc); break;
-      case 3: tile<3>(arows, ascale, ac, w, pi, acc); break;
-      case 2: tile<2>(arows, ascale, ac, w, pi, acc); break;
-      default: tile<1>(arows, ascale, ac, w, pi, acc); break;
+      case 4:
+        tile<4>(arows, ascale, ac, w, pi, acc);
+        break;
+      case 3:
+        tile<3>(arows, ascale, ac, w, pi, acc);
+        break;
+      case 2:
+        tile<2>(arows, ascale, ac, w, pi, acc);
+        break;
+      default:
+        tile<1>(arows, ascale, ac, w, pi, acc);
+        break;
     }
     for (int r = 0; r < R; ++r)
       for (int l = 0; l < kPanel; ++l) {
@@ -170,22 +182,12 @@ std::vector<double> gemm_f64(const double* a, const double* w, int64_t M, int64_
   return d;
 }
 
-DecodedOperand rows_of(const DecodedOperand& all, int64_t r0, int64_t rows) {
-  DecodedOperand ad;
-  ad.rows = rows;
-  ad.cols = all.cols;
-  ad.inner.assign(all.inner.begin() + r0 * ad.cols, all.inner.begin() + (r0 + rows) * ad.cols);
-  ad.outer.assign(all.outer.begin() + r0, all.outer.begin() + r0 + rows);
-  ad.chunked = all.chunked;
-  ad.chunks = all.chunks;
-  if (ad.chunked)
-    ad.chunk_scale.assign(all.chunk_scale.begin() + r0 * ad.chunks, all.chunk_scale.begin() + (r0 + rows) * ad.chunks);
-  return ad;
+std::vector<float> host_floats(const Tensor& t) {
+  return t.defined() ? to_f32(t.to(Device::cpu())) : std::vector<float>{};
 }
 
-std::vector<float> host_floats(const Tensor& t) { return t.defined() ? to_f32(t.to(Device::cpu())) : std::vector<float>{}; }
-
-EpilogueOut apply_epilogue(std::span<const float> d, int64_t rows, int64_t n, const EpilogueArgs& ep) {
+EpilogueOut apply_epilogue(std::span<const float> d, int64_t rows, int64_t n,
+                           const EpilogueArgs& ep) {
   EpilogueOut out;
   out.cols = ep.swiglu ? n / 2 : n;
   const int64_t oc = out.cols;
@@ -217,15 +219,19 @@ EpilogueOut apply_epilogue(std::span<const float> d, int64_t rows, int64_t n, co
   return out;
 }
 
-void check_epilogue(const GemmEpilogue& ep, int64_t M, int64_t N, int64_t bias_n, const std::string& what) {
+void check_epilogue(const GemmEpilogue& ep, int64_t M, int64_t N, int64_t bias_n,
+                    const std::string& what) {
   if (ep.bias.defined() && ep.bias.numel() != bias_n)
     throw GemmError(fmt::format("{}: bias has {} values, want {}", what, ep.bias.numel(), bias_n));
   if (ep.swiglu && N % 2 != 0)
-    throw GemmError(fmt::format("{}: swiglu needs an even N = 2I ([gate | up] halves), got N = {}", what, N));
+    throw GemmError(
+        fmt::format("{}: swiglu needs an even N = 2I ([gate | up] halves), got N = {}", what, N));
   if (ep.router_prob.defined() && ep.router_prob.numel() != M)
-    throw GemmError(fmt::format("{}: router_prob has {} values, want M = {}", what, ep.router_prob.numel(), M));
+    throw GemmError(
+        fmt::format("{}: router_prob has {} values, want M = {}", what, ep.router_prob.numel(), M));
   if (ep.router_prob.defined() && !ep.swiglu)
-    throw GemmError(fmt::format("{}: router_prob is applied by the swiglu epilogue; enable swiglu", what));
+    throw GemmError(
+        fmt::format("{}: router_prob is applied by the swiglu epilogue; enable swiglu", what));
 }
 
 GemmResult make_result(EpilogueOut&& e, int64_t rows, DType out_dtype, bool row_amax) {
@@ -237,10 +243,12 @@ GemmResult make_result(EpilogueOut&& e, int64_t rows, DType out_dtype, bool row_
 }
 
 GemmResult qgemm_cpu(const GemmArg& a, const GemmArg& w, const GemmConfig& cfg) {
-  const std::string what = fmt::format("qgemm A {} x W {}", a.describe(cfg.a_copy, "a"), w.describe(cfg.w_copy, "w"));
+  const std::string what =
+      fmt::format("qgemm A {} x W {}", a.describe(cfg.a_copy, "a"), w.describe(cfg.w_copy, "w"));
   const int64_t M = a.rows(cfg.a_copy), N = w.rows(cfg.w_copy), K = a.cols(cfg.a_copy);
   if (K != w.cols(cfg.w_copy))
-    throw GemmError(fmt::format("{}: K mismatch (A has {} columns, W {})", what, K, w.cols(cfg.w_copy)));
+    throw GemmError(
+        fmt::format("{}: K mismatch (A has {} columns, W {})", what, K, w.cols(cfg.w_copy)));
   check_epilogue(cfg.epilogue, M, N, N, what);
   const bool f64 = !a.quantized() && !w.quantized() &&
                    (a.t().dtype() == DType::kF64 || w.t().dtype() == DType::kF64);
@@ -280,9 +288,16 @@ GemmResult qgemm_cpu(const GemmArg& a, const GemmArg& w, const GemmConfig& cfg) 
     return r;
   }
   const std::vector<float> d = gemm_decoded(ad, wd);
-  const std::vector<float> bias = host_floats(cfg.epilogue.bias), prob = host_floats(cfg.epilogue.router_prob);
-  EpilogueArgs ep{cfg.epilogue.alpha, bias, cfg.epilogue.swiglu, prob, cfg.out_dtype == DType::kBF16,
-                  cfg.epilogue.row_amax, 0, 0};
+  const std::vector<float> bias = host_floats(cfg.epilogue.bias),
+                           prob = host_floats(cfg.epilogue.router_prob);
+  EpilogueArgs ep{cfg.epilogue.alpha,
+                  bias,
+                  cfg.epilogue.swiglu,
+                  prob,
+                  cfg.out_dtype == DType::kBF16,
+                  cfg.epilogue.row_amax,
+                  0,
+                  0};
   return make_result(apply_epilogue(d, M, N, ep), M, cfg.out_dtype, cfg.epilogue.row_amax);
 }
 

@@ -21,8 +21,6 @@ void gemm_decoded_rows_into(const DecodedOperand& a, int64_t a0, int64_t rows,
                             const DecodedOperand& w, float* d);
 // Plain float64 D [M, N] = A [M, K] W [N, K]^T, ascending k.
 std::vector<double> gemm_f64(const double* a, const double* w, int64_t M, int64_t N, int64_t K);
-// Rows [r0, r0 + rows) of a decoded operand.
-DecodedOperand rows_of(const DecodedOperand& all, int64_t r0, int64_t rows);
 // The values of an optional F32 tensor on the host (empty when undefined).
 std::vector<float> host_floats(const Tensor& t);
 

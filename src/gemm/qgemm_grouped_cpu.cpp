@@ -193,26 +193,15 @@ GemmResult grouped_qgemm_cpu(const GemmArg& a, std::span<const int64_t> offsets,
     return r;
   }
   const DecodedOperand a_all = decode_operand(a, Copy::kRowwise, 0, rows, "a");
-  if (ep.alpha == 1.0f && !ep.bias.defined() && !ep.swiglu && !ep.row_amax &&
-      cfg.out_dtype == DType::kF32) {
-    // Identity epilogue: each group's rows are written straight into the result.
-    GemmResult r;
-    r.d = Tensor(DType::kF32, {rows, N});  // padding rows past group_rows stay +0
-    float* out = r.d.ptr<float>();
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t r0 = offsets[size_t(e)];
-      const int64_t n_rows = tokens.empty() ? offsets[size_t(e + 1)] - r0 : tokens[size_t(e)];
-      GroupOperand g;
-      const Copy wc = w_group(e, g);
-      const DecodedOperand wd =
-          decode_operand(g.arg(), wc, cfg.w_copy == Copy::kRowwise ? e * N : 0, N, "w");
-      if (n_rows > 0) gemm_decoded_rows_into(a_all, r0, n_rows, wd, out + r0 * N);
-    }
-    r.kernel = GemmKernel::kCpu;
-    return r;
-  }
+  // Identity epilogue: each group's rows are written straight into the result (padding rows past
+  // group_rows stay +0).
+  const bool identity = ep.alpha == 1.0f && !ep.bias.defined() && !ep.swiglu && !ep.row_amax &&
+                        cfg.out_dtype == DType::kF32;
+  GemmResult direct;
+  if (identity) direct.d = Tensor(DType::kF32, {rows, N});
   const std::vector<float> bias = host_floats(ep.bias), prob = host_floats(ep.router_prob);
-  std::vector<float> out(size_t(rows * oc), 0.0f), amax(ep.row_amax ? size_t(rows) : 0, 0.0f);
+  std::vector<float> out(identity ? 0 : size_t(rows * oc), 0.0f),
+      amax(ep.row_amax ? size_t(rows) : 0, 0.0f);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = offsets[size_t(e)];
     const int64_t n_rows = tokens.empty() ? offsets[size_t(e + 1)] - r0 : tokens[size_t(e)];
@@ -222,12 +211,21 @@ GemmResult grouped_qgemm_cpu(const GemmArg& a, std::span<const int64_t> offsets,
     const DecodedOperand wd =
         decode_operand(g.arg(), wc, cfg.w_copy == Copy::kRowwise ? e * N : 0, N, "w");
     if (n_rows == 0) continue;
-    const std::vector<float> d = gemm_decoded(rows_of(a_all, r0, n_rows), wd);
+    if (identity) {
+      gemm_decoded_rows_into(a_all, r0, n_rows, wd, direct.d.ptr<float>() + r0 * N);
+      continue;
+    }
+    std::vector<float> d(static_cast<size_t>(n_rows * N));
+    gemm_decoded_rows_into(a_all, r0, n_rows, wd, d.data());
     EpilogueArgs args{ep.alpha,    bias, ep.swiglu, prob, cfg.out_dtype == DType::kBF16,
                       ep.row_amax, r0,   e * N};
     const EpilogueOut o = apply_epilogue(d, n_rows, N, args);
     std::copy(o.d.begin(), o.d.end(), out.begin() + r0 * oc);
     if (ep.row_amax) std::copy(o.row_amax.begin(), o.row_amax.end(), amax.begin() + r0);
+  }
+  if (identity) {
+    direct.kernel = GemmKernel::kCpu;
+    return direct;
   }
   EpilogueOut all{oc, std::move(out), std::move(amax)};
   return make_result(std::move(all), rows, cfg.out_dtype, ep.row_amax);

@@ -9,11 +9,10 @@
 #include <stdexcept>
 
 #include "lockstep/ops/tensor_ops.h"
+#include "module_operands.h"
 
 namespace lockstep::nn {
 namespace {
-
-bool quantized_format(const OperandSpec& s) { return to_quant_spec(s).has_value(); }
 
 Tensor offsets_tensor(std::span<const int64_t> offsets) {
   return Tensor::from_vector<int64_t>(offsets, {int64_t(offsets.size())}, DType::kI64);
@@ -34,9 +33,7 @@ Operand prepare_grouped_fprop_weight(const Tensor& w, int64_t groups, const Line
   const LinearDims d = LinearDims::of(w.rows() / groups, w.cols(), spec);
   const Tensor wp = pad_groups(w, groups, d.out_padded, d.in_padded);
   OperandRequest req;
-  req.colwise = training && spec.backward_mode == BackwardMode::kQuantized &&
-                spec[Gemm::kDgrad].b == spec[Gemm::kFprop].b &&
-                quantized_format(spec[Gemm::kFprop].b);
+  req.colwise = detail::fprop_weight_with_colwise(spec, training);
   const std::vector<int64_t> off = weight_offsets(groups, d.out_padded);
   return make_operand(wp, spec[Gemm::kFprop].b, req, name, off);
 }
@@ -80,31 +77,10 @@ const Operand& GroupedLinear::fprop_weight() {
 }
 
 const Operand& GroupedLinear::dgrad_weight() {
-  if (w_dgrad_.defined()) return w_dgrad_;
-  const Operand& wf = fprop_weight();
-  switch (spec_.backward_mode) {
-    case BackwardMode::kQuantized:
-      if (wf.quantized() && wf.q.has_colwise()) {
-        w_dgrad_ = wf;
-      } else {
-        OperandRequest req;
-        req.rowwise = false;
-        req.colwise = true;
-        w_dgrad_ = make_operand(pad_groups(weight_, groups_, dims_.out_padded, dims_.in_padded),
-                                spec_[Gemm::kDgrad].b, req, name_ + ".weight",
-                                weight_offsets(groups_, dims_.out_padded));
-      }
-      break;
-    case BackwardMode::kHighPrecision:
-      w_dgrad_ = make_operand(pad_groups(weight_, groups_, dims_.out_padded, dims_.in_padded),
-                              spec_[Gemm::kDgrad].b, {}, name_ + ".weight");
-      break;
-    case BackwardMode::kDequantized:
-      w_dgrad_.t = wf.dense(DType::kBF16);
-      break;
-    default:
-      throw std::logic_error("backward mode");
-  }
+  if (!w_dgrad_.defined())
+    w_dgrad_ = detail::dgrad_weight_operand(
+        fprop_weight(), pad_groups(weight_, groups_, dims_.out_padded, dims_.in_padded), spec_,
+        name_ + ".weight", weight_offsets(groups_, dims_.out_padded));
   return w_dgrad_;
 }
 
@@ -115,38 +91,13 @@ Tensor GroupedLinear::forward(const Tensor& x, std::span<const int64_t> offsets,
         fmt::format("{}: input {} with {} offsets is not [rows, {}] grouped into {} experts", name_,
                     x.describe(), offsets.size(), dims_.in, groups_));
   const Tensor xp = pad2d(x, x.rows(), dims_.in_padded);
-  const GemmSpec& fp = spec_[Gemm::kFprop];
-  const OperandSpec& wx = spec_[Gemm::kWgrad].b;
-  const bool shared = save && spec_.backward_mode == BackwardMode::kQuantized && wx == fp.a &&
-                      quantized_format(fp.a);
-  OperandRequest req;
-  req.colwise = shared;
-  const Operand xf = make_operand(xp, fp.a, req, name_ + ".input", offsets);
-  const GemmResult r = grouped_qgemm(xf.arg(), offsets_tensor(offsets), fprop_weight().arg());
+  detail::ActivationOperands xo =
+      detail::activation_operands(xp, spec_, save, name_ + ".input", offsets);
+  const GemmResult r = grouped_qgemm(xo.fprop.arg(), offsets_tensor(offsets), fprop_weight().arg());
   if (save) {
     offsets_.assign(offsets.begin(), offsets.end());
     has_saved_ = true;
-    switch (spec_.backward_mode) {
-      case BackwardMode::kQuantized:
-        if (shared) {
-          x_saved_ = xf;
-          x_saved_.q.rowwise = QData{};
-        } else {
-          OperandRequest cw;
-          cw.rowwise = !quantized_format(wx);
-          cw.colwise = quantized_format(wx);
-          x_saved_ = make_operand(xp, wx, cw, name_ + ".input", offsets);
-        }
-        break;
-      case BackwardMode::kHighPrecision:
-        x_saved_ = make_operand(xp, wx, {}, name_ + ".input");
-        break;
-      case BackwardMode::kDequantized:
-        x_saved_ = xf;
-        break;
-      default:
-        throw std::logic_error("backward mode");
-    }
+    x_saved_ = std::move(xo.saved);
   }
   return crop2d(r.d, x.rows(), dims_.out);
 }
@@ -160,25 +111,15 @@ Tensor GroupedLinear::backward(const Tensor& dy) {
         fmt::format("{}: dy {} is not [{}, {}]", name_, dy.describe(), R, dims_.out));
   const Tensor dyp = pad2d(dy, R, dims_.out_padded);
   const Tensor off = offsets_tensor(offsets_);
-  const OperandSpec& sd = spec_[Gemm::kDgrad].a;
-  const OperandSpec& sw = spec_[Gemm::kWgrad].a;
-  const bool one = sd == sw && quantized_format(sd);
-  const Operand dy_d =
-      make_operand(dyp, sd, {true, one, grad_seed_, stream_}, name_ + ".grad_output", offsets_);
-  Operand dy_w = dy_d;
-  if (!one)
-    dy_w = make_operand(
-        dyp, sw, {!quantized_format(sw), quantized_format(sw), grad_seed_, stream_ + 0x8000u},
-        name_ + ".grad_output", offsets_);
+  const detail::GradOutputOperands g = detail::grad_output_operands(
+      dyp, spec_, grad_seed_, stream_, name_ + ".grad_output", offsets_);
   GemmConfig dg;
   dg.w_copy = Copy::kColwise;
-  const GemmResult dx = grouped_qgemm(dy_d.arg(), off, dgrad_weight().arg(), dg);
-  Operand xw = x_saved_;
-  if (spec_.backward_mode == BackwardMode::kDequantized)
-    xw = Operand{x_saved_.dense(DType::kBF16), {}};
+  const GemmResult dx = grouped_qgemm(g.dgrad.arg(), off, dgrad_weight().arg(), dg);
   GemmConfig wg;
   wg.a_copy = wg.w_copy = Copy::kColwise;
-  const GemmResult dw = grouped_qgemm(dy_w.arg(), off, xw.arg(), wg);
+  const GemmResult dw =
+      grouped_qgemm(g.wgrad.arg(), off, detail::wgrad_activation(x_saved_, spec_).arg(), wg);
   if (grad_.defined()) ops::add_inplace(grad_, crop_groups(dw.d, groups_, dims_.out, dims_.in));
   clear_saved();
   return crop2d(dx.d, R, dims_.in);

@@ -13,13 +13,12 @@
 #include <stdexcept>
 
 #include "lockstep/ops/tensor_ops.h"
+#include "module_operands.h"
 
 namespace lockstep::nn {
 namespace {
 
 const GemmSpec& gemm_of(const LinearSpec& s, Gemm g) { return s[g]; }
-
-bool quantized_format(const OperandSpec& s) { return to_quant_spec(s).has_value(); }
 
 GemmConfig colwise_w() {
   GemmConfig c;
@@ -54,9 +53,7 @@ Operand prepare_fprop_weight(const Tensor& w, const LinearSpec& spec, std::strin
   const LinearDims d = LinearDims::of(w.rows(), w.cols(), spec);
   const Tensor wp = pad2d(w, d.out_padded, d.in_padded);
   OperandRequest req;
-  req.colwise = training && spec.backward_mode == BackwardMode::kQuantized &&
-                spec[Gemm::kDgrad].b == spec[Gemm::kFprop].b &&
-                quantized_format(spec[Gemm::kFprop].b);
+  req.colwise = detail::fprop_weight_with_colwise(spec, training);
   return make_operand(wp, spec[Gemm::kFprop].b, req, name);
 }
 
@@ -91,30 +88,10 @@ const Operand& Linear::fprop_weight() {
 }
 
 const Operand& Linear::dgrad_weight() {
-  if (w_dgrad_.defined()) return w_dgrad_;
-  const Operand& wf = fprop_weight();
-  switch (spec_.backward_mode) {
-    case BackwardMode::kQuantized:
-      if (wf.quantized() && wf.q.has_colwise()) {
-        w_dgrad_ = wf;  // one quantize made both copies
-      } else {
-        OperandRequest req;
-        req.rowwise = false;
-        req.colwise = true;
-        const Tensor wp = pad2d(weight_, dims_.out_padded, dims_.in_padded);
-        w_dgrad_ = make_operand(wp, spec_[Gemm::kDgrad].b, req, name_ + ".weight");
-      }
-      break;
-    case BackwardMode::kHighPrecision:
-      w_dgrad_ = make_operand(pad2d(weight_, dims_.out_padded, dims_.in_padded),
-                              spec_[Gemm::kDgrad].b, {}, name_ + ".weight");
-      break;
-    case BackwardMode::kDequantized:
-      w_dgrad_.t = wf.dense(DType::kBF16);
-      break;
-    default:
-      throw std::logic_error("backward mode");
-  }
+  if (!w_dgrad_.defined())
+    w_dgrad_ = detail::dgrad_weight_operand(fprop_weight(),
+                                            pad2d(weight_, dims_.out_padded, dims_.in_padded),
+                                            spec_, name_ + ".weight", {});
   return w_dgrad_;
 }
 
@@ -128,38 +105,13 @@ Tensor Linear::forward(const Tensor& x, bool save) {
   const int64_t T = x.rows();
   const int64_t Tp = save ? round_up(T, token_multiple(spec_)) : T;
   const Tensor xp = pad2d(x, Tp, dims_.in_padded);
-  const GemmSpec& fp = spec_[Gemm::kFprop];
-  const OperandSpec& wx = spec_[Gemm::kWgrad].b;
-  const bool shared = save && spec_.backward_mode == BackwardMode::kQuantized && wx == fp.a &&
-                      quantized_format(fp.a);
-  OperandRequest req;
-  req.colwise = shared;
-  const Operand xf = make_operand(xp, fp.a, req, name_ + ".input");
-  const GemmResult r = qgemm(xf.arg(), fprop_weight().arg());
+  detail::ActivationOperands xo =
+      detail::activation_operands(xp, spec_, save, name_ + ".input", {});
+  const GemmResult r = qgemm(xo.fprop.arg(), fprop_weight().arg());
   if (save) {
     tokens_ = T;
     has_saved_ = true;
-    switch (spec_.backward_mode) {
-      case BackwardMode::kQuantized:
-        if (shared) {
-          x_saved_ = xf;
-          x_saved_.q.rowwise = QData{};  // the backward reads the columnwise copy only
-        } else {
-          OperandRequest cw;
-          cw.rowwise = !quantized_format(wx);
-          cw.colwise = quantized_format(wx);
-          x_saved_ = make_operand(xp, wx, cw, name_ + ".input");
-        }
-        break;
-      case BackwardMode::kHighPrecision:
-        x_saved_ = make_operand(xp, wx, {}, name_ + ".input");
-        break;
-      case BackwardMode::kDequantized:
-        x_saved_ = xf;
-        break;
-      default:
-        throw std::logic_error("backward mode");
-    }
+    x_saved_ = std::move(xo.saved);
   }
   return crop2d(r.d, T, dims_.out);
 }
@@ -171,23 +123,12 @@ Tensor Linear::backward(const Tensor& dy) {
     throw std::invalid_argument(
         fmt::format("{}: dy {} is not [{}, {}]", name_, dy.describe(), tokens_, dims_.out));
   const Tensor dyp = pad2d(dy, round_up(tokens_, token_multiple(spec_)), dims_.out_padded);
-  const OperandSpec& sd = spec_[Gemm::kDgrad].a;
-  const OperandSpec& sw = spec_[Gemm::kWgrad].a;
-  const bool one = sd == sw && quantized_format(sd);
-  OperandRequest rd{true, one, grad_seed_, stream_};
-  const Operand dy_d = make_operand(dyp, sd, rd, name_ + ".grad_output");
-  Operand dy_w = dy_d;
-  if (!one) {
-    OperandRequest rw{!quantized_format(sw), quantized_format(sw), grad_seed_, stream_ + 0x8000u};
-    dy_w = make_operand(dyp, sw, rw, name_ + ".grad_output");
-  }
-  // dgrad: dX [Tp, K_p] = dY [Tp, N_p] W [N_p, K_p].
-  const GemmResult dx = qgemm(dy_d.arg(), dgrad_weight().arg(), colwise_w());
-  // wgrad: dW [N_p, K_p] = dY^T X.
-  Operand xw = x_saved_;
-  if (spec_.backward_mode == BackwardMode::kDequantized)
-    xw = Operand{x_saved_.dense(DType::kBF16), {}};
-  const GemmResult dw = qgemm(dy_w.arg(), xw.arg(), colwise_both());
+  const detail::GradOutputOperands g =
+      detail::grad_output_operands(dyp, spec_, grad_seed_, stream_, name_ + ".grad_output", {});
+  // dgrad: dX [Tp, K_p] = dY [Tp, N_p] W [N_p, K_p]; wgrad: dW [N_p, K_p] = dY^T X.
+  const GemmResult dx = qgemm(g.dgrad.arg(), dgrad_weight().arg(), colwise_w());
+  const GemmResult dw =
+      qgemm(g.wgrad.arg(), detail::wgrad_activation(x_saved_, spec_).arg(), colwise_both());
   if (grad_.defined()) {
     const Tensor dwc = crop2d(dw.d, dims_.out, dims_.in);
     ops::add_inplace(grad_, dwc);
