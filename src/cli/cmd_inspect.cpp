@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <filesystem>
 #include <charconv>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -193,6 +194,10 @@ struct InspectOptions {
 };
 
 void run_inspect(const InspectOptions& opt) {
+  if (std::filesystem::is_directory(opt.path)) {
+    inspect_model_dir(opt.path, opt.json);
+    return;
+  }
   SafetensorsHeader h = read_safetensors_header(opt.path);
   auto groups = group_quantized(h);
   if (opt.json)
@@ -209,9 +214,12 @@ void register_inspect_command(CLI::App& app) {
       "inspect",
       "List a safetensors file's tensors (name, dtype, shape, bytes) and metadata, and group the\n"
       "parts of lockstep quantized tensors (NAME.qdata, NAME.block_scale, ...) with their format.\n"
-      "Reads only the header; a malformed file exits with code 2.\n"
-      "Example: lockstep inspect model.safetensors --json");
-  cmd->add_option("file", opt->path, "safetensors file to inspect")->required();
+      "Reads only the header; a malformed file exits with code 2. Given a model directory\n"
+      "(config.json + safetensors, single or sharded), loads it with every check and lists the\n"
+      "config and the weights in lockstep's layout with FNV-1a 64 checksums of their F32 bytes.\n"
+      "Example: lockstep inspect model.safetensors --json\n"
+      "         lockstep inspect models/tiny-moe");
+  cmd->add_option("file", opt->path, "safetensors file or model directory to inspect")->required();
   cmd->add_flag("--json", opt->json,
                 "print one JSON object {file, metadata, tensors, quantized} instead of tables");
   cmd->callback([opt] { run_inspect(*opt); });

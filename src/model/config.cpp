@@ -8,11 +8,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <set>
-#include <sstream>
+
+#include "json_file.h"
 
 namespace lockstep::model {
 
@@ -428,17 +428,7 @@ void validate_config(const ModelConfig& c, const std::string& where) {
 }
 
 ModelConfig load_config(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw ConfigError(fmt::format("{}: cannot open the config file", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  json j;
-  try {
-    j = json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    throw ConfigError(fmt::format("{}: not valid JSON: {}", path, e.what()));
-  }
-  return config_from_json(j, path);
+  return config_from_json(read_json_file<ConfigError>(path), path);
 }
 
 }  // namespace lockstep::model

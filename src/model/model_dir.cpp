@@ -4,10 +4,9 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
+#include "json_file.h"
 #include "lockstep/model/weights.h"
 
 namespace lockstep::model {
@@ -33,14 +32,6 @@ void check_shard_name(const std::string& file, const std::string& where,
         where, tensor, json(file).dump(-1, ' ', false, json::error_handler_t::replace)));
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw WeightsError(fmt::format("{}: cannot open", path.string()));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 void write_text_atomic(const fs::path& path, const std::string& text) {
   write_bytes_atomic(path.string(), std::as_bytes(std::span<const char>(text.data(), text.size())));
 }
@@ -63,7 +54,8 @@ std::set<std::string> existing_index_shards(const fs::path& dir) {
   const fs::path p = dir / kIndexFile;
   if (!fs::exists(p)) return out;
   try {
-    for (const auto& s : parse_shard_index(json::parse(read_text(p)), p.string()).shards)
+    for (const auto& s :
+         parse_shard_index(read_json_file<WeightsError>(p.string()), p.string()).shards)
       out.insert(s);
   } catch (const std::exception&) {
     // An unreadable old index lists nothing we can safely remove.
@@ -171,13 +163,7 @@ ModelWeights load_model_dir(const std::string& dir_name) {
         fmt::format("{}: no {} and no {}", dir_name, kSingleWeightsFile, kIndexFile));
 
   const std::string where = index_path.string();
-  json j;
-  try {
-    j = json::parse(read_text(index_path));
-  } catch (const json::parse_error& e) {
-    throw WeightsError(fmt::format("{}: not valid JSON: {}", where, e.what()));
-  }
-  const ShardIndex index = parse_shard_index(j, where);
+  const ShardIndex index = parse_shard_index(read_json_file<WeightsError>(where), where);
   // Every shard exists and its header agrees with the index before any data is read.
   std::map<std::string, std::vector<std::string>> shard_tensors;
   for (const auto& shard : index.shards) {
