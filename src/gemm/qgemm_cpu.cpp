@@ -22,13 +22,7 @@ constexpr int64_t kParallelMin = int64_t(1) << 15;
 constexpr int kPanel = 16;  // W rows per packed panel (vector lanes: one output element each)
 constexpr int kRowBlock = 4;
 
-// W inner values transposed into panels [P][K][16] (zero lanes past N), and for chunked W its
-// chunk scales [P][C][16], so the innermost loop runs over 16 independent output elements.
-struct PackedW {
-  int64_t n = 0, k = 0, panels = 0, chunks = 0;
-  std::vector<float> inner;
-  std::vector<float> chunk_scale;
-};
+}  // namespace
 
 PackedW pack_w(const DecodedOperand& w) {
   PackedW p;
@@ -57,6 +51,8 @@ PackedW pack_w(const DecodedOperand& w) {
 //   chunked: acc = +0; per chunk c: p = +0; for k in c ascending: p = RN(p + RN(ia_k * iw_k));
 //            acc = RN(acc + RN(p * RN(sa_c * sw_c)))    (sa_c = 1 / sw_c = 1 for unchunked sides)
 // Host code is built with -ffp-contract=off, so `x + a * b` is two roundings, never an FMA.
+namespace {
+
 template <int R>
 [[gnu::always_inline]] inline void tile(const float* const* arows, const float* const* ascale,
                                         int64_t a_chunks, const PackedW& w, int64_t pi,
@@ -105,15 +101,16 @@ template <int R>
   }
 }
 
+}  // namespace
+
 // Raw D [a.rows, w.n] = RN(RN(outer_a * outer_w) * acc) for decoded A and packed W. Compiled for
 // several instruction sets (chosen at load time); every clone performs the same rounded operations
 // in the same order (no contraction: -ffp-contract=off), only the vector width differs.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 [[gnu::target_clones("avx512f", "avx2", "default")]]
 #endif
-// Rows [a0, a0 + M) of A (M = -1: all rows); d holds M rows.
 void gemm_core(const DecodedOperand& a, const DecodedOperand& wdec, const PackedW& w, float* d,
-               int64_t a0 = 0, int64_t M = -1) {
+               int64_t a0, int64_t M) {
   if (M < 0) M = a.rows - a0;
   const int64_t N = w.n;
   const int64_t row_blocks = (M + kRowBlock - 1) / kRowBlock;
@@ -155,8 +152,6 @@ void gemm_core(const DecodedOperand& a, const DecodedOperand& wdec, const Packed
   }
 }
 
-}  // namespace
-
 void gemm_decoded_rows_into(const DecodedOperand& a, int64_t a0, int64_t rows,
                             const DecodedOperand& w, float* d) {
   gemm_core(a, w, pack_w(w), d, a0, rows);
@@ -165,7 +160,7 @@ void gemm_decoded_rows_into(const DecodedOperand& a, int64_t a0, int64_t rows,
 // One fp32 GEMM of decoded operands: raw D [a.rows, w.rows].
 std::vector<float> gemm_decoded(const DecodedOperand& a, const DecodedOperand& w) {
   std::vector<float> d(static_cast<size_t>(a.rows * w.rows));
-  gemm_core(a, w, pack_w(w), d.data());
+  gemm_core(a, w, pack_w(w), d.data(), 0, -1);
   return d;
 }
 
@@ -283,7 +278,7 @@ GemmResult qgemm_cpu(const GemmArg& a, const GemmArg& w, const GemmConfig& cfg) 
     // The epilogue is the identity (RN(1 * v) = v): write D straight into the result.
     GemmResult r;
     r.d = Tensor::empty(DType::kF32, {M, N});
-    gemm_core(ad, wd, pack_w(wd), r.d.ptr<float>());
+    gemm_core(ad, wd, pack_w(wd), r.d.ptr<float>(), 0, -1);
     r.kernel = GemmKernel::kCpu;
     return r;
   }

@@ -14,6 +14,17 @@
 
 namespace lockstep::gemm {
 
+// W's inner values transposed into panels [P][K][16] (zero lanes past N), and for chunked W its
+// chunk scales [P][C][16], so the innermost loop runs over 16 independent output elements.
+struct PackedW {
+  int64_t n = 0, k = 0, panels = 0, chunks = 0;
+  std::vector<float> inner;
+  std::vector<float> chunk_scale;
+};
+PackedW pack_w(const DecodedOperand& w);
+// Raw D of rows [a0, a0 + M) of A (M = -1: all rows) into d [M, w.n]: the fp32 core.
+void gemm_core(const DecodedOperand& a, const DecodedOperand& wdec, const PackedW& w, float* d,
+               int64_t a0, int64_t M);
 // Raw D [a.rows, w.rows] = RN(RN(outer_a * outer_w) * acc), acc in the docs/gemm.md order.
 std::vector<float> gemm_decoded(const DecodedOperand& a, const DecodedOperand& w);
 // Raw D of rows [a0, a0 + rows) of A written to d [rows, w.rows] (no copy of A's rows).

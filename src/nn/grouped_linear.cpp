@@ -61,6 +61,7 @@ GroupedLinear GroupedLinear::from_operand(std::string name, Operand fprop_weight
   g.groups_ = groups;
   g.inference_ = true;
   g.w_fprop_ = std::move(fprop_weight);
+  if (!g.w_fprop_.packed.defined()) pack_for_cpu(g.w_fprop_, groups);
   return g;
 }
 
@@ -71,8 +72,10 @@ void GroupedLinear::weights_changed() {
 }
 
 const Operand& GroupedLinear::fprop_weight() {
-  if (!w_fprop_.defined())
+  if (!w_fprop_.defined()) {
     w_fprop_ = prepare_grouped_fprop_weight(weight_, groups_, spec_, name_ + ".weight", true);
+    pack_for_cpu(w_fprop_, groups_);
+  }
   return w_fprop_;
 }
 
@@ -93,7 +96,10 @@ Tensor GroupedLinear::forward(const Tensor& x, std::span<const int64_t> offsets,
   const Tensor xp = pad2d(x, x.rows(), dims_.in_padded);
   detail::ActivationOperands xo =
       detail::activation_operands(xp, spec_, save, name_ + ".input", offsets);
-  const GemmResult r = grouped_qgemm(xo.fprop.arg(), offsets_tensor(offsets), fprop_weight().arg());
+  const Operand& wf = fprop_weight();
+  const GemmResult r = wf.packed.defined()
+                           ? grouped_qgemm_packed(xo.fprop.arg(), offsets, wf.packed)
+                           : grouped_qgemm(xo.fprop.arg(), offsets_tensor(offsets), wf.arg());
   if (save) {
     offsets_.assign(offsets.begin(), offsets.end());
     has_saved_ = true;

@@ -73,6 +73,7 @@ Linear Linear::from_operand(std::string name, Operand fprop_weight, int64_t out,
   l.dims_ = LinearDims::of(out, in, spec);
   l.inference_ = true;
   l.w_fprop_ = std::move(fprop_weight);
+  if (!l.w_fprop_.packed.defined()) pack_for_cpu(l.w_fprop_, 1);
   return l;
 }
 
@@ -83,7 +84,10 @@ void Linear::weights_changed() {
 }
 
 const Operand& Linear::fprop_weight() {
-  if (!w_fprop_.defined()) w_fprop_ = prepare_fprop_weight(weight_, spec_, name_ + ".weight", true);
+  if (!w_fprop_.defined()) {
+    w_fprop_ = prepare_fprop_weight(weight_, spec_, name_ + ".weight", true);
+    pack_for_cpu(w_fprop_, 1);
+  }
   return w_fprop_;
 }
 
@@ -107,7 +111,9 @@ Tensor Linear::forward(const Tensor& x, bool save) {
   const Tensor xp = pad2d(x, Tp, dims_.in_padded);
   detail::ActivationOperands xo =
       detail::activation_operands(xp, spec_, save, name_ + ".input", {});
-  const GemmResult r = qgemm(xo.fprop.arg(), fprop_weight().arg());
+  const Operand& wf = fprop_weight();
+  const GemmResult r = wf.packed.defined() ? qgemm_packed(xo.fprop.arg(), wf.packed)
+                                           : qgemm(xo.fprop.arg(), wf.arg());
   if (save) {
     tokens_ = T;
     has_saved_ = true;

@@ -29,6 +29,12 @@ Tensor Operand::dense(DType dtype) const {
   return dequantize(q, c);
 }
 
+void pack_for_cpu(Operand& w, int64_t groups) {
+  if (!w.quantized() && (!w.t.defined() || w.t.dtype() == DType::kF64)) return;
+  if (!w.arg().device().is_cpu()) return;
+  w.packed = pack_weight(w.arg(), groups);
+}
+
 Operand make_operand(const Tensor& x, const OperandSpec& spec, const OperandRequest& req,
                      std::string_view name, std::span<const int64_t> offsets) {
   Operand op;

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "lockstep/gemm/packed.h"
 #include "lockstep/gemm/qgemm.h"
 #include "lockstep/quant/qtensor.h"
 #include "lockstep/recipe/recipe.h"
@@ -21,6 +22,7 @@ namespace lockstep::nn {
 struct Operand {
   Tensor t;
   QTensor q;
+  PackedWeight packed;  // a weight's rowwise copy packed for the CPU GEMM (optional, same bits)
   bool quantized() const { return q.has_rowwise() || q.has_colwise(); }
   bool defined() const { return quantized() || t.defined(); }
   GemmArg arg() const { return quantized() ? GemmArg(q) : GemmArg(t); }
@@ -29,6 +31,10 @@ struct Operand {
   // The same values as a dense tensor: dequantize (to `dtype`) or the dense tensor itself.
   Tensor dense(DType dtype) const;
 };
+
+// Packs the rowwise copy of a weight operand for repeated CPU GEMMs (groups: expert groups);
+// a no-op for F64 operands (the float64 path).
+void pack_for_cpu(Operand& w, int64_t groups);
 
 // Which copies to quantize, and the Philox key of stochastic rounding (gradient operands).
 struct OperandRequest {
