@@ -198,7 +198,9 @@ GemmResult grouped_qgemm_cpu(const GemmArg& a, std::span<const int64_t> offsets,
   const bool identity = ep.alpha == 1.0f && !ep.bias.defined() && !ep.swiglu && !ep.row_amax &&
                         cfg.out_dtype == DType::kF32;
   GemmResult direct;
-  if (identity) direct.d = Tensor(DType::kF32, {rows, N});
+  if (identity)  // every row is written unless group_rows leaves padding rows (+0)
+    direct.d =
+        tokens.empty() ? Tensor::empty(DType::kF32, {rows, N}) : Tensor(DType::kF32, {rows, N});
   const std::vector<float> bias = host_floats(ep.bias), prob = host_floats(ep.router_prob);
   std::vector<float> out(identity ? 0 : size_t(rows * oc), 0.0f),
       amax(ep.row_amax ? size_t(rows) : 0, 0.0f);
