@@ -263,6 +263,21 @@ void check_operand(const GemmArg& op, Copy copy, std::string_view name) {
   check_parts(v, what);
 }
 
+int64_t grouped_w_rows_per_group(const GemmArg& w, Copy w_copy, int64_t groups, int64_t k,
+                                 const std::string& what) {
+  const int64_t wr = w.rows(Copy::kRowwise), wc = w.cols(Copy::kRowwise);
+  if (w_copy == Copy::kRowwise) {
+    if (wr % groups != 0)
+      throw GemmError(fmt::format("{}: W rows {} are not groups ({}) x N", what, wr, groups));
+    if (wc != k) throw GemmError(fmt::format("{}: K mismatch (A has {} columns, W {})", what, k, wc));
+    return wr / groups;
+  }
+  if (wr != groups * k)
+    throw GemmError(fmt::format("{}: a columnwise grouped W must have groups ({}) x K ({}) rows, got {}",
+                                what, groups, k, wr));
+  return wc;
+}
+
 std::vector<double> dense_f64(const GemmArg& op, Copy copy) {
   const Tensor host = op.t().to(Device::cpu());
   const Tensor view = (copy == Copy::kRowwise ? host : host.transpose()).contiguous();

@@ -116,23 +116,7 @@ GemmResult grouped_qgemm_cpu(const GemmArg& a, std::span<const int64_t> offsets,
   const int64_t rows = a.rows(Copy::kRowwise), K = a.cols(Copy::kRowwise);
   check_offsets(offsets, rows, what);
   const int64_t E = int64_t(offsets.size()) - 1;
-  int64_t N = 0;
-  if (cfg.w_copy == Copy::kRowwise) {
-    if (w.rows(Copy::kRowwise) % E != 0)
-      throw GemmError(
-          fmt::format("{}: W rows {} are not groups ({}) x N", what, w.rows(Copy::kRowwise), E));
-    N = w.rows(Copy::kRowwise) / E;
-    if (w.cols(Copy::kRowwise) != K)
-      throw GemmError(
-          fmt::format("{}: K mismatch (A has {} columns, W {})", what, K, w.cols(Copy::kRowwise)));
-  } else {
-    // W [groups * K, N] whose groups' columnwise copies are the [N, K] operands.
-    if (w.rows(Copy::kRowwise) != E * K)
-      throw GemmError(
-          fmt::format("{}: a columnwise grouped W must have groups ({}) x K ({}) rows, got {}",
-                      what, E, K, w.rows(Copy::kRowwise)));
-    N = w.cols(Copy::kRowwise);
-  }
+  const int64_t N = grouped_w_rows_per_group(w, cfg.w_copy, E, K, what);
   std::vector<int64_t> w_offsets(size_t(E + 1));
   for (int64_t e = 0; e <= E; ++e)
     w_offsets[size_t(e)] = e * (cfg.w_copy == Copy::kRowwise ? N : K);
