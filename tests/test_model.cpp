@@ -10,8 +10,8 @@
 #include "lockstep/model/learner.h"
 #include "lockstep/model/policy.h"
 #include "lockstep/model/sampler.h"
-#include "tiny_model_util.h"
 #include "test_util.h"
+#include "tiny_model_util.h"
 
 using namespace lockstep;
 using namespace lockstep::model;
@@ -305,6 +305,10 @@ TEST(ModelErrors, BadInputIsRefusedWithAMessage) {
   EXPECT_NE(msg([&] {
               l.logits(ids_tensor({1, 2, int32_t(c.vocab_size)}), cu);
             }).find("out of range"),
+            std::string::npos);
+  EXPECT_NE(msg([&] {
+              l.forward(ids_tensor({1, 2, 3}), cu, ids_tensor({0, -1, 2}));
+            }).find("target -1"),
             std::string::npos);
   std::vector<int32_t> longseq(size_t(c.max_position_embeddings + 1), 1);
   const std::vector<int64_t> cul{0, int64_t(longseq.size())};

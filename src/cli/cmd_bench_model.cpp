@@ -130,11 +130,28 @@ void run_bench_model(const BenchModelArgs& a) {
       }
       // Decode tokens/s excludes the prefill: (t(new tokens) - t(1 token)) over the tokens after
       // the first (no eos: every sequence generates exactly new_tokens).
-      const double t_all = median_seconds(a.reps, [&] { sampler.generate(reqs); });
-      sc.max_new = 1;
-      sampler.set_config(sc);
-      const double t_one = median_seconds(a.reps, [&] { sampler.generate(reqs); });
-      r.decode_tps = double(a.batch * (a.new_tokens - 1)) / std::max(t_all - t_one, 1e-9);
+      // Runs of new_tokens and of 1 token interleaved, the median of their differences (so a
+      // change of machine load between the two series does not land in the difference).
+      model::SamplerConfig one = sc;
+      one.max_new = 1;
+      sampler.generate(reqs);  // warm-up
+      std::vector<double> diffs, ones;
+      for (int i = 0; i < a.reps; ++i) {
+        sampler.set_config(sc);
+        auto t0 = std::chrono::steady_clock::now();
+        sampler.generate(reqs);
+        const double t_all = seconds_since(t0);
+        sampler.set_config(one);
+        t0 = std::chrono::steady_clock::now();
+        sampler.generate(reqs);
+        const double t_one = seconds_since(t0);
+        diffs.push_back(t_all - t_one);
+        ones.push_back(t_one);
+      }
+      std::sort(diffs.begin(), diffs.end());
+      std::sort(ones.begin(), ones.end());
+      const double t_one = ones[ones.size() / 2], t_dec = diffs[diffs.size() / 2];
+      r.decode_tps = t_dec > 0 ? double(a.batch * (a.new_tokens - 1)) / t_dec : 0.0;
       r.prefill_tps = double(prompt_tokens) / t_one;
       for (const auto& b : base)
         if (b.value("preset", std::string()) == pname) {

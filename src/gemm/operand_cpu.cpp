@@ -3,6 +3,8 @@
 // rounds: dense operands are read at their own precision.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "lockstep/numerics/block_rules.h"
 #include "lockstep/quant/layout.h"
 #include "operand.h"
@@ -198,14 +200,33 @@ DecodedOperand decode_operand(const GemmArg& op, Copy copy, int64_t row0, int64_
     if (t.dtype() != DType::kBF16 && t.dtype() != DType::kF32)
       throw GemmError(
           fmt::format("operand {}: dense operands are BF16, F32 (or F64 on both sides)", what));
-    const Tensor host = t.to(Device::cpu());
-    const Tensor view = copy == Copy::kRowwise ? host : host.transpose();
-    const std::vector<float> all = to_f32(view.slice_rows(row0, row0 + count));
+    // One pass: widen (BF16 exactly) and, for the columnwise copy, transpose in 32 x 32 tiles.
+    const Tensor host = t.to(Device::cpu()).contiguous();
     DecodedOperand d;
     d.rows = count;
     d.cols = k;
-    d.inner = all;
+    d.inner.resize(size_t(count * k));
     d.outer.assign(size_t(count), 1.0f);
+    const int64_t C = host.cols();
+    const bool bf16 = host.dtype() == DType::kBF16;
+    const float* pf = bf16 ? nullptr : host.ptr<float>();
+    const uint16_t* pb = bf16 ? host.ptr<uint16_t>() : nullptr;
+    auto at = [&](int64_t r, int64_t c) {
+      return bf16 ? num::bf16_to_f32(pb[r * C + c]) : pf[r * C + c];
+    };
+    float* out = d.inner.data();
+    if (copy == Copy::kRowwise) {
+      for (int64_t i = 0; i < count; ++i)
+        for (int64_t c = 0; c < k; ++c) out[i * k + c] = at(row0 + i, c);
+    } else {
+      // Matrix element (i, kk) of X^T is X(kk, row0 + i).
+      constexpr int64_t kTile = 32;
+      for (int64_t k0 = 0; k0 < k; k0 += kTile)
+        for (int64_t i0 = 0; i0 < count; i0 += kTile)
+          for (int64_t kk = k0; kk < std::min(k, k0 + kTile); ++kk)
+            for (int64_t i = i0; i < std::min(count, i0 + kTile); ++i)
+              out[i * k + kk] = at(kk, row0 + i);
+    }
     return d;
   }
   check_operand(op, copy, name);
@@ -240,6 +261,21 @@ void check_operand(const GemmArg& op, Copy copy, std::string_view name) {
   v.down_columns = copy == Copy::kColwise && q.format == Format::kMxfp8;
   v.transposed = copy == Copy::kColwise && q.format != Format::kMxfp8;
   check_parts(v, what);
+}
+
+int64_t grouped_w_rows_per_group(const GemmArg& w, Copy w_copy, int64_t groups, int64_t k,
+                                 const std::string& what) {
+  const int64_t wr = w.rows(Copy::kRowwise), wc = w.cols(Copy::kRowwise);
+  if (w_copy == Copy::kRowwise) {
+    if (wr % groups != 0)
+      throw GemmError(fmt::format("{}: W rows {} are not groups ({}) x N", what, wr, groups));
+    if (wc != k) throw GemmError(fmt::format("{}: K mismatch (A has {} columns, W {})", what, k, wc));
+    return wr / groups;
+  }
+  if (wr != groups * k)
+    throw GemmError(fmt::format("{}: a columnwise grouped W must have groups ({}) x K ({}) rows, got {}",
+                                what, groups, k, wr));
+  return wc;
 }
 
 std::vector<double> dense_f64(const GemmArg& op, Copy copy) {

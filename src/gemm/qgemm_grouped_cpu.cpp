@@ -116,23 +116,7 @@ GemmResult grouped_qgemm_cpu(const GemmArg& a, std::span<const int64_t> offsets,
   const int64_t rows = a.rows(Copy::kRowwise), K = a.cols(Copy::kRowwise);
   check_offsets(offsets, rows, what);
   const int64_t E = int64_t(offsets.size()) - 1;
-  int64_t N = 0;
-  if (cfg.w_copy == Copy::kRowwise) {
-    if (w.rows(Copy::kRowwise) % E != 0)
-      throw GemmError(
-          fmt::format("{}: W rows {} are not groups ({}) x N", what, w.rows(Copy::kRowwise), E));
-    N = w.rows(Copy::kRowwise) / E;
-    if (w.cols(Copy::kRowwise) != K)
-      throw GemmError(
-          fmt::format("{}: K mismatch (A has {} columns, W {})", what, K, w.cols(Copy::kRowwise)));
-  } else {
-    // W [groups * K, N] whose groups' columnwise copies are the [N, K] operands.
-    if (w.rows(Copy::kRowwise) != E * K)
-      throw GemmError(
-          fmt::format("{}: a columnwise grouped W must have groups ({}) x K ({}) rows, got {}",
-                      what, E, K, w.rows(Copy::kRowwise)));
-    N = w.cols(Copy::kRowwise);
-  }
+  const int64_t N = grouped_w_rows_per_group(w, cfg.w_copy, E, K, what);
   std::vector<int64_t> w_offsets(size_t(E + 1));
   for (int64_t e = 0; e <= E; ++e)
     w_offsets[size_t(e)] = e * (cfg.w_copy == Copy::kRowwise ? N : K);
@@ -198,7 +182,9 @@ GemmResult grouped_qgemm_cpu(const GemmArg& a, std::span<const int64_t> offsets,
   const bool identity = ep.alpha == 1.0f && !ep.bias.defined() && !ep.swiglu && !ep.row_amax &&
                         cfg.out_dtype == DType::kF32;
   GemmResult direct;
-  if (identity) direct.d = Tensor(DType::kF32, {rows, N});
+  if (identity)  // every row is written unless group_rows leaves padding rows (+0)
+    direct.d =
+        tokens.empty() ? Tensor::empty(DType::kF32, {rows, N}) : Tensor(DType::kF32, {rows, N});
   const std::vector<float> bias = host_floats(ep.bias), prob = host_floats(ep.router_prob);
   std::vector<float> out(identity ? 0 : size_t(rows * oc), 0.0f),
       amax(ep.row_amax ? size_t(rows) : 0, 0.0f);

@@ -65,7 +65,7 @@ GemmResult grouped_qgemm_packed(const GemmArg& a, std::span<const int64_t> offse
                                 offsets.size(), p.groups, rows));
   const gemm::DecodedOperand ad = gemm::decode_operand(a, Copy::kRowwise, 0, rows, "a");
   GemmResult r;
-  r.d = Tensor(DType::kF32, {rows, p.n});
+  r.d = Tensor::empty(DType::kF32, {rows, p.n});  // the offsets cover every row
   for (int64_t e = 0; e < p.groups; ++e) {
     const int64_t r0 = offsets[size_t(e)], n = offsets[size_t(e + 1)] - r0;
     if (n < 0) throw GemmError(fmt::format("{}: offsets decrease at group {}", what, e));

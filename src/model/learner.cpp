@@ -79,6 +79,17 @@ LearnerOutput Learner::forward(const Tensor& tokens, std::span<const int64_t> cu
   if (targets.numel() != tokens.numel())
     throw std::invalid_argument(
         fmt::format("learner: {} targets for {} tokens", targets.numel(), tokens.numel()));
+  if (targets.dtype() != DType::kI32 || !targets.is_cpu())
+    throw std::invalid_argument(
+        fmt::format("learner: targets must be an I32 host tensor, got {}", targets.describe()));
+  {
+    const Tensor t = targets.contiguous();
+    for (int64_t i = 0; i < t.numel(); ++i)
+      if (t.ptr<int32_t>()[i] < 0 || t.ptr<int32_t>()[i] >= m.w.config.vocab_size)
+        throw std::invalid_argument(fmt::format(
+            "learner: target {} at position {} is out of range for the vocabulary of {} tokens",
+            t.ptr<int32_t>()[i], i, m.w.config.vocab_size));
+  }
   const Tensor logits = m.dec->forward(tokens, cu, m.cfg.mode, /*save=*/true);
   m.scaled_logits = scaled(logits, m.cfg.temperature);
   m.targets = targets.contiguous();

@@ -384,9 +384,21 @@ Tensor scale(const Tensor& x_in, double s) {
   return y;
 }
 
-Tensor add(const Tensor& a, const Tensor& b) {
-  Tensor y = operand(a, "add", "a").clone();
-  add_inplace(y, b);
+Tensor add(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = operand(a_in, "add", "a"), b = operand(b_in, "add", "b");
+  check(a.numel() == b.numel() && a.dtype() == b.dtype(),
+        fmt::format("add: {} + {} needs equal element counts and dtypes", a.describe(),
+                    b.describe()));
+  Tensor y = Tensor::empty(a.dtype(), a.shape());
+  by_dtype(a, [&](auto t) {
+    using T = decltype(t);
+    const T* x = a.ptr<T>();
+    const T* z = b.ptr<T>();
+    T* o = y.ptr<T>();
+    const int64_t n = a.numel();
+#pragma omp parallel for schedule(static) if (n >= (int64_t(1) << 17))
+    for (int64_t i = 0; i < n; ++i) o[i] = x[i] + z[i];
+  });
   return y;
 }
 
