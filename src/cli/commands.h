@@ -74,18 +74,20 @@ uint64_t parse_unsigned(const std::string& text, std::string_view flag, uint64_t
 CLI::Option* add_unsigned_option(CLI::App& app, const std::string& name, uint64_t& target,
                                  uint64_t max, const std::string& description);
 
-void register_quantize_commands(CLI::App& app);  // quantize, dequantize
-void register_inspect_command(CLI::App& app);    // inspect
-void register_sweep_command(CLI::App& app);      // sweep
-void register_bench_commands(CLI::App& app);     // bench quantize, ...
-void register_bench_gemm_command(CLI::App& bench);  // bench gemm (under `bench`)
-void register_recipe_commands(CLI::App& app);    // recipes, describe
-void register_doctor_command(CLI::App& app);     // doctor
-void register_gemm_command(CLI::App& app);       // gemm
-void register_report_command(CLI::App& app);     // report
-void register_model_commands(CLI::App& app);     // forward, sample, align
+void register_quantize_commands(CLI::App& app);      // quantize, dequantize
+void register_inspect_command(CLI::App& app);        // inspect
+void register_sweep_command(CLI::App& app);          // sweep
+void register_bench_commands(CLI::App& app);         // bench quantize, ...
+void register_bench_gemm_command(CLI::App& bench);   // bench gemm (under `bench`)
+void register_recipe_commands(CLI::App& app);        // recipes, describe
+void register_doctor_command(CLI::App& app);         // doctor
+void register_gemm_command(CLI::App& app);           // gemm
+void register_report_command(CLI::App& app);         // report
+void register_model_commands(CLI::App& app);         // forward, sample, align
 void register_bench_model_command(CLI::App& bench);  // bench model (under `bench`)
-void register_init_commands(CLI::App& app);      // init, presets
+void register_init_commands(CLI::App& app);          // init, presets
+void register_train_commands(CLI::App& app);         // train, pretrain
+void register_compare_command(CLI::App& app);        // compare
 // `lockstep inspect MODEL_DIR` (src/cli/cmd_inspect_model.cpp).
 void inspect_model_dir(const std::string& dir, bool json);
 

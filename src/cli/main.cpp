@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   set_command_line(argc, argv);
   CLI::App app{
       "lockstep: one precision contract (NVFP4, MXFP8, FP8), bit-identical on CPU and GPU.\n"
-      "Example: lockstep sweep"};
+      "Example: lockstep train"};
   app.require_subcommand(1);
   app.set_version_flag("--version",
                        std::string("lockstep 0.1.0 (") + lockstep_source_revision() + ")");
@@ -55,6 +55,8 @@ int main(int argc, char** argv) {
   register_model_commands(app);
   register_init_commands(app);
   register_report_command(app);
+  register_train_commands(app);
+  register_compare_command(app);
   // CLI11 reports a misspelt command as "A subcommand is required"; name it instead. The root
   // app takes only flags (--help, --version), so its first other argument is the command.
   for (int i = 1; i < argc; ++i) {

@@ -1,0 +1,119 @@
+// The RL trainer (`lockstep train`): GRPO with the TIS / TRIAGE guards over the learner and the
+// sampler, one policy version per update exported by the converter and verified by the sampler,
+// held-out evaluation, metrics.jsonl rows, atomic checkpoints and bit-identical resume, and the
+// run's report. The loop and every metrics key are described in docs/rl.md, "The trainer".
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "lockstep/diag/metrics.h"
+#include "lockstep/diag/run_meta.h"
+#include "lockstep/model/weights.h"
+#include "lockstep/rl/objectives.h"
+
+namespace lockstep::rl {
+
+// Everything that defines a run besides the recipe and the initial weights. Stored in
+// run_meta.json ("options"), so --resume continues with exactly these.
+struct TrainOptions {
+  std::string task = "add";
+  int difficulty = 1;
+  std::string guard = "tis";   // none, tis, triage, tis+triage
+  bool deterministic = false;  // the learner's forward uses the sampler's per-row functions
+  uint64_t seed = 0;           // task prompts, sampling (Philox per step), stochastic rounding
+  int64_t steps = 60;          // RL updates (optimizer steps when minibatches = 1)
+  int64_t prompts = 16;        // P prompts per step
+  int64_t group = 8;           // G samples per prompt
+  int64_t max_new = 8;         // tokens per response at most
+  double temperature = 1.0;    // sampling temperature; the learner's log-probs use the same
+  double lr = 3e-3;
+  double beta1 = 0.9, beta2 = 0.999, adam_eps = 1e-8;
+  double weight_decay = 0.0;
+  double max_grad_norm = 1.0;
+  int64_t minibatches = 1;  // optimizer steps per batch (prompts % minibatches == 0)
+  double kl_coef = 0.0;     // k3 KL to the initial policy (always logged)
+  double tis_cap = 2.0;
+  RepairOptions repair;       // TRIAGE repair (margin, scale, weight)
+  float format_bonus = 0.0f;  // reward_with_format's bonus (0: exact match only)
+  int64_t eval_every = 10;    // held-out evaluation every N steps (and at 0 and the last step)
+  int64_t eval_prompts = 128;
+  int64_t checkpoint_every = 10;
+  int64_t sampler_batch = 128;  // sequences the sampler decodes together
+
+  // Throws std::invalid_argument naming the option and the rule (unknown task or guard, a
+  // difficulty outside the task's range, non-positive sizes, ...).
+  void validate() const;
+};
+Json options_to_json(const TrainOptions& o);
+// Throws std::invalid_argument naming `where` and the field for a missing or mistyped field.
+TrainOptions options_from_json(const Json& j, const std::string& where);
+
+// The longest prompt + response of a run (prompt length of the task at this difficulty + max_new),
+// which the model's context must hold.
+int64_t max_sequence_length(const TrainOptions& o);
+
+struct TrainCallbacks {
+  std::function<void(const diag::MetricsRow&)> on_row;  // after each row is written
+  std::function<bool()> stop_requested;  // checked after every step: true ends the run cleanly
+};
+
+struct TrainResult {
+  int64_t steps_done = 0;                     // the step the run ended at
+  bool finished = false;                      // reached options.steps
+  std::optional<double> start_eval_accuracy;  // step 0
+  std::optional<double> end_eval_accuracy;    // the last step
+  double elapsed_s = 0.0;                     // wall time of the run, resumed parts included
+  std::filesystem::path report;               // RUN_DIR/report.html
+};
+
+// Run folder layout:
+//   run_meta.json   options, recipe, model, warm start, provenance; results at the end
+//   metrics.jsonl   one row per step (row 0: the initial evaluation)
+//   reference/      the initial policy (config.json, model.safetensors): KL reference
+//   checkpoint/     learner.safetensors + learner.json (learner.h), trainer.json
+//   report.html     written at the end
+class Trainer {
+ public:
+  // A new run in run_dir, which must not exist or be an empty folder. init: the policy of
+  // version 0 (the warm start), F32. meta: run_meta.json provenance (argv, seeds, and any extra
+  // fields: model source, warm start). Validates everything before creating anything.
+  static std::unique_ptr<Trainer> create(const std::filesystem::path& run_dir,
+                                         const TrainOptions& options, const SelectedRecipe& recipe,
+                                         const model::ModelWeights& init, RunMetaExtras meta);
+  // Continues run_dir from its checkpoint. Throws std::invalid_argument (nothing changed) when
+  // the folder is not a run, or its checkpoint belongs to another model, recipe or options.
+  static std::unique_ptr<Trainer> resume(const std::filesystem::path& run_dir);
+
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Runs from the current step to options().steps (or until stop_requested), then writes
+  // report.html and the results into run_meta.json.
+  TrainResult run(const TrainCallbacks& callbacks = {});
+
+  const TrainOptions& options() const;
+  const Recipe& recipe() const;
+  int64_t step() const;  // completed steps (the checkpoint's step right after resume)
+  const std::filesystem::path& run_dir() const;
+
+ private:
+  struct Impl;
+  explicit Trainer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Refuses (std::invalid_argument naming the folder) a new run's folder that exists and is not an
+// empty folder, so a run never writes into another run's files.
+void check_new_run_dir(const std::filesystem::path& dir);
+
+// Whether `dir` looks like a run folder (run_meta.json with command "train" and a checkpoint).
+bool is_run_dir(const std::filesystem::path& dir);
+
+}  // namespace lockstep::rl

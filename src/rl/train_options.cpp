@@ -1,0 +1,139 @@
+// TrainOptions: validation and the JSON form stored in run_meta.json
+// (include/lockstep/rl/trainer.h).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "lockstep/rl/task.h"
+#include "lockstep/rl/trainer.h"
+
+namespace lockstep::rl {
+
+void TrainOptions::validate() const {
+  const Task& t = find_task(task);  // throws "unknown task 'x' (known: ...)"
+  if (difficulty < t.min_difficulty() || difficulty > t.max_difficulty())
+    throw std::invalid_argument(fmt::format("--difficulty {} is outside [{}, {}] for task '{}'",
+                                            difficulty, t.min_difficulty(), t.max_difficulty(),
+                                            task));
+  parse_guard(guard);  // throws listing the guard names
+  auto positive = [](int64_t v, const char* flag) {
+    if (v < 1) throw std::invalid_argument(fmt::format("{} {} must be >= 1", flag, v));
+  };
+  if (steps < 0) throw std::invalid_argument(fmt::format("--steps {} must be >= 0", steps));
+  positive(prompts, "--prompts");
+  positive(group, "--group");
+  positive(max_new, "--max-new");
+  positive(minibatches, "--minibatches");
+  positive(eval_every, "--eval-every");
+  positive(checkpoint_every, "--checkpoint-every");
+  positive(sampler_batch, "--sampler-batch");
+  if (eval_prompts < 0)
+    throw std::invalid_argument(fmt::format("--eval-prompts {} must be >= 0", eval_prompts));
+  if (prompts % minibatches != 0)
+    throw std::invalid_argument(fmt::format(
+        "--prompts {} must be a multiple of --minibatches {} (each minibatch holds whole groups)",
+        prompts, minibatches));
+  auto finite_in = [](double v, double lo, double hi, bool lo_open, const char* flag) {
+    if (!std::isfinite(v) || v > hi || (lo_open ? v <= lo : v < lo))
+      throw std::invalid_argument(
+          fmt::format("{} {} must be in {}{}, {}]", flag, v, lo_open ? "(" : "[", lo, hi));
+  };
+  finite_in(temperature, 0.0, 100.0, true, "--temperature");
+  finite_in(lr, 0.0, 1.0, true, "--lr");
+  finite_in(beta1, 0.0, 1.0, false, "--beta1");
+  finite_in(beta2, 0.0, 1.0, false, "--beta2");
+  finite_in(adam_eps, 0.0, 1.0, true, "--adam-eps");
+  finite_in(weight_decay, 0.0, 1.0, false, "--weight-decay");
+  finite_in(max_grad_norm, 0.0, 1e9, false, "--max-grad-norm");
+  finite_in(kl_coef, 0.0, 1e3, false, "--kl-coef");
+  finite_in(tis_cap, 0.0, 1e6, true, "--tis-cap");
+  finite_in(repair.scale, 0.0, 1e3, true, "--repair-scale");
+  finite_in(repair.weight, 0.0, 1e3, false, "--repair-weight");
+  if (!std::isfinite(repair.margin)) throw std::invalid_argument("--repair-margin must be finite");
+  finite_in(format_bonus, 0.0, 1.0, false, "--format-bonus");
+}
+
+int64_t max_sequence_length(const TrainOptions& o) {
+  const Example e = find_task(o.task).make(o.seed, 0, o.difficulty, Split::kTrain);
+  return int64_t(e.prompt.size()) + o.max_new;
+}
+
+Json options_to_json(const TrainOptions& o) {
+  return {{"task", o.task},
+          {"difficulty", o.difficulty},
+          {"guard", o.guard},
+          {"deterministic", o.deterministic},
+          {"seed", o.seed},
+          {"steps", o.steps},
+          {"prompts", o.prompts},
+          {"group", o.group},
+          {"max_new", o.max_new},
+          {"temperature", o.temperature},
+          {"lr", o.lr},
+          {"beta1", o.beta1},
+          {"beta2", o.beta2},
+          {"adam_eps", o.adam_eps},
+          {"weight_decay", o.weight_decay},
+          {"max_grad_norm", o.max_grad_norm},
+          {"minibatches", o.minibatches},
+          {"kl_coef", o.kl_coef},
+          {"tis_cap", o.tis_cap},
+          {"repair_enabled", o.repair.enabled},
+          {"repair_margin", o.repair.margin},
+          {"repair_scale", o.repair.scale},
+          {"repair_weight", o.repair.weight},
+          {"format_bonus", o.format_bonus},
+          {"eval_every", o.eval_every},
+          {"eval_prompts", o.eval_prompts},
+          {"checkpoint_every", o.checkpoint_every},
+          {"sampler_batch", o.sampler_batch}};
+}
+
+TrainOptions options_from_json(const Json& j, const std::string& where) {
+  if (!j.is_object())
+    throw std::invalid_argument(fmt::format("{}: 'options' is not an object", where));
+  auto get = [&](const char* key, auto& target) {
+    using T = std::decay_t<decltype(target)>;
+    if (!j.contains(key))
+      throw std::invalid_argument(fmt::format("{}: options field '{}' is missing", where, key));
+    try {
+      target = j.at(key).get<T>();
+    } catch (const Json::exception&) {
+      throw std::invalid_argument(fmt::format("{}: options field '{}' has the wrong type ({})",
+                                              where, key, j.at(key).dump()));
+    }
+  };
+  TrainOptions o;
+  get("task", o.task);
+  get("difficulty", o.difficulty);
+  get("guard", o.guard);
+  get("deterministic", o.deterministic);
+  get("seed", o.seed);
+  get("steps", o.steps);
+  get("prompts", o.prompts);
+  get("group", o.group);
+  get("max_new", o.max_new);
+  get("temperature", o.temperature);
+  get("lr", o.lr);
+  get("beta1", o.beta1);
+  get("beta2", o.beta2);
+  get("adam_eps", o.adam_eps);
+  get("weight_decay", o.weight_decay);
+  get("max_grad_norm", o.max_grad_norm);
+  get("minibatches", o.minibatches);
+  get("kl_coef", o.kl_coef);
+  get("tis_cap", o.tis_cap);
+  get("repair_enabled", o.repair.enabled);
+  get("repair_margin", o.repair.margin);
+  get("repair_scale", o.repair.scale);
+  get("repair_weight", o.repair.weight);
+  get("format_bonus", o.format_bonus);
+  get("eval_every", o.eval_every);
+  get("eval_prompts", o.eval_prompts);
+  get("checkpoint_every", o.checkpoint_every);
+  get("sampler_batch", o.sampler_batch);
+  return o;
+}
+
+}  // namespace lockstep::rl

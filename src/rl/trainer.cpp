@@ -1,0 +1,319 @@
+// The trainer's step loop (include/lockstep/rl/trainer.h): rollout at policy version v, learner
+// log-prob recomputation, GRPO objective with the run's guard, update, export of the new version
+// to the sampler, held-out evaluation, one metrics row per step and periodic checkpoints.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "lockstep/diag/mismatch.h"
+#include "lockstep/model/policy.h"
+#include "lockstep/ops/tensor_ops.h"
+#include "lockstep/rl/rollout.h"
+#include "trainer_impl.h"
+
+namespace lockstep::rl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+Tensor i32_tensor(const std::vector<int32_t>& v) {
+  return Tensor::from_vector<int32_t>(v, {int64_t(v.size())}, DType::kI32);
+}
+
+// values[rows[t]] for every t.
+std::vector<float> gather(const Tensor& values, std::span<const int64_t> rows) {
+  const std::span<const float> v = values.data<float>();
+  std::vector<float> out(rows.size());
+  for (size_t t = 0; t < rows.size(); ++t) out[t] = v[size_t(rows[t])];
+  return out;
+}
+
+double mean_of(std::span<const float> v) {
+  double s = 0.0;
+  for (float x : v) s += double(x);
+  return v.empty() ? std::numeric_limits<double>::quiet_NaN() : s / double(v.size());
+}
+
+// One minibatch: responses [r0, r1) of the rollout (whole groups), with their own packing.
+struct Minibatch {
+  PackedSequences packed;
+  std::vector<float> logp_old, logp_sampler, logp_ref, adv;
+  std::vector<uint8_t> mask;
+};
+
+// Stats summed over minibatches, reported as means (ratio extremes as min / max).
+struct UpdateStats {
+  int n = 0;
+  double loss = 0, policy_loss = 0, kl = 0, repair_loss = 0, ratio_mean = 0;
+  double ratio_min = std::numeric_limits<double>::infinity();
+  double ratio_max = -std::numeric_limits<double>::infinity();
+  double clip_low = 0, clip_high = 0, grad_norm = 0;
+  int64_t clipped = 0, skipped = 0;
+};
+
+}  // namespace
+
+std::pair<double, double> Trainer::Impl::sync_policy() {
+  const int64_t v = learner->version();
+  Clock::time_point t0 = Clock::now();
+  sampler.load_policy(model::export_policy(learner->weights(), recipe, v), v, recipe.name);
+  const double t_sync = seconds_since(t0);
+  t0 = Clock::now();
+  model::ExportOptions eo;
+  eo.force_bf16 = true;
+  model::PolicyVersion b = model::export_policy(learner->weights(), recipe, v, eo);
+  const std::string bname = b.recipe.name;
+  bf16_sampler.load_policy(std::move(b), v, bname);
+  return {t_sync, seconds_since(t0)};
+}
+
+namespace {
+
+void add_eval(diag::MetricsRow& row, const EvalResult& e) {
+  row["eval_accuracy"] = e.accuracy;
+  row["eval_correct"] = e.correct;
+  row["eval_prompts"] = e.prompts;
+  row["eval_response_len_mean"] = e.response_len_mean;
+}
+
+}  // namespace
+
+TrainResult Trainer::run(const TrainCallbacks& cb) {
+  Impl& m = *impl_;
+  const TrainOptions& o = m.opt;
+  m.started = Clock::now();
+  TrainResult res;
+  ObjectiveConfig ocfg;
+  ocfg.guard = m.guard;
+  ocfg.kl_coef = o.kl_coef;
+  ocfg.tis_cap = o.tis_cap;
+  ocfg.repair = o.repair;
+
+  auto emit = [&](diag::MetricsRow& row) {
+    row["elapsed_s"] = m.elapsed_s();
+    m.metrics->append(row);
+    if (cb.on_row) cb.on_row(row);
+  };
+  auto eval = [&](diag::MetricsRow& row) {
+    const Clock::time_point t0 = Clock::now();
+    const EvalResult e = evaluate_greedy(m.sampler, *m.task, o.seed, o.difficulty, o.eval_prompts,
+                                         o.max_new, o.sampler_batch);
+    row["time_eval_s"] = seconds_since(t0);
+    add_eval(row, e);
+    return e.accuracy;
+  };
+
+  // The sampler gets the checkpoint's version; row 0 (the initial evaluation) unless it exists.
+  {
+    const auto [t_sync, t_bf16] = m.sync_policy();
+    const diag::MetricsFile mf = diag::read_metrics(m.metrics->path());
+    for (const diag::MetricsRow& r : mf.rows)
+      if (r.value("step", int64_t(-1)) == 0 && r.contains("eval_accuracy") &&
+          r["eval_accuracy"].is_number())
+        res.start_eval_accuracy = r["eval_accuracy"].get<double>();
+    if (m.step == 0 && mf.rows.empty()) {
+      diag::MetricsRow row;
+      row["step"] = 0;
+      row["policy_version"] = m.learner->version();
+      row["time_sync_s"] = t_sync;
+      row["time_sync_bf16_s"] = t_bf16;
+      if (o.eval_prompts > 0) res.start_eval_accuracy = eval(row);
+      emit(row);
+    }
+  }
+
+  const int64_t P = o.prompts, G = o.group, K = o.minibatches;
+  while (m.step < o.steps) {
+    const int64_t k = m.step + 1;  // the step this iteration completes
+    const Clock::time_point t_step = Clock::now();
+    diag::MetricsRow row;
+    row["step"] = k;
+
+    // 1. Rollout with the sampler at the current version.
+    Clock::time_point t0 = Clock::now();
+    RolloutOptions ro;
+    ro.prompts = P;
+    ro.group = G;
+    ro.max_new = o.max_new;
+    ro.temperature = o.temperature;
+    ro.sample_seed = rollout_sample_seed(o.seed, m.step);
+    ro.format_bonus = o.format_bonus;
+    ro.max_batch = o.sampler_batch;
+    const RolloutBatch rb =
+        rollout(m.sampler, *m.task, o.seed, o.difficulty, uint64_t(m.step * P), ro);
+    const double t_rollout = seconds_since(t0);
+    const std::vector<float> adv = grpo_advantages(rb.rewards, G);
+
+    // 2. Learner log-probs of the sampled tokens (old, detached), entropy, reference log-probs.
+    t0 = Clock::now();
+    std::vector<SequenceView> seqs;
+    for (size_t i = 0; i < rb.samples.size(); ++i)
+      seqs.push_back({rb.examples[i / size_t(G)].prompt, rb.samples[i].tokens});
+    const PackedSequences all = pack_sequences(seqs);
+    const int64_t n = int64_t(all.tokens.size()), T = int64_t(all.rows.size());
+    const Tensor tokens = i32_tensor(all.tokens), targets = i32_tensor(all.targets);
+    const model::LearnerOutput out = m.learner->forward(tokens, all.cu_seqlens, targets);
+    const std::vector<float> logp_old = gather(out.logp, all.rows);
+    const std::vector<float> entropy = gather(out.entropy, all.rows);
+    std::vector<float> logp_sampler;
+    for (const model::SampleResult& s : rb.samples)
+      logp_sampler.insert(logp_sampler.end(), s.logprobs.begin(), s.logprobs.end());
+    Tensor ref_logits = m.reference->forward(tokens, all.cu_seqlens, m.mode(), /*save=*/false);
+    if (o.temperature != 1.0) ref_logits = ops::scale(ref_logits, 1.0 / o.temperature);
+    const std::vector<float> logp_ref =
+        gather(ops::token_logprobs(ref_logits, targets).logp, all.rows);
+    const std::vector<uint8_t> mask(size_t(T), 1);
+    const double t_logprob = seconds_since(t0);
+
+    // 3. Objective, backward, AdamW: K minibatches of whole groups, in order.
+    t0 = Clock::now();
+    UpdateStats us;
+    const int64_t per = P / K * G;  // responses per minibatch
+    for (int64_t c = 0; c < K; ++c) {
+      const int64_t r0 = c * per, r1 = r0 + per;
+      const int64_t t0i = all.offsets[size_t(r0)], t1i = all.offsets[size_t(r1)];
+      Minibatch mb;
+      auto slice = [&](const std::vector<float>& v) {
+        return std::vector<float>(v.begin() + t0i, v.begin() + t1i);
+      };
+      mb.logp_old = slice(logp_old);
+      mb.logp_sampler = slice(logp_sampler);
+      mb.logp_ref = slice(logp_ref);
+      mb.mask.assign(size_t(t1i - t0i), 1);
+      mb.adv.assign(adv.begin() + r0, adv.begin() + r1);
+      std::vector<float> logp_new;
+      const PackedSequences* pk = &all;
+      if (K == 1) {
+        logp_new = logp_old;  // the same parameters: the forward above serves the backward
+      } else {
+        mb.packed = pack_sequences(std::span(seqs).subspan(size_t(r0), size_t(per)));
+        pk = &mb.packed;
+        const model::LearnerOutput o2 = m.learner->forward(
+            i32_tensor(mb.packed.tokens), mb.packed.cu_seqlens, i32_tensor(mb.packed.targets));
+        logp_new = gather(o2.logp, mb.packed.rows);
+      }
+      ObjectiveInputs in{pk->offsets, logp_new, mb.logp_old, mb.logp_sampler,
+                         mb.logp_ref, mb.mask,  mb.adv};
+      const ObjectiveResult r = compute_objective(in, ocfg);
+      std::vector<float> dlogp(pk->tokens.size(), 0.0f);
+      for (size_t t = 0; t < pk->rows.size(); ++t) dlogp[size_t(pk->rows[t])] = r.grad_logp_new[t];
+      m.learner->backward(Tensor::from_vector<float>(dlogp, {int64_t(dlogp.size())}, DType::kF32),
+                          Tensor());
+      const model::StepStats st = m.learner->step();
+      const ObjectiveStats& s = r.stats;
+      ++us.n;
+      us.loss += s.loss;
+      us.policy_loss += s.policy_loss;
+      us.kl += s.kl;
+      us.repair_loss += s.repair_loss;
+      us.ratio_mean += s.ratio_mean;
+      us.ratio_min = std::min(us.ratio_min, s.ratio_min);
+      us.ratio_max = std::max(us.ratio_max, s.ratio_max);
+      us.clip_low += s.clip_frac_low;
+      us.clip_high += s.clip_frac_high;
+      us.grad_norm += st.grad_norm;
+      us.clipped += st.clipped ? 1 : 0;
+      us.skipped += st.skipped ? 1 : 0;
+    }
+    const double t_train = seconds_since(t0);
+
+    // 4. The converter exports the new version; the sampler verifies and loads it.
+    const auto [t_sync, t_bf16] = m.sync_policy();
+    m.step = k;
+
+    // 5. Diagnostics of the batch (the guards' weights as diagnostics for every guard).
+    std::vector<float> delta(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t)
+      delta[size_t(t)] = logp_old[size_t(t)] - logp_sampler[size_t(t)];
+    TisStats tis;
+    tis_weights<float>(logp_old, logp_sampler, mask, o.tis_cap, &tis);
+    TriageGateStats gate;
+    triage_gate_weights<float>(all.offsets, delta, mask, adv, &gate);
+    RepairStats rep;
+    int64_t r_valid = 0;
+    for (size_t i = 0; i + 1 < all.offsets.size(); ++i)
+      r_valid += all.offsets[i + 1] > all.offsets[i];
+    std::vector<float> scratch(static_cast<size_t>(T), 0.0f);
+    triage_repair<float>(all.offsets, logp_old, logp_sampler, mask, adv, o.repair, r_valid, scratch,
+                         &rep);
+    int64_t equal_groups = 0;
+    for (int64_t p = 0; p < P; ++p) {
+      bool same = true;
+      for (int64_t g = 1; g < G; ++g)
+        same = same && rb.rewards[size_t(p * G + g)] == rb.rewards[size_t(p * G)];
+      equal_groups += same;
+    }
+
+    row["policy_version"] = m.learner->version();
+    row["reward_mean"] = mean_of(rb.rewards);
+    row["accuracy"] = double(rb.correct) / double(rb.samples.size());
+    row["groups_all_equal"] = double(equal_groups) / double(P);
+    row["response_len_mean"] = double(T) / double(rb.samples.size());
+    row["entropy"] = mean_of(entropy);
+    diag::add_mismatch_metrics(diag::mismatch_stats(all.offsets, delta, mask, adv), row);
+    row["loss"] = us.loss / us.n;
+    row["policy_loss"] = us.policy_loss / us.n;
+    row["kl"] = us.kl / us.n;
+    row["repair_loss"] = us.repair_loss / us.n;
+    row["ratio_mean"] = us.ratio_mean / us.n;
+    row["ratio_min"] = us.ratio_min;
+    row["ratio_max"] = us.ratio_max;
+    row["clip_frac_low"] = us.clip_low / us.n;
+    row["clip_frac_high"] = us.clip_high / us.n;
+    row["grad_norm"] = us.grad_norm / us.n;
+    row["grad_clipped"] = us.clipped;
+    row["update_skipped"] = us.skipped;
+    row["tis_weight_mean"] = tis.weight_mean;
+    row["tis_weight_max"] = tis.weight_max;
+    row["tis_clip_frac"] = tis.clip_frac;
+    row["triage_gate_segments"] = gate.segments;
+    row["triage_gated_segments"] = gate.gated_segments;
+    row["triage_tail_segments"] = gate.tail_segments;
+    row["triage_gated_tokens"] = gate.gated_tokens;
+    row["triage_gate_weight_mean"] = gate.weight_mean;
+    row["triage_repair_segments"] = rep.segments;
+    row["triage_repair_active_segments"] = rep.active_segments;
+    row["triage_repair_loss"] = rep.loss;
+    row["tokens"] = n;
+    row["response_tokens"] = T;
+    if (k % o.eval_every == 0 || k == o.steps) {
+      if (o.eval_prompts > 0) {
+        const double acc = eval(row);
+        if (k == o.steps) res.end_eval_accuracy = acc;
+      }
+    }
+    row["time_rollout_s"] = t_rollout;
+    row["time_logprob_s"] = t_logprob;
+    row["time_train_s"] = t_train;
+    row["time_sync_s"] = t_sync;
+    row["time_sync_bf16_s"] = t_bf16;
+    const double t_all = seconds_since(t_step);
+    row["time_step_s"] = t_all;
+    row["tokens_per_s"] = double(n) / t_all;
+    emit(row);
+    if (k % o.checkpoint_every == 0 || k == o.steps) m.save_checkpoint();
+    if (cb.stop_requested && cb.stop_requested() && m.step < o.steps) {
+      if (k % o.checkpoint_every != 0) m.save_checkpoint();
+      break;
+    }
+  }
+  res.steps_done = m.step;
+  res.finished = m.step >= o.steps;
+  if (res.finished && !res.end_eval_accuracy) {
+    // A resumed run that was already complete: the last row's evaluation.
+    for (const diag::MetricsRow& r : diag::read_metrics(m.metrics->path()).rows)
+      if (r.contains("eval_accuracy") && r["eval_accuracy"].is_number())
+        res.end_eval_accuracy = r["eval_accuracy"].get<double>();
+  }
+  res.elapsed_s = m.elapsed_s();
+  res.report = m.dir / run_files::kReport;
+  m.write_results(res);
+  return res;
+}
+
+}  // namespace lockstep::rl

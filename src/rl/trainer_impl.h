@@ -1,0 +1,60 @@
+// The trainer's state (Trainer::Impl), shared by the step loop (trainer.cpp) and the run folder
+// code (trainer_run_dir.cpp: create, resume, checkpoints, run_meta.json).
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <optional>
+
+#include "lockstep/diag/metrics.h"
+#include "lockstep/model/learner.h"
+#include "lockstep/model/sampler.h"
+#include "lockstep/rl/task.h"
+#include "lockstep/rl/trainer.h"
+
+namespace lockstep::rl {
+
+namespace run_files {
+inline constexpr const char* kRunMeta = "run_meta.json";
+inline constexpr const char* kReference = "reference";
+inline constexpr const char* kCheckpoint = "checkpoint";
+inline constexpr const char* kTrainerState = "trainer.json";
+inline constexpr const char* kReport = "report.html";
+}  // namespace run_files
+
+struct Trainer::Impl {
+  std::filesystem::path dir;
+  TrainOptions opt;
+  Recipe recipe;
+  Guard guard = Guard::kNone;
+  const Task* task = nullptr;
+  std::unique_ptr<model::Learner> learner;
+  std::unique_ptr<model::Decoder> reference;  // the initial policy, for the KL term
+  model::Sampler sampler;                     // the policy the rollouts and evals use
+  model::Sampler bf16_sampler;                // receives the bf16 export timed beside it
+  std::optional<diag::MetricsWriter> metrics;
+  int64_t step = 0;               // completed steps
+  double elapsed_before_s = 0.0;  // wall time of the run before this process (from checkpoint)
+  std::chrono::steady_clock::time_point started;
+
+  model::ExecMode mode() const {
+    return opt.deterministic ? model::ExecMode::kDeterministic : model::ExecMode::kFast;
+  }
+  double elapsed_s() const {
+    return elapsed_before_s +
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  }
+  // Exports the learner's current version, loads it into the sampler (and the bf16 export into
+  // bf16_sampler); returns the two times in seconds.
+  std::pair<double, double> sync_policy();
+  // RUN_DIR/checkpoint for the current step (temporary folder, fsync, atomic exchange).
+  void save_checkpoint();
+  // The rows, report and run_meta results at the end of run().
+  void write_results(const TrainResult& r);
+};
+
+// The learner settings of a run (the checkpoint's learner.json must match them on resume).
+model::LearnerConfig learner_config(const TrainOptions& o);
+
+}  // namespace lockstep::rl

@@ -1,0 +1,257 @@
+// The run folder of the trainer: creating a run, resuming one (every check before any file
+// changes), atomic checkpoints, and the results written into run_meta.json at the end.
+#include <fmt/format.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "dir_util.h"
+#include "lockstep/diag/report.h"
+#include "lockstep/model/policy.h"
+#include "lockstep/recipe/registry.h"
+#include "lockstep/rl/warm_start.h"
+#include "trainer_impl.h"
+
+namespace lockstep::rl {
+namespace fs = std::filesystem;
+
+model::LearnerConfig learner_config(const TrainOptions& o) {
+  model::LearnerConfig c;
+  c.adamw.lr = o.lr;
+  c.adamw.beta1 = o.beta1;
+  c.adamw.beta2 = o.beta2;
+  c.adamw.eps = o.adam_eps;
+  c.adamw.weight_decay = o.weight_decay;
+  c.max_grad_norm = o.max_grad_norm;
+  c.mode = o.deterministic ? model::ExecMode::kDeterministic : model::ExecMode::kFast;
+  c.temperature = o.temperature;
+  c.seed = o.seed;
+  return c;
+}
+
+namespace {
+
+Json read_json_file(const fs::path& p, const std::string& what) {
+  std::ifstream in(p);
+  if (!in) throw std::invalid_argument(fmt::format("{}: cannot read {}", what, p.string()));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return Json::parse(ss.str());
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(
+        fmt::format("{}: {} is not valid JSON ({})", what, p.string(), e.what()));
+  }
+}
+
+std::unique_ptr<model::Decoder> reference_decoder(const model::ModelWeights& w, const Recipe& r) {
+  model::DecoderWeights dw;
+  dw.config = w.config;
+  dw.plan = model::plan_for(w.config, r);
+  for (const auto& [name, t] : w.tensors) dw.tensors[name] = t.clone();
+  return std::make_unique<model::Decoder>(std::move(dw));
+}
+
+}  // namespace
+
+void check_new_run_dir(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return;
+  if (!fs::is_directory(dir, ec))
+    throw std::invalid_argument(
+        fmt::format("run folder '{}' exists and is not a folder", dir.string()));
+  if (!fs::is_empty(dir, ec))
+    throw std::invalid_argument(fmt::format(
+        "run folder '{}' exists and is not empty (continue it with --resume {}, or choose another "
+        "--out)",
+        dir.string(), dir.string()));
+}
+
+namespace {
+
+// Differences between two configs, for messages: "hidden_size 64 vs 32, ...".
+std::string config_diff(const model::ModelConfig& a, const model::ModelConfig& b) {
+  const nlohmann::json ja = model::config_to_json(a), jb = model::config_to_json(b);
+  std::string out;
+  for (const auto& [k, v] : ja.items())
+    if (!jb.contains(k) || jb.at(k) != v)
+      out += fmt::format("{}{} {} vs {}", out.empty() ? "" : ", ", k, v.dump(),
+                         jb.contains(k) ? jb.at(k).dump() : "absent");
+  return out.empty() ? "same fields" : out;
+}
+
+}  // namespace
+
+bool is_run_dir(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / run_files::kRunMeta, ec)) return false;
+  if (!fs::is_regular_file(dir / run_files::kCheckpoint / run_files::kTrainerState, ec))
+    return false;
+  try {
+    return read_json_file(dir / run_files::kRunMeta, "run").value("command", "") == "train";
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Trainer::~Trainer() = default;
+const TrainOptions& Trainer::options() const { return impl_->opt; }
+const Recipe& Trainer::recipe() const { return impl_->recipe; }
+int64_t Trainer::step() const { return impl_->step; }
+const fs::path& Trainer::run_dir() const { return impl_->dir; }
+
+std::unique_ptr<Trainer> Trainer::create(const fs::path& dir, const TrainOptions& options,
+                                         const SelectedRecipe& sel, const model::ModelWeights& init,
+                                         RunMetaExtras meta) {
+  options.validate();
+  check_task_model(init.config, max_sequence_length(options), "model");
+  check_new_run_dir(dir);
+  auto m = std::make_unique<Impl>();
+  m->dir = dir;
+  m->opt = options;
+  m->recipe = sel.recipe;
+  m->guard = parse_guard(options.guard);
+  m->task = &find_task(options.task);
+  m->learner = std::make_unique<model::Learner>(init, sel.recipe, learner_config(options));
+  m->reference = reference_decoder(init, sel.recipe);
+
+  fs::create_directories(dir);
+  save_warm_start(dir / run_files::kReference, init, Json::object());
+  m->save_checkpoint();
+  m->metrics.emplace(dir / diag::kMetricsFileName, diag::MetricsWriterOptions{.truncate = true});
+  meta.command = "train";
+  meta.layers = int(init.config.num_hidden_layers);
+  meta.seeds["seed"] = options.seed;
+  meta.extra["guard"] = options.guard;
+  meta.extra["deterministic"] = options.deterministic;
+  meta.extra["task"] = {{"name", options.task}, {"difficulty", options.difficulty}};
+  meta.extra["options"] = options_to_json(options);
+  meta.extra["model_config"] = Json::parse(model::config_to_json(init.config).dump());
+  write_run_meta(dir / run_files::kRunMeta, sel, meta);
+  return std::unique_ptr<Trainer>(new Trainer(std::move(m)));
+}
+
+std::unique_ptr<Trainer> Trainer::resume(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw std::invalid_argument(fmt::format("--resume: '{}' is not a folder", dir.string()));
+  const fs::path meta_path = dir / run_files::kRunMeta;
+  if (!fs::is_regular_file(meta_path, ec))
+    throw std::invalid_argument(fmt::format(
+        "--resume: '{}' is not a run folder (no run_meta.json; lockstep train creates one)",
+        dir.string()));
+  const Json meta = read_json_file(meta_path, "--resume");
+  if (meta.value("command", "") != "train" || !meta.contains("options"))
+    throw std::invalid_argument(
+        fmt::format("--resume: {} was not written by lockstep train (command '{}')",
+                    meta_path.string(), meta.value("command", "")));
+  const fs::path ck = dir / run_files::kCheckpoint;
+  if (!fs::is_regular_file(ck / run_files::kTrainerState, ec) ||
+      !fs::is_regular_file(ck / "learner.json", ec))
+    throw std::invalid_argument(
+        fmt::format("--resume: '{}' has no checkpoint ({} is missing or incomplete)", dir.string(),
+                    ck.string()));
+
+  auto m = std::make_unique<Impl>();
+  m->dir = dir;
+  m->opt = options_from_json(meta.at("options"), meta_path.string());
+  m->opt.validate();
+  if (!meta.contains("recipe") || !meta["recipe"].contains("content"))
+    throw std::invalid_argument(
+        fmt::format("--resume: {} has no recipe content", meta_path.string()));
+  m->recipe = recipe_from_json(meta["recipe"]["content"], meta_path.string() + ": recipe");
+  m->guard = parse_guard(m->opt.guard);
+  m->task = &find_task(m->opt.task);
+  model::ModelWeights ref;
+  try {
+    ref = model::load_model_dir((dir / run_files::kReference).string());
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(fmt::format("--resume: the run's reference model: {}", e.what()));
+  }
+
+  // The checkpoint must belong to this run: same options, model config and recipe.
+  const Json state = read_json_file(ck / run_files::kTrainerState, "--resume");
+  if (state.value("options", Json()) != meta.at("options"))
+    throw std::invalid_argument(
+        fmt::format("--resume: {} was written by a run with other options than {}", ck.string(),
+                    meta_path.string()));
+  const Json lj = read_json_file(ck / "learner.json", "--resume");
+  const model::ModelConfig ck_config = model::config_from_json(
+      nlohmann::json::parse(lj.value("config", Json()).dump()), (ck / "learner.json").string());
+  if (!(ck_config == ref.config))
+    throw std::invalid_argument(
+        fmt::format("--resume: checkpoint {} belongs to another model than the run ({}: {})",
+                    ck.string(), "checkpoint vs run", config_diff(ck_config, ref.config)));
+  const Recipe ck_recipe =
+      recipe_from_json(lj.value("recipe", Json()), (ck / "learner.json").string());
+  if (to_json(ck_recipe) != to_json(m->recipe))
+    throw std::invalid_argument(fmt::format(
+        "--resume: checkpoint {} was trained with recipe '{}', the run uses recipe '{}'",
+        ck.string(), ck_recipe.name, m->recipe.name));
+  const int64_t step = state.value("step", int64_t(-1));
+  if (step < 0 || step > m->opt.steps)
+    throw std::invalid_argument(fmt::format("--resume: {} has step {} outside [0, {}]",
+                                            (ck / run_files::kTrainerState).string(), step,
+                                            m->opt.steps));
+  const fs::path metrics_path = dir / diag::kMetricsFileName;
+  if (step > 0 && !fs::is_regular_file(metrics_path, ec))
+    throw std::invalid_argument(fmt::format(
+        "--resume: {} is missing (the checkpoint is at step {})", metrics_path.string(), step));
+  m->learner = model::Learner::load_checkpoint(ck.string());
+  const model::LearnerConfig want = learner_config(m->opt), &got = m->learner->config();
+  if (got.adamw.lr != want.adamw.lr || got.mode != want.mode ||
+      got.temperature != want.temperature || got.seed != want.seed ||
+      got.max_grad_norm != want.max_grad_norm || got.adamw.weight_decay != want.adamw.weight_decay)
+    throw std::invalid_argument(fmt::format(
+        "--resume: the learner settings in {} (lr, mode, temperature, seed, clipping, weight "
+        "decay) differ from the run's options",
+        (ck / "learner.json").string()));
+  m->reference = reference_decoder(ref, m->recipe);
+  m->step = step;
+  m->elapsed_before_s = state.value("elapsed_s", 0.0);
+
+  // Every check passed: now the folder changes (leftover temporaries, rows after the checkpoint).
+  detail::remove_temp_dirs(dir, run_files::kCheckpoint);
+  if (fs::exists(metrics_path, ec)) diag::truncate_metrics(metrics_path, step);
+  m->metrics.emplace(metrics_path);
+  return std::unique_ptr<Trainer>(new Trainer(std::move(m)));
+}
+
+void Trainer::Impl::save_checkpoint() {
+  const fs::path tmp = detail::make_temp_dir(dir, run_files::kCheckpoint);
+  try {
+    learner->save_checkpoint(tmp.string());
+    const Json state = {{"format", "lockstep.trainer.v1"},
+                        {"step", step},
+                        {"policy_version", learner->version()},
+                        {"elapsed_s", elapsed_s()},
+                        {"options", options_to_json(opt)}};
+    write_file_atomic((tmp / run_files::kTrainerState).string(), state.dump(2) + "\n");
+    detail::fsync_dir_tree(tmp);
+    detail::replace_dir(tmp, dir / run_files::kCheckpoint);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+void Trainer::Impl::write_results(const TrainResult& r) {
+  diag::ReportOptions ro;
+  ro.title = fmt::format("lockstep train: {}", fs::absolute(dir).filename().string());
+  const fs::path runs[] = {dir};
+  diag::write_report(runs, dir / run_files::kReport, ro);
+  Json meta = read_json_file(dir / run_files::kRunMeta, "run_meta");
+  auto opt_num = [](const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); };
+  meta["results"] = {{"steps_done", r.steps_done},
+                     {"finished", r.finished},
+                     {"start_eval_accuracy", opt_num(r.start_eval_accuracy)},
+                     {"end_eval_accuracy", opt_num(r.end_eval_accuracy)},
+                     {"elapsed_s", r.elapsed_s},
+                     {"policy_version", learner->version()},
+                     {"report", run_files::kReport}};
+  write_file_atomic((dir / run_files::kRunMeta).string(), meta.dump(2) + "\n");
+}
+
+}  // namespace lockstep::rl

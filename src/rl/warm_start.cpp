@@ -1,0 +1,227 @@
+// The supervised warm start and its cache (include/lockstep/rl/warm_start.h).
+#include "lockstep/rl/warm_start.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "dir_util.h"
+#include "lockstep/model/learner.h"
+#include "lockstep/model/policy.h"
+#include "lockstep/quant/qtensor_io.h"
+#include "lockstep/recipe/registry.h"
+#include "lockstep/tensor/file_io.h"
+
+namespace lockstep::rl {
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// A deep copy (Tensor copies share storage).
+model::ModelWeights clone_weights(const model::ModelWeights& w) {
+  model::ModelWeights c;
+  c.config = w.config;
+  for (const auto& [name, t] : w.tensors) c.tensors[name] = t.clone();
+  return c;
+}
+
+EvalResult eval_policy(const model::ModelWeights& w, const Recipe& recipe, int64_t version,
+                       const Task& task, const PretrainOptions& o) {
+  model::Sampler s;
+  s.load_policy(model::export_policy(w, recipe, version), version, recipe.name);
+  return evaluate_greedy(s, task, o.seed, o.difficulty, o.eval_prompts, o.eval_max_new);
+}
+
+}  // namespace
+
+void check_task_model(const model::ModelConfig& c, int64_t min_context, const std::string& where) {
+  if (c.vocab_size != kVocabSize)
+    throw std::invalid_argument(
+        fmt::format("{}: vocab_size is {}; the RL tasks use the {}-token vocabulary (docs/rl.md)",
+                    where, c.vocab_size, kVocabSize));
+  if (c.max_position_embeddings < min_context)
+    throw std::invalid_argument(fmt::format(
+        "{}: max_position_embeddings {} is shorter than the longest prompt + response ({} tokens)",
+        where, c.max_position_embeddings, min_context));
+}
+
+PretrainResult pretrain(const model::ModelWeights& init, const PretrainOptions& o,
+                        const std::function<void(const PretrainProgress&)>& on_step) {
+  const Task& task = find_task(o.task);
+  if (o.min_difficulty > o.difficulty)
+    throw std::invalid_argument(fmt::format("warm start: min difficulty {} above difficulty {}",
+                                            o.min_difficulty, o.difficulty));
+  if (o.steps < 0 || o.batch < 1)
+    throw std::invalid_argument(
+        fmt::format("warm start: steps {} must be >= 0 and batch {} >= 1", o.steps, o.batch));
+  const Example probe = task.make(o.seed, kPretrainIndexBase, o.difficulty, Split::kTrain);
+  check_task_model(init.config, int64_t(probe.prompt.size() + probe.answer.size()) + 1, "model");
+  const Recipe recipe = builtin_recipe_or_throw(kPretrainRecipe, "warm start").recipe;
+  model::LearnerConfig lc;
+  lc.adamw.lr = o.lr;
+  lc.adamw.weight_decay = o.weight_decay;
+  lc.max_grad_norm = o.max_grad_norm;
+  lc.mode = model::ExecMode::kFast;
+  lc.seed = o.seed;
+  model::Learner learner(init, recipe, lc);
+
+  const Clock::time_point t0 = Clock::now();
+  PretrainResult res;
+  res.before = eval_policy(learner.weights(), recipe, learner.version(), task, o);
+  for (int64_t step = 0; step < o.steps; ++step) {
+    std::vector<Example> ex;
+    std::vector<std::vector<int32_t>> answers;
+    for (int64_t i = 0; i < o.batch; ++i) {
+      const uint64_t index = uint64_t(step * o.batch + i);
+      const int lo = o.min_difficulty > 0 ? o.min_difficulty : o.difficulty;
+      const int d = lo + int(index % uint64_t(o.difficulty - lo + 1));
+      ex.push_back(task.make(o.seed, kPretrainIndexBase + index, d, Split::kTrain));
+      answers.push_back(ex.back().answer);
+      answers.back().push_back(kEos);
+    }
+    std::vector<SequenceView> seqs;
+    for (size_t i = 0; i < ex.size(); ++i) seqs.push_back({ex[i].prompt, answers[i]});
+    const PackedSequences p = pack_sequences(seqs);
+    const int64_t n = int64_t(p.tokens.size());
+    const model::LearnerOutput out =
+        learner.forward(Tensor::from_vector<int32_t>(p.tokens, {n}, DType::kI32), p.cu_seqlens,
+                        Tensor::from_vector<int32_t>(p.targets, {n}, DType::kI32));
+    // loss = mean over answer tokens of -logp: d loss / d logp = -1 / T on those rows.
+    const std::span<const float> logp = out.logp.data<float>();
+    std::vector<float> dlogp(size_t(n), 0.0f);
+    const float g = -1.0f / float(p.rows.size());
+    double loss = 0.0;
+    for (int64_t r : p.rows) {
+      dlogp[size_t(r)] = g;
+      loss -= double(logp[size_t(r)]);
+    }
+    loss /= double(p.rows.size());
+    learner.backward(Tensor::from_vector<float>(dlogp, {n}, DType::kF32), Tensor());
+    learner.step();
+    res.final_loss = loss;
+    if (on_step) {
+      PretrainProgress pp{step + 1, o.steps, loss, seconds_since(t0), std::nullopt};
+      if (o.eval_every > 0 && (step + 1) % o.eval_every == 0)
+        pp.eval_accuracy =
+            eval_policy(learner.weights(), recipe, learner.version(), task, o).accuracy;
+      on_step(pp);
+    }
+  }
+  res.after = eval_policy(learner.weights(), recipe, learner.version(), task, o);
+  res.weights = clone_weights(learner.weights());
+  res.seconds = seconds_since(t0);
+  return res;
+}
+
+nlohmann::json warm_start_key(const model::ModelConfig& config, const std::string& init_source,
+                              uint64_t init_seed, const PretrainOptions& o) {
+  nlohmann::json k;
+  k["procedure"] = "lockstep.warm_start/1";
+  k["contract"] = kContractVersion;
+  k["config"] = model::config_to_json(config);
+  k["init_source"] = init_source;
+  k["init_seed"] = init_seed;
+  k["task"] = o.task;
+  k["difficulty"] = o.difficulty;
+  k["min_difficulty"] = o.min_difficulty;
+  k["seed"] = o.seed;
+  k["steps"] = o.steps;
+  k["batch"] = o.batch;
+  k["lr"] = o.lr;
+  k["weight_decay"] = o.weight_decay;
+  k["max_grad_norm"] = o.max_grad_norm;
+  k["recipe"] = to_json(builtin_recipe_or_throw(kPretrainRecipe, "warm start").recipe);
+  return k;
+}
+
+std::string warm_start_hash(const nlohmann::json& key) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64
+  for (unsigned char ch : key.dump()) {
+    h ^= ch;
+    h *= 0x100000001b3ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+void save_warm_start(const fs::path& dir, const model::ModelWeights& weights,
+                     const nlohmann::json& info) {
+  const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+  fs::create_directories(parent);
+  const fs::path tmp = detail::make_temp_dir(parent, dir.filename().string());
+  try {
+    model::save_model_dir(weights, tmp.string());
+    write_file_atomic((tmp / "warm_start.json").string(), info.dump(2) + "\n");
+    detail::fsync_dir_tree(tmp);
+    detail::replace_dir(tmp, dir);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+namespace {
+// warm_start.json of a cache entry, or null when it is missing or unreadable.
+nlohmann::json read_info(const fs::path& dir) {
+  std::ifstream in(dir / "warm_start.json");
+  if (!in) return nullptr;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return nlohmann::json::parse(ss.str());
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+nlohmann::json eval_json(const EvalResult& e) {
+  return {{"accuracy", e.accuracy}, {"correct", e.correct}, {"prompts", e.prompts}};
+}
+}  // namespace
+
+WarmStart cached_warm_start(const fs::path& cache_root, const model::ModelWeights& init,
+                            const std::string& init_source, uint64_t init_seed,
+                            const PretrainOptions& o,
+                            const std::function<void(const PretrainProgress&)>& on_step) {
+  const nlohmann::json key = warm_start_key(init.config, init_source, init_seed, o);
+  const std::string hash = warm_start_hash(key);
+  WarmStart ws;
+  ws.dir = cache_root / hash;
+  const nlohmann::json info = read_info(ws.dir);
+  if (info.is_object() && info.value("key", nlohmann::json()) == key) {
+    try {
+      ws.weights = model::load_model_dir(ws.dir.string());
+      if (ws.weights.config == init.config) {
+        ws.cached = true;
+        ws.info = info;
+        return ws;
+      }
+    } catch (const std::exception&) {
+      // A damaged entry: trained again below and replaced.
+    }
+  }
+  PretrainResult r = pretrain(init, o, on_step);
+  ws.info = {{"key", key},
+             {"hash", hash},
+             {"eval_before", eval_json(r.before)},
+             {"eval_after", eval_json(r.after)},
+             {"eval_max_new", o.eval_max_new},
+             {"final_loss", r.final_loss},
+             {"seconds", r.seconds}};
+  // Another process may have stored the same entry meanwhile: its bits are the same.
+  const nlohmann::json now = read_info(ws.dir);
+  if (!(now.is_object() && now.value("key", nlohmann::json()) == key))
+    save_warm_start(ws.dir, r.weights, ws.info);
+  ws.weights = std::move(r.weights);
+  return ws;
+}
+
+}  // namespace lockstep::rl
