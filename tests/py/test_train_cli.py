@@ -1,0 +1,307 @@
+"""End-to-end checks of `lockstep train`, `pretrain` and `compare` on a micro Qwen3-MoE model (two
+layers, hidden 32; a run of a few steps takes about a second): the same metrics whatever the
+OpenMP thread count, a run killed with SIGKILL after its first checkpoint and resumed ends with the
+same metrics as an uninterrupted one, deterministic runs have a learner-sampler gap of exactly 0,
+the run folder's files, the warm-start cache, and every refusal (exit 2, a message naming the
+problem, nothing already written changed).
+
+Run: python3 tests/py/test_train_cli.py PATH_TO_lockstep_BINARY
+"""
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
+    sys.exit("usage: test_train_cli.py PATH_TO_lockstep_BINARY [unittest args]")
+LOCKSTEP = os.path.abspath(sys.argv.pop(1))
+
+# Keys that measure time (they differ between any two runs); every other key must be equal.
+TIMING = ("time_", "elapsed_s", "tokens_per_s")
+# A micro run: rewards vary (format bonus), so the policy moves every step.
+SMALL = ["--steps", "6", "--prompts", "4", "--group", "4", "--max-new", "4", "--eval-prompts", "8",
+         "--eval-every", "3", "--checkpoint-every", "2", "--format-bonus", "0.5", "--lr", "0.01"]
+
+
+def run(*args, env=None, check=True, timeout=300):
+    e = dict(os.environ)
+    e.update(env or {})
+    r = subprocess.run([LOCKSTEP, *args], capture_output=True, text=True, timeout=timeout, env=e)
+    if check and r.returncode != 0:
+        raise AssertionError(f"lockstep {' '.join(args)} exited {r.returncode}: {r.stderr}")
+    return r
+
+
+def rows(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_text(path):
+    with open(path) as f:
+        return f.read()
+
+
+def untimed(rs):
+    return [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rs]
+
+
+def tree_digest(path):
+    """name -> sha256 of every file under path (the state a refused command must leave alone)."""
+    out = {}
+    for root, _, files in os.walk(path):
+        for name in files:
+            p = os.path.join(root, name)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, path)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def micro_config(hidden=32):
+    return {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "vocab_size": 32,
+        "hidden_size": hidden, "intermediate_size": 2 * hidden, "moe_intermediate_size": 32,
+        "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+        "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": True,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "max_position_embeddings": 32,
+        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False,
+        "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "torch_dtype": "float32",
+    }
+
+
+class Train(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="lockstep-train-")
+        cls.model = os.path.join(cls.tmp, "micro")
+        cls.other_model = os.path.join(cls.tmp, "micro48")
+        for path, hidden in ((cls.model, 32), (cls.other_model, 48)):
+            cfg = path + ".json"
+            with open(cfg, "w") as f:
+                json.dump(micro_config(hidden), f)
+            run("init", "--config", cfg, "-o", path, "--seed", "3")
+        # One uninterrupted reference run, shared by several tests.
+        cls.ref = os.path.join(cls.tmp, "ref")
+        cls.ref_out = run("train", "--model", cls.model, "--out", cls.ref, *SMALL,
+                          env={"OMP_NUM_THREADS": "2"})
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def path(self, name):
+        return os.path.join(self.tmp, name)
+
+    def test_run_folder_and_metrics_keys(self):
+        rs = rows(self.ref)
+        self.assertEqual([r["step"] for r in rs], list(range(7)))
+        self.assertIn("eval_accuracy", rs[0])
+        for r in rs[1:]:
+            for k in ("reward_mean", "accuracy", "mean_abs_gap", "max_abs_gap", "q05_gap",
+                      "entropy", "response_len_mean", "grad_norm", "clip_frac_low",
+                      "clip_frac_high", "tis_weight_mean", "triage_gated_segments",
+                      "triage_repair_active_segments", "gap_share_pos_adv_neg", "kl",
+                      "time_rollout_s", "time_logprob_s", "time_train_s", "time_sync_s",
+                      "time_sync_bf16_s", "tokens_per_s", "policy_version"):
+                self.assertIn(k, r, f"step {r['step']}")
+            self.assertEqual(r["policy_version"], r["step"])
+        self.assertEqual([r["step"] for r in rs if "eval_accuracy" in r], [0, 3, 6])
+        # The policy moves: some update has a non-zero gradient and a KL to the start.
+        self.assertTrue(any(r["grad_norm"] > 0 for r in rs[1:]))
+        self.assertGreater(rs[-1]["kl"], 0)
+        meta = load_json(os.path.join(self.ref, "run_meta.json"))
+        self.assertEqual(meta["command"], "train")
+        self.assertEqual(meta["options"]["guard"], "tis")
+        self.assertEqual(meta["recipe"]["name"], "nvfp4_per_token")
+        self.assertTrue(meta["results"]["finished"])
+        self.assertEqual(meta["results"]["end_eval_accuracy"], rs[-1]["eval_accuracy"])
+        html = read_text(os.path.join(self.ref, "report.html"))
+        self.assertIn("<svg", html)
+        self.assertIn("report.html", self.ref_out.stdout)
+        self.assertIn("start", self.ref_out.stdout)
+
+    def test_same_metrics_whatever_the_thread_count(self):
+        for threads in ("1", "3"):
+            d = self.path(f"threads{threads}")
+            run("train", "--model", self.model, "--out", d, *SMALL,
+                env={"OMP_NUM_THREADS": threads})
+            self.assertEqual(untimed(rows(d)), untimed(rows(self.ref)), f"{threads} threads")
+
+    def test_sigkill_after_first_checkpoint_then_resume_matches(self):
+        d = self.path("killed")
+        args = [LOCKSTEP, "train", "--model", self.model, "--out", d, *SMALL[:1], "16",
+                *SMALL[2:]]
+        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        state = os.path.join(d, "checkpoint", "trainer.json")
+        deadline = time.time() + 120
+        while time.time() < deadline and p.poll() is None:
+            try:
+                if load_json(state)["step"] >= 2:
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.002)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        self.assertEqual(p.returncode, -signal.SIGKILL, "the run ended before it was killed")
+        killed_at = load_json(state)["step"]
+        self.assertLess(killed_at, 16)
+        run("train", "--resume", d)
+        full = self.path("unkilled")
+        run("train", "--model", self.model, "--out", full, *SMALL[:1], "16", *SMALL[2:])
+        self.assertEqual(untimed(rows(d)), untimed(rows(full)))
+        a = load_json(os.path.join(d, "run_meta.json"))["results"]
+        b = load_json(os.path.join(full, "run_meta.json"))["results"]
+        self.assertEqual(a["end_eval_accuracy"], b["end_eval_accuracy"])
+        self.assertEqual(a["policy_version"], 16)
+
+    def test_sigint_stops_with_a_checkpoint_and_resumes(self):
+        d = self.path("interrupted")
+        p = subprocess.Popen([LOCKSTEP, "train", "--model", self.model, "--out", d, *SMALL[:1],
+                              "200", *SMALL[2:]],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 120
+        while time.time() < deadline and not os.path.exists(os.path.join(d, "metrics.jsonl")):
+            time.sleep(0.01)
+        time.sleep(0.3)
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 130)
+        self.assertIn("--resume", out)
+        step = load_json(os.path.join(d, "checkpoint", "trainer.json"))["step"]
+        self.assertEqual(rows(d)[-1]["step"], step)
+
+    def test_deterministic_gap_is_exactly_zero(self):
+        for guard in ("tis", "triage"):
+            d = self.path(f"det-{guard}")
+            run("train", "--model", self.model, "--out", d, "--deterministic", "--guard", guard,
+                *SMALL)
+            for r in rows(d)[1:]:
+                self.assertEqual(r["mean_abs_gap"], 0.0, f"{guard} step {r['step']}")
+                self.assertEqual(r["max_abs_gap"], 0.0, f"{guard} step {r['step']}")
+                self.assertEqual(r["tis_weight_mean"], 1.0)
+                self.assertEqual(r["triage_gated_tokens"], 0)
+
+    def test_bad_input_exits_2_and_writes_nothing(self):
+        out = self.path("never")
+        for extra, needle in ((["--task", "multiply"], "unknown task 'multiply'"),
+                              (["--recipe", "fp3"], "fp3"),
+                              (["--guard", "maybe"], "maybe"),
+                              (["--difficulty", "99"], "--difficulty 99"),
+                              (["--prompts", "0"], "--prompts"),
+                              (["--model", self.model, "--preset", "tiny-moe"], "--preset")):
+            r = run("train", "--model", self.model, "--out", out, *extra, check=False)
+            if extra[0] == "--model":
+                r = run("train", *extra, "--out", out, check=False)
+            self.assertEqual(r.returncode, 2, f"{extra}: {r.stderr}")
+            self.assertIn("lockstep: error:", r.stderr)
+            self.assertIn(needle, r.stderr, extra)
+            self.assertFalse(os.path.exists(out), extra)
+
+    def test_resume_refusals_leave_the_folder_unchanged(self):
+        not_run = self.path("not-a-run")
+        os.makedirs(not_run)
+        r = run("train", "--resume", not_run, check=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("not a run folder", r.stderr)
+        r = run("train", "--resume", self.model, check=False)  # a model directory
+        self.assertEqual(r.returncode, 2)
+        r = run("train", "--resume", self.ref, "--lr", "1", check=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("drop --lr", r.stderr)
+
+        # A checkpoint of another model (hidden 48) in a run of the micro model.
+        other = self.path("other-model")
+        run("train", "--model", self.other_model, "--out", other, *SMALL)
+        mixed = self.path("mixed-model")
+        shutil.copytree(self.ref, mixed)
+        shutil.rmtree(os.path.join(mixed, "checkpoint"))
+        shutil.copytree(os.path.join(other, "checkpoint"), os.path.join(mixed, "checkpoint"))
+        before = tree_digest(mixed)
+        r = run("train", "--resume", mixed, check=False)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("another model", r.stderr)
+        self.assertEqual(tree_digest(mixed), before)
+
+        # A checkpoint of another recipe.
+        bf16 = self.path("bf16")
+        run("train", "--model", self.model, "--out", bf16, "--recipe", "bf16", *SMALL)
+        mixed = self.path("mixed-recipe")
+        shutil.copytree(self.ref, mixed)
+        shutil.rmtree(os.path.join(mixed, "checkpoint"))
+        shutil.copytree(os.path.join(bf16, "checkpoint"), os.path.join(mixed, "checkpoint"))
+        before = tree_digest(mixed)
+        r = run("train", "--resume", mixed, check=False)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("recipe", r.stderr)
+        self.assertEqual(tree_digest(mixed), before)
+
+        # --model with another recipe's checkpoint; --out an existing run.
+        r = run("train", "--model", os.path.join(bf16, "checkpoint"), "--out", self.path("x"),
+                check=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("recipe 'bf16'", r.stderr)
+        self.assertFalse(os.path.exists(self.path("x")))
+        before = tree_digest(self.ref)
+        r = run("train", "--model", self.model, "--out", self.ref, check=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("not empty", r.stderr)
+        self.assertEqual(tree_digest(self.ref), before)
+
+    def test_pretrain_and_the_warm_start_cache(self):
+        out = self.path("pre")
+        r = run("pretrain", "--model", self.model, "--steps", "3", "--batch", "4",
+                "--eval-prompts", "4", "-o", out, "--json")
+        info = json.loads(r.stdout)
+        self.assertEqual(info["key"]["steps"], 3)
+        self.assertTrue(os.path.exists(os.path.join(out, "model.safetensors")))
+        r = run("pretrain", "--model", self.model, "--steps", "3", "-o", out, check=False)
+        self.assertEqual(r.returncode, 2)  # the output exists
+        # train without --model: the preset's warm start, made once then taken from the cache.
+        cache = self.path("cache")
+        args = ["--preset", "tiny-dense", "--pretrain-steps", "2", "--pretrain-batch", "4",
+                "--cache-dir", cache, "--steps", "1", "--prompts", "2", "--group", "2",
+                "--eval-prompts", "4", "--json"]
+        first = json.loads(run("train", "--out", self.path("w1"), *args).stdout)
+        second = json.loads(run("train", "--out", self.path("w2"), *args).stdout)
+        self.assertFalse(first["warm_start"]["cached"])
+        self.assertTrue(second["warm_start"]["cached"])
+        self.assertEqual(len(os.listdir(cache)), 1)
+        self.assertEqual(untimed(rows(self.path("w1"))), untimed(rows(self.path("w2"))))
+
+    def test_compare_writes_the_table(self):
+        out = self.path("cmp")
+        r = run("compare", "--model", self.model, "--recipes", "bf16,nvfp4_per_token",
+                "--guards", "none,tis", "--deterministic-too", "--out", out, *SMALL[:1], "2",
+                *SMALL[2:], "--json")
+        summary = load_json(os.path.join(out, "summary.json"))
+        self.assertEqual(len(summary), 6)
+        self.assertEqual([s["guard"] for s in summary], ["none", "tis", "none"] * 2)
+        self.assertEqual([s["deterministic"] for s in summary], [False, False, True] * 2)
+        for s in summary:
+            if s["deterministic"]:
+                self.assertEqual(s["max_abs_delta"], 0.0)
+        md = read_text(os.path.join(out, "summary.md"))
+        self.assertIn("| nvfp4_per_token |", md)
+        self.assertTrue(os.path.exists(os.path.join(out, "report.html")))
+        self.assertEqual(json.loads(r.stdout)["summary_md"], os.path.join(out, "summary.md"))
+        r = run("compare", "--model", self.model, "--guards", "none,sometimes",
+                "--out", self.path("cmp2"), check=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("sometimes", r.stderr)
+        self.assertFalse(os.path.exists(self.path("cmp2")))
+
+
+if __name__ == "__main__":
+    unittest.main()

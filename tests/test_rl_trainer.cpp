@@ -1,0 +1,116 @@
+// Tests of the trainer's building blocks: the packed learner layout of prompt + continuation
+// sequences (which row predicts which response token), the per-step rollout seed, the run options'
+// JSON round trip and validation messages, and the warm-start cache key. The loop itself is
+// exercised end to end by tests/py/test_train_cli.py.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "lockstep/model/config.h"
+#include "lockstep/rl/rollout.h"
+#include "lockstep/rl/trainer.h"
+#include "lockstep/rl/warm_start.h"
+
+using namespace lockstep;
+using namespace lockstep::rl;
+
+TEST(RlPack, RowsPredictTheContinuationTokens) {
+  const std::vector<int32_t> p0 = {1, 16, 5}, c0 = {7, 2}, p1 = {1, 17}, c1 = {};
+  const std::vector<int32_t> p2 = {1, 18, 4, 3}, c2 = {9};
+  const SequenceView seqs[] = {{p0, c0}, {p1, c1}, {p2, c2}};
+  const PackedSequences p = pack_sequences(seqs);
+  EXPECT_EQ(p.tokens, (std::vector<int32_t>{1, 16, 5, 7, 2, 1, 17, 1, 18, 4, 3, 9}));
+  EXPECT_EQ(p.cu_seqlens, (std::vector<int64_t>{0, 5, 7, 12}));
+  EXPECT_EQ(p.offsets, (std::vector<int64_t>{0, 2, 2, 3}));
+  // Row r's target is token r + 1 of the same sequence; a sequence's last row targets <pad>.
+  EXPECT_EQ(p.targets, (std::vector<int32_t>{16, 5, 7, 2, kPad, 17, kPad, 18, 4, 3, 9, kPad}));
+  // Continuation token t is predicted by the row before it.
+  EXPECT_EQ(p.rows, (std::vector<int64_t>{2, 3, 10}));
+  for (size_t t = 0; t < p.rows.size(); ++t)
+    EXPECT_EQ(p.targets[size_t(p.rows[t])], (std::vector<int32_t>{7, 2, 9})[t]);
+  const std::vector<int32_t> empty;
+  const SequenceView bad[] = {{empty, c0}};
+  EXPECT_THROW(pack_sequences(bad), std::invalid_argument);
+}
+
+TEST(RlRollout, SampleSeedDependsOnSeedAndStepOnly) {
+  std::set<uint64_t> seen;
+  for (uint64_t seed : {0, 1})
+    for (int64_t step = 0; step < 100; ++step) seen.insert(rollout_sample_seed(seed, step));
+  EXPECT_EQ(seen.size(), 200u);
+  EXPECT_EQ(rollout_sample_seed(7, 3), rollout_sample_seed(7, 3));
+}
+
+TEST(RlTrainOptions, JsonRoundTripAndValidation) {
+  TrainOptions o;
+  o.task = "sort";
+  o.difficulty = 5;
+  o.guard = "tis+triage";
+  o.seed = 1ull << 60;
+  o.lr = 1.25e-4;
+  o.repair.margin = -0.75;
+  const Json j = options_to_json(o);
+  EXPECT_EQ(options_to_json(options_from_json(j, "t")), j);
+  EXPECT_NO_THROW(o.validate());
+
+  Json missing = j;
+  missing.erase("lr");
+  EXPECT_THROW(
+      {
+        try {
+          options_from_json(missing, "run_meta.json");
+        } catch (const std::invalid_argument& e) {
+          EXPECT_NE(std::string(e.what()).find("'lr' is missing"), std::string::npos);
+          throw;
+        }
+      },
+      std::invalid_argument);
+  auto message = [](TrainOptions x) {
+    try {
+      x.validate();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  TrainOptions b;
+  b.task = "divide";
+  EXPECT_NE(message(b).find("unknown task 'divide'"), std::string::npos);
+  b = {};
+  b.guard = "sometimes";
+  EXPECT_NE(message(b).find("sometimes"), std::string::npos);
+  b = {};
+  b.difficulty = 0;
+  EXPECT_NE(message(b).find("--difficulty 0"), std::string::npos);
+  b = {};
+  b.prompts = 6;
+  b.minibatches = 4;
+  EXPECT_NE(message(b).find("multiple of --minibatches"), std::string::npos);
+  b = {};
+  b.temperature = 0.0;
+  EXPECT_NE(message(b).find("--temperature"), std::string::npos);
+}
+
+TEST(RlWarmStart, CacheKeyCoversTheTrainingInputs) {
+  const model::ModelConfig c = model::preset("tiny-dense");
+  const PretrainOptions o;
+  const std::string h = warm_start_hash(warm_start_key(c, "preset:tiny-dense", 0, o));
+  EXPECT_EQ(h.size(), 16u);
+  EXPECT_EQ(h, warm_start_hash(warm_start_key(c, "preset:tiny-dense", 0, o)));
+  PretrainOptions eval_only = o;
+  eval_only.eval_prompts = 3;  // evaluation settings do not change the weights
+  EXPECT_EQ(h, warm_start_hash(warm_start_key(c, "preset:tiny-dense", 0, eval_only)));
+  std::set<std::string> all = {h};
+  PretrainOptions x = o;
+  x.steps += 1;
+  all.insert(warm_start_hash(warm_start_key(c, "preset:tiny-dense", 0, x)));
+  x = o;
+  x.difficulty = 2;
+  all.insert(warm_start_hash(warm_start_key(c, "preset:tiny-dense", 0, x)));
+  x = o;
+  x.lr *= 2;
+  all.insert(warm_start_hash(warm_start_key(c, "preset:tiny-dense", 0, x)));
+  all.insert(warm_start_hash(warm_start_key(c, "preset:tiny-dense", 1, o)));
+  all.insert(warm_start_hash(warm_start_key(model::preset("tiny-moe"), "preset:tiny-moe", 0, o)));
+  EXPECT_EQ(all.size(), 6u);
+}
