@@ -125,7 +125,15 @@ std::unique_ptr<Trainer> Trainer::create(const fs::path& dir, const TrainOptions
   meta.seeds["seed"] = options.seed;
   meta.extra["guard"] = options.guard;
   meta.extra["deterministic"] = options.deterministic;
-  meta.extra["task"] = {{"name", options.task}, {"difficulty", options.difficulty}};
+  // How many held-out prompts also occur among the run's training prompts (small difficulties
+  // have few distinct prompts).
+  const int64_t overlap =
+      count_prompt_overlap(*m->task, options.seed, options.difficulty,
+                           options.steps * options.prompts, options.eval_prompts);
+  meta.extra["task"] = {{"name", options.task},
+                        {"difficulty", options.difficulty},
+                        {"eval_prompts", options.eval_prompts},
+                        {"eval_prompts_seen_in_training", overlap}};
   meta.extra["options"] = options_to_json(options);
   meta.extra["model_config"] = Json::parse(model::config_to_json(init.config).dump());
   write_run_meta(dir / run_files::kRunMeta, sel, meta);
