@@ -50,6 +50,7 @@ TEST(DiagPlot, TickLabels) {
   EXPECT_EQ(tick_label(-1e-17, 0.5), "0.0");
   EXPECT_EQ(tick_label(0.0025, 0.0025), "0.003");  // decimals of the spacing's magnitude
   EXPECT_EQ(tick_label(2e-5, 1e-5), "2e-05");
+  EXPECT_EQ(tick_label(0.0, 5e-6), "0");  // not "0.000000" beside "5e-06"
   EXPECT_EQ(tick_label(3e6, 1e6), "3e+06");
 }
 

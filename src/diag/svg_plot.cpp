@@ -48,7 +48,8 @@ std::vector<double> nice_ticks(double lo, double hi, int target, bool integer) {
 std::string tick_label(double v, double spacing) {
   if (std::fabs(v) < spacing * 1e-9) v = 0;  // -0 and rounding residue at the origin
   const double a = std::fabs(v);
-  if (a >= 1e6 || (spacing < 1e-4 && v != 0)) return fmt::format("{:.3g}", v);
+  // Small or large spacings use exponent notation, whose zero is plain "0".
+  if (a >= 1e6 || spacing < 1e-4) return fmt::format("{:.3g}", v);
   const int decimals = std::max(0, int(-std::floor(std::log10(spacing) + 1e-9)));
   return fmt::format("{:.{}f}", v, decimals);
 }
