@@ -158,9 +158,12 @@ int64_t nvfp4_domains(const Ctx& c, const QuantConfig& cfg, int64_t rows) {
 }
 
 // NVFP4 rowwise copy of xr (x after the optional Hadamard transform). joint_keys: the shared key of
-// a joint quantization. Returns the A per domain for per tensor / per group scaling.
+// a joint quantization. col2d (2-D blocks with a columnwise copy, its parts allocated): the kernel
+// may write the columnwise copy from the same read, and then sets *col2d_written. Returns the A per
+// domain for per tensor / per group scaling.
 const float* nvfp4_rowwise(Ctx& c, const Input& xr, const QuantConfig& cfg, QData& out,
-                           const uint32_t* joint_keys, bool joint_nonempty) {
+                           const uint32_t* joint_keys, bool joint_nonempty, QData* col2d = nullptr,
+                           bool* col2d_written = nullptr) {
   const int64_t rows = xr.rows, cols = xr.cols, ndom = nvfp4_domains(c, cfg, rows);
   out.data = c.u8({rows, cols / 2});
   out.block_scale = plan::alloc_scales(c, rows, cols / 16, cfg.scale_layout);
@@ -188,6 +191,16 @@ const float* nvfp4_rowwise(Ctx& c, const Input& xr, const QuantConfig& cfg, QDat
     p.rows = rows, p.cols = cols, p.nchunks = int(cols / 16), p.dom_kind = kind;
     p.dom_val = dom, p.offsets = kind == kDomGroup ? c.d_off() : nullptr, p.groups = c.groups();
     p.data = out.data.ptr<uint8_t>(), p.scale = sc, p.sr = plan::sr_of(cfg);
+    if (col2d) {
+      Nvfp4TileParams b = p;
+      b.offsets = c.d_off(), b.bands = c.bands(), b.nbands = c.nbands();
+      b.data_col = col2d->data.ptr<uint8_t>(), b.scale_col = col2d->block_scale.ptr<uint8_t>();
+      b.scale_col_swizzled = !c.grouped && cfg.scale_layout == ScaleLayout::kSwizzled;
+      if (launch_nvfp4_2d_both(xr.ref, b, c.cs)) {
+        *col2d_written = true;
+        return dom;
+      }
+    }
     launch_nvfp4_2d(xr.ref, p, c.cs);
     return dom;
   }
@@ -212,7 +225,10 @@ void quantize_nvfp4(Ctx& c, const Input& x, const QuantConfig& cfg, QTensor& q,
   plan::RowwiseInfo ri;
   if (cfg.rowwise || (cfg.colwise && cfg.block2d)) {
     const Input xr = cfg.hadamard && x.rows * x.cols > 0 ? plan::hadamard_rows_into(c, x) : x;
-    ri.dom_amax = nvfp4_rowwise(c, xr, cfg, q.rowwise, joint_row, joint_nonempty);
+    QData* col2d = cfg.colwise && cfg.block2d ? &q.colwise : nullptr;  // (no Hadamard with 2-D)
+    if (col2d) plan::alloc_nvfp4_colwise(c, x.rows, x.cols, cfg, *col2d);
+    ri.dom_amax =
+        nvfp4_rowwise(c, xr, cfg, q.rowwise, joint_row, joint_nonempty, col2d, &ri.col2d_written);
     ri.same_values = !cfg.hadamard;
   }
   if (cfg.colwise) plan::nvfp4_colwise(c, x, cfg, q, ri, joint_col, joint_nonempty);

@@ -82,7 +82,11 @@ float* column_pass(Ctx& c, const Input& x, detail::FinishParams f);
 struct RowwiseInfo {
   const float* dom_amax = nullptr;  // NVFP4 per tensor / per group: the rowwise A per domain
   bool same_values = false;         // the rowwise A was taken over x itself (no Hadamard)
+  bool col2d_written = false;       // NVFP4 2-D: the rowwise kernel wrote the columnwise copy too
 };
+// The parts of an NVFP4 transposed columnwise copy (CONTRACT.md section 12), allocated: data
+// [cols, rows / 2] and block scales [cols, rows / 16] (per-group pieces, 1-D, when grouped).
+void alloc_nvfp4_colwise(Ctx& c, int64_t rows, int64_t cols, const QuantConfig& cfg, QData& o);
 // NVFP4 columnwise copy (1-D: the quantization of each X_g^T; 2-D: the transpose of q.rowwise,
 // which holds the rowwise copy already). joint_keys: the shared key of a joint quantization.
 void nvfp4_colwise(Ctx& c, const Input& x, const QuantConfig& cfg, QTensor& q,
