@@ -86,6 +86,7 @@ void register_bench_commands(CLI::App& app) {
   q->add_option("--only", a->filter, "run only the ops whose name contains this text");
   q->callback([a] { run_bench_quantize(*a); });
   register_bench_gemm_command(*bench);  // bench gemm (cmd_bench_gemm.cpp)
+  register_bench_model_command(*bench);  // bench model (cmd_bench_model.cpp)
 }
 
 }  // namespace lockstep::cli

@@ -83,6 +83,8 @@ void register_recipe_commands(CLI::App& app);    // recipes, describe
 void register_doctor_command(CLI::App& app);     // doctor
 void register_gemm_command(CLI::App& app);       // gemm
 void register_report_command(CLI::App& app);     // report
+void register_model_commands(CLI::App& app);     // forward, sample, align
+void register_bench_model_command(CLI::App& bench);  // bench model (under `bench`)
 void register_init_commands(CLI::App& app);      // init, presets
 // `lockstep inspect MODEL_DIR` (src/cli/cmd_inspect_model.cpp).
 void inspect_model_dir(const std::string& dir, bool json);

@@ -4,6 +4,11 @@
 
 #include <algorithm>
 #include <cstdio>
+
+#include "lockstep/version.h"
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <exception>
 #include <functional>
 
@@ -26,12 +31,20 @@ void set_command_line(int argc, char** argv) { command_line_storage().assign(arg
 
 int main(int argc, char** argv) {
   using namespace lockstep::cli;
+#if defined(__GLIBC__)
+  // Keep freed memory in the heap: the CPU engine allocates and frees the same large buffers every
+  // step, and glibc's default (fresh mmap for each large block) costs a page fault per 4 KiB
+  // touched.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
   set_command_line(argc, argv);
   CLI::App app{
       "lockstep: one precision contract (NVFP4, MXFP8, FP8), bit-identical on CPU and GPU.\n"
       "Example: lockstep sweep"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("lockstep 0.1.0 (") + lockstep_source_revision() + ")");
+  app.set_version_flag("--version",
+                       std::string("lockstep 0.1.0 (") + lockstep_source_revision() + ")");
   register_quantize_commands(app);
   register_inspect_command(app);
   register_sweep_command(app);
@@ -39,6 +52,7 @@ int main(int argc, char** argv) {
   register_recipe_commands(app);
   register_doctor_command(app);
   register_gemm_command(app);
+  register_model_commands(app);
   register_init_commands(app);
   register_report_command(app);
   // CLI11 reports a misspelt command as "A subcommand is required"; name it instead. The root

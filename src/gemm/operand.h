@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -41,6 +42,12 @@ void check_operand(const GemmArg& op, Copy copy, std::string_view name);
 // check_operand, then decodes rows [row0, row0 + count) of the matrix the copy describes.
 DecodedOperand decode_operand(const GemmArg& op, Copy copy, int64_t row0, int64_t count,
                               std::string_view name);
+
+// N of a grouped GEMM with groups along M: W rowwise is [groups * N, K]; W columnwise is the
+// grouped [groups * K, N] whose groups' columnwise copies are the [N, K] operands. Throws GemmError
+// (prefixed with `what`) when W's shape does not fit.
+int64_t grouped_w_rows_per_group(const GemmArg& w, Copy w_copy, int64_t groups, int64_t k,
+                                 const std::string& what);
 
 // The float64 values of a dense F64 operand's copy, [rows, cols] row-major.
 std::vector<double> dense_f64(const GemmArg& op, Copy copy);

@@ -199,22 +199,7 @@ GemmResult grouped_qgemm(const GemmArg& a, const Tensor& offsets, const GemmArg&
   if (!offsets.is_cpu() && offsets.device() != dev)
     throw GemmError(fmt::format("{}: offsets {} are on another device than the operands", what,
                                 offsets.describe()));
-  int64_t N = 0;
-  if (cfg.w_copy == Copy::kRowwise) {
-    if (w.rows(Copy::kRowwise) % E != 0)
-      throw GemmError(
-          fmt::format("{}: W rows {} are not groups ({}) x N", what, w.rows(Copy::kRowwise), E));
-    N = w.rows(Copy::kRowwise) / E;
-    if (w.cols(Copy::kRowwise) != K)
-      throw GemmError(
-          fmt::format("{}: K mismatch (A has {} columns, W {})", what, K, w.cols(Copy::kRowwise)));
-  } else {
-    if (w.rows(Copy::kRowwise) != E * K)
-      throw GemmError(
-          fmt::format("{}: a columnwise grouped W must have groups ({}) x K ({}) rows, got {}",
-                      what, E, K, w.rows(Copy::kRowwise)));
-    N = w.cols(Copy::kRowwise);
-  }
+  const int64_t N = gemm::grouped_w_rows_per_group(w, cfg.w_copy, E, K, what);
   gemm::check_epilogue(cfg.epilogue, rows, N, E * N, what);
   Scratch s(dev, cfg.stream);
   const GemmOperandView av = prepare_operand(a, Copy::kRowwise, "a", s);

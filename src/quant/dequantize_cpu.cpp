@@ -9,6 +9,10 @@
 
 namespace lockstep::cpu {
 namespace {
+// Below this much work a loop runs on one thread: a parallel region costs microseconds, and the
+// OpenMP if clause changes only how many threads run it, never a value.
+constexpr int64_t kParallelMin = int64_t(1) << 15;
+
 using namespace detail;
 
 // Dequantizes a copy read as a rowwise matrix [m, k] into out (row-major, ld = k). dom: the outer
@@ -23,7 +27,7 @@ void dequant_rows(const QData& d, const QTensor& q, int64_t m, int64_t k, std::s
       std::vector<float> s_dec(size_t(amax.numel()));
       for (size_t i = 0; i < s_dec.size(); ++i)
         s_dec[i] = num::two_level_outer(amax.ptr<float>()[i], num::kE2M1Max).s_dec;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (m * k >= kParallelMin)
       for (int64_t r = 0; r < m; ++r)
         for (int64_t c = 0; c < k; ++c) {
           const uint8_t byte = data[(r * k + c) / 2];
@@ -34,7 +38,7 @@ void dequant_rows(const QData& d, const QTensor& q, int64_t m, int64_t k, std::s
       break;
     }
     case Format::kMxfp8:
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (m * k >= kParallelMin)
       for (int64_t r = 0; r < m; ++r)
         for (int64_t c = 0; c < k; ++c)
           out[r * k + c] = num::mx_dequant(num::decode_minifloat(f, data[r * k + c]), load_scale(d, q.scale_layout, r, c / 32));
@@ -43,7 +47,7 @@ void dequant_rows(const QData& d, const QTensor& q, int64_t m, int64_t k, std::s
       const Tensor si_t = d.scale_inv.contiguous();
       const float* si = si_t.ptr<float>();
       const int64_t sc = d.scale_cols;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (m * k >= kParallelMin)
       for (int64_t r = 0; r < m; ++r)
         for (int64_t c = 0; c < k; ++c) {
           int64_t i;
@@ -87,7 +91,7 @@ std::vector<float> dequantize(const QTensor& q_in, Copy copy) {
     const num::MiniFloat& f = elem_codec(q.format, q.elem);
     const uint8_t* data = d.data.ptr<uint8_t>();
     const uint8_t* scale = d.block_scale.ptr<uint8_t>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c)
         out[size_t(r * cols + c)] = num::mx_dequant(num::decode_minifloat(f, data[r * cols + c]), scale[r / 32 * cols + c]);

@@ -62,6 +62,18 @@ TransposedGroups transposed_groups(const MatrixF32& x, const std::vector<int64_t
   return t;
 }
 
+// The amax (CONTRACT.md section 0) over every element of several matrices.
+float amax_of_all(const std::vector<MatrixF32>& mats) {
+  float acc = num::amax_empty();
+  int64_t n = 0;
+  for (const MatrixF32& m : mats) {
+    if (m.rows * m.cols == 0) continue;
+    acc = num::fmax_f32(acc, amax_rows(m, 0, m.rows));
+    n += m.rows * m.cols;
+  }
+  return n == 0 ? 0.0f : acc;
+}
+
 // Columnwise copy as the quantization of each group's X_g^T (NVFP4 1-D, FP8 1x128, FP8 per_row).
 QData quantize_transposed(const MatrixF32& x, std::span<const int64_t> offsets, const QuantConfig& cfg,
                           const float* joint_amax) {
@@ -71,20 +83,8 @@ QData quantize_transposed(const MatrixF32& x, std::span<const int64_t> offsets, 
   QuantConfig piece_cfg = cfg;
   if (grouped) piece_cfg.scale_layout = ScaleLayout::kCompact;
   float tensor_amax = 0.0f;
-  if (cfg.format == Format::kNvfp4 && cfg.scaling == Scaling::kPerTensor) {
-    if (joint_amax) {
-      tensor_amax = *joint_amax;
-    } else {
-      float acc = num::amax_empty();
-      int64_t n = 0;
-      for (const MatrixF32& m : tg.mats) {
-        if (m.rows * m.cols == 0) continue;
-        acc = num::fmax_f32(acc, amax_rows(m, 0, m.rows));
-        n += m.rows * m.cols;
-      }
-      tensor_amax = n == 0 ? 0.0f : acc;
-    }
-  }
+  if (cfg.format == Format::kNvfp4 && cfg.scaling == Scaling::kPerTensor)
+    tensor_amax = joint_amax ? *joint_amax : amax_of_all(tg.mats);
   std::vector<uint8_t> data, scales;
   std::vector<float> amax, scale_inv;
   QData out;
@@ -209,15 +209,7 @@ float nvfp4_tensor_amax(const MatrixF32& x, std::span<const int64_t> offsets, bo
     const std::vector<float> h = hadamard16_rows(x);
     return amax_of(h.data(), int64_t(h.size()));
   }
-  const TransposedGroups tg = transposed_groups(x, groups_of(offsets, x.rows), hadamard);
-  float acc = num::amax_empty();
-  int64_t n = 0;
-  for (const MatrixF32& m : tg.mats) {
-    if (m.rows * m.cols == 0) continue;
-    acc = num::fmax_f32(acc, amax_rows(m, 0, m.rows));
-    n += m.rows * m.cols;
-  }
-  return n == 0 ? 0.0f : acc;
+  return amax_of_all(transposed_groups(x, groups_of(offsets, x.rows), hadamard).mats);
 }
 
 QTensor quantize(const MatrixF32& x, std::span<const int64_t> offsets, const QuantConfig& cfg,

@@ -1,0 +1,84 @@
+// The learner: fp32 master weights, a decoder over them, per-token log-probs and entropy of given
+// targets over packed variable-length sequences (no padding compute), backward through
+// everything, AdamW with global gradient-norm clipping, weight versions, and checkpoints from
+// which training continues bit-identically.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "lockstep/model/decoder.h"
+#include "lockstep/model/weights.h"
+#include "lockstep/ops/optim.h"
+#include "lockstep/recipe/coverage.h"
+
+namespace lockstep::model {
+
+struct LearnerConfig {
+  ops::AdamWConfig adamw;
+  double max_grad_norm = 1.0;  // <= 0: no clipping
+  ExecMode mode = ExecMode::kDeterministic;
+  double temperature = 1.0;   // log-probs of logits / temperature (as the sampler samples)
+  uint64_t seed = 0;          // Philox seed of stochastic rounding (mixed with the step)
+  DType dtype = DType::kF32;  // F64: the gradient-check path (f32 pass-through recipes)
+  std::vector<CodeOverride> code_overrides;  // per-module specs beating the recipe
+};
+
+struct LearnerOutput {
+  Tensor logp;     // [n] log-prob of each target under logits / temperature
+  Tensor entropy;  // [n] entropy of the full temperature-scaled distribution
+};
+
+struct StepStats {
+  double grad_norm = 0.0;  // global L2 norm before clipping
+  bool clipped = false;
+  bool skipped = false;  // non-finite norm: no update, version unchanged
+  int64_t version = 0;
+};
+
+class Learner {
+ public:
+  Learner(ModelWeights weights, Recipe recipe, LearnerConfig cfg = {});
+  ~Learner();
+  Learner(const Learner&) = delete;
+  Learner& operator=(const Learner&) = delete;
+
+  // tokens, targets: I32 [n]; cu_seqlens: [b + 1]. Keeps what backward() needs.
+  LearnerOutput forward(const Tensor& tokens, std::span<const int64_t> cu_seqlens,
+                        const Tensor& targets);
+  // The logits [n, V] of a packed batch (no log-probs, nothing kept).
+  Tensor logits(const Tensor& tokens, std::span<const int64_t> cu_seqlens);
+  // Gradients of sum_t dlogp[t] logp[t] + dentropy[t] entropy[t] added into grads(); either
+  // may be undefined (zero).
+  void backward(const Tensor& dlogp, const Tensor& dentropy);
+  // Clip, AdamW on the masters, zero the gradients, version + 1.
+  StepStats step();
+  void zero_grad();
+
+  const ModelWeights& weights() const;
+  const std::map<std::string, Tensor>& grads() const;
+  const Recipe& recipe() const;
+  const ModelPlan& plan() const;
+  const LearnerConfig& config() const;
+  int64_t version() const;
+  size_t saved_bytes() const;  // what the last forward keeps for the backward
+
+  // Checkpoint directory: learner.safetensors (param.*, adam_m.*, adam_v.*) + learner.json
+  // (config, recipe, version, step, learner settings). Files are written atomically.
+  void save_checkpoint(const std::string& dir) const;
+  // A learner continuing exactly where the checkpoint left off (same bits on the next steps).
+  static std::unique_ptr<Learner> load_checkpoint(const std::string& dir);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The plan of a recipe for a config with code overrides.
+ModelPlan plan_for(const ModelConfig& c, const Recipe& r, std::span<const CodeOverride> code = {});
+
+}  // namespace lockstep::model

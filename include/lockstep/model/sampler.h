@@ -1,0 +1,74 @@
+// The sampler: its own copy of the weights (a policy version), a KV cache (bf16 or FP8 E4M3),
+// continuous batching over a request list (sequences join as slots free up and leave at eos or
+// max_new), temperature / top-k / top-p sampling with one Philox uniform per (sequence, position),
+// returning tokens and the sampler's log-probs of them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "lockstep/model/policy.h"
+
+namespace lockstep::model {
+
+struct SamplerConfig {
+  double temperature = 1.0;  // > 0; log-probs are of logits / temperature
+  double top_p = 1.0;        // (0, 1]
+  int64_t top_k = 0;         // 0: all tokens
+  int64_t max_new = 16;
+  uint64_t seed = 0;
+  KvDtype kv = KvDtype::kBf16;
+  int64_t max_batch = 64;      // sequences decoded together
+  std::optional<int64_t> eos;  // stop token (kept in the output)
+};
+
+struct SampleRequest {
+  std::vector<int32_t> prompt;  // >= 1 token
+  uint32_t stream = 0;          // Philox stream (the request's index by convention)
+};
+
+struct SampleResult {
+  std::vector<int32_t> tokens;  // generated tokens
+  std::vector<float> logprobs;  // the sampler's log-prob of each generated token
+  bool eos = false;             // stopped at the eos token
+};
+
+class Sampler {
+ public:
+  explicit Sampler(SamplerConfig cfg = {});
+  ~Sampler();
+
+  // Verifies and installs a policy version: refuses (PolicyError) a version other than
+  // expected_version, a recipe other than expected_recipe (when non-empty), or a checksum that
+  // does not match the bytes.
+  void load_policy(PolicyVersion p, int64_t expected_version, const std::string& expected_recipe);
+  int64_t version() const;
+  const SamplerConfig& config() const;
+  void set_config(const SamplerConfig& cfg);
+
+  // Samples every request (results in request order). Invalid requests (empty prompt, token ids
+  // out of range, prompt longer than the context) throw std::invalid_argument before any work.
+  std::vector<SampleResult> generate(std::span<const SampleRequest> requests);
+
+  // Teacher-forced decode: the sampler's log-probs of `continuation` after `prompt`, token by
+  // token through the KV cache (what align compares when no sampling is wanted).
+  std::vector<float> score(std::span<const int32_t> prompt, std::span<const int32_t> continuation);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// One uniform in [0, 1) for (seed, stream, position): Philox4x32-10, key = seed, counter =
+// (position, 0, stream, 0), word 0, (w >> 8) * 2^-24.
+double sampling_uniform(uint64_t seed, uint32_t stream, int64_t position);
+
+// Inverse-CDF choice over logits / temperature (already scaled: `lp` are the row's log-probs):
+// candidates sorted by probability descending then index ascending, truncated to top_k, then to
+// the shortest prefix whose mass reaches top_p, renormalised; returns the chosen token.
+int32_t sample_from_logprobs(std::span<const float> lp, int64_t top_k, double top_p, double u);
+
+}  // namespace lockstep::model

@@ -1,0 +1,68 @@
+// GEMM operands of the nn/ modules: a tensor turned into what one GEMM reads under one recipe
+// operand spec (bf16 -> a BF16 tensor, f32 -> the tensor as it is, nvfp4 / mxfp8 / fp8 -> a
+// QTensor with the copies asked for), plus the zero padding the quantized GEMMs need along K and
+// the per-expert row padding of grouped buffers. Padding never changes a quantized value: zero
+// rows and columns change no amax and form their own (zero) blocks.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "lockstep/gemm/packed.h"
+#include "lockstep/gemm/qgemm.h"
+#include "lockstep/quant/qtensor.h"
+#include "lockstep/recipe/recipe.h"
+#include "lockstep/tensor/tensor.h"
+
+namespace lockstep::nn {
+
+// A dense tensor or a quantized one: what one GEMM side reads.
+struct Operand {
+  Tensor t;
+  QTensor q;
+  PackedWeight packed;  // a weight's rowwise copy packed for the CPU GEMM (optional, same bits)
+  bool quantized() const { return q.has_rowwise() || q.has_colwise(); }
+  bool defined() const { return quantized() || t.defined(); }
+  GemmArg arg() const { return quantized() ? GemmArg(q) : GemmArg(t); }
+  // Bytes held (every part of every copy of a QTensor; the dense tensor's bytes).
+  size_t nbytes() const;
+  // The same values as a dense tensor: dequantize (to `dtype`) or the dense tensor itself.
+  Tensor dense(DType dtype) const;
+};
+
+// Packs the rowwise copy of a weight operand for repeated CPU GEMMs (groups: expert groups);
+// a no-op for F64 operands (the float64 path).
+void pack_for_cpu(Operand& w, int64_t groups);
+
+// Which copies to quantize, and the Philox key of stochastic rounding (gradient operands).
+struct OperandRequest {
+  bool rowwise = true;
+  bool colwise = false;
+  uint64_t seed = 0;
+  uint32_t stream = 0;
+};
+
+// x: [rows, cols] F32 (any spec) or F64 (f32 spec only: the float64 gradient-check path).
+// bf16 -> cast(x, BF16) (RNE); f32 -> x; quantized formats -> quantize(x, to_quant_spec(spec)).
+// offsets non-empty: a grouped buffer (quantize_grouped; per_group = one domain per group).
+Operand make_operand(const Tensor& x, const OperandSpec& spec, const OperandRequest& req,
+                     std::string_view name, std::span<const int64_t> offsets = {});
+
+// The multiple a GEMM's reduction dimension K must have for an operand of this spec to be read
+// along K: nvfp4 16, mxfp8 32, fp8 1x128 / 128x128 128, others 1.
+int64_t k_multiple(const OperandSpec& spec);
+int64_t k_multiple(const GemmSpec& g);  // lcm over both operands
+int64_t round_up(int64_t v, int64_t m);
+
+// x [rows, cols] zero-padded to [rows_to, cols_to] (x itself when nothing is added).
+Tensor pad2d(const Tensor& x, int64_t rows_to, int64_t cols_to);
+// The leading [rows, cols] block of x (x itself when it is that shape), contiguous.
+Tensor crop2d(const Tensor& x, int64_t rows, int64_t cols);
+// A grouped weight [groups * n, k] padded per group to [groups * n_to, k_to].
+Tensor pad_groups(const Tensor& w, int64_t groups, int64_t n_to, int64_t k_to);
+// The inverse: [groups * n_to, k_to] -> [groups * n, k].
+Tensor crop_groups(const Tensor& w, int64_t groups, int64_t n, int64_t k);
+
+}  // namespace lockstep::nn

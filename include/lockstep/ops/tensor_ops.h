@@ -1,0 +1,121 @@
+// Tensor-level entries of the transformer ops: one call per op, taking and returning Tensors and
+// dispatching on the device the tensors live on (the CPU kernels of ops/*.h; a CUDA engine adds its
+// kernels here without touching nn/ or model/). Floating tensors are F32 or F64 (gradient checks);
+// every op keeps the fixed reduction order its kernel header states.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "lockstep/ops/optim.h"
+#include "lockstep/tensor/tensor.h"
+
+namespace lockstep::ops {
+
+// An op called on tensors of a device whose engine does not implement it (CUDA, for now).
+class DeviceNotSupported : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// ---- norms
+// --------------------------------------------------------------------------------------- x: [rows,
+// d]; w: [d] (same dtype). Returns y [rows, d]; *rstd: [rows], saved for the backward.
+Tensor rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor* rstd);
+// Returns dx [rows, d]; *dw: [d], the weight gradient of this call (overwritten).
+Tensor rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                        Tensor* dw);
+
+// ---- rotary embedding
+// ------------------------------------------------------------------------------ cos / sin tables
+// [max_pos, head_dim] of dtype F32 or F64.
+struct RopeTable {
+  Tensor cos, sin;
+  int64_t max_pos = 0, head_dim = 0;
+};
+RopeTable rope_table(int64_t max_pos, int64_t head_dim, double theta, DType dtype);
+// x: [tokens, heads, head_dim] (or [tokens, heads * head_dim]); positions: I32 [tokens]. In place.
+void rope_inplace(Tensor& x, const Tensor& positions, int64_t heads, const RopeTable& table);
+void rope_backward_inplace(Tensor& dx, const Tensor& positions, int64_t heads,
+                           const RopeTable& table);
+
+// ---- attention
+// ------------------------------------------------------------------------------------- Which
+// kernel the packed forward runs. kRowwise: attention_row per (token, head) (the sampler's
+// function: deterministic, batch-invariant). kPrefill: one two-pass softmax over the whole key
+// range of each query, K and V of a (sequence, kv head) transposed once (faster, another order).
+enum class AttentionKernel : uint8_t { kRowwise, kPrefill };
+
+struct AttentionShape {
+  int64_t q_heads = 0, kv_heads = 0, head_dim = 0;
+};
+// q: [tokens, Hq * D]; k, v: [tokens, Hkv * D]; cu_seqlens: I32 or I64 [b + 1] (host). Returns out
+// [tokens, Hq * D]; *lse: [tokens, Hq].
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                 const AttentionShape& shape, AttentionKernel kernel, Tensor* lse);
+struct AttentionGrads {
+  Tensor dq, dk, dv;
+};
+AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& out, const Tensor& lse, const Tensor& dout,
+                                  const Tensor& cu_seqlens, const AttentionShape& shape);
+// 1 / sqrt(head_dim) rounded to the dtype (the scale every attention entry uses).
+double attention_scale(int64_t head_dim);
+
+// ---- MLP and MoE
+// ----------------------------------------------------------------------------------- x: [rows, 2I]
+// (gate | up); p: [rows] or undefined. Returns y [rows, I].
+Tensor swiglu(const Tensor& x, const Tensor& p);
+struct SwigluGrads {
+  Tensor dx, dp;  // dp defined when p is
+};
+SwigluGrads swiglu_backward(const Tensor& x, const Tensor& p, const Tensor& dy);
+
+struct RouterOut {
+  Tensor probs;       // [tokens, E]
+  Tensor expert_ids;  // I32 [tokens, k]
+  Tensor weights;     // [tokens, k]
+};
+RouterOut router_topk(const Tensor& logits, int64_t k, bool renormalize);
+Tensor router_topk_backward(const RouterOut& fwd, const Tensor& dweights, bool renormalize);
+
+// ---- embedding and log-probs
+// ----------------------------------------------------------------------- table: [V, d]; ids: I32
+// [tokens]. Returns [tokens, d].
+Tensor embedding(const Tensor& table, const Tensor& ids);
+// Returns dtable [V, d] (this call's gradient).
+Tensor embedding_backward(const Tensor& dout, const Tensor& ids, int64_t vocab);
+
+struct TokenLogprobs {
+  Tensor logp, entropy, lse;  // [tokens]
+};
+// logits: [tokens, V]; targets: I32 [tokens].
+TokenLogprobs token_logprobs(const Tensor& logits, const Tensor& targets);
+// dlogp / dentropy: [tokens] or undefined (zero). Returns dlogits [tokens, V].
+Tensor token_logprobs_backward(const Tensor& logits, const Tensor& targets,
+                               const TokenLogprobs& fwd, const Tensor& dlogp,
+                               const Tensor& dentropy);
+
+// ---- optimizer
+// ------------------------------------------------------------------------------------- AdamW on
+// one parameter (ops/optim.h): param, m, v updated in place; grad read.
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& cfg,
+                int64_t step, double grad_scale);
+
+// ---- elementwise helpers
+// --------------------------------------------------------------------------- y = x * s elementwise
+// (one rounding per element), a new tensor.
+Tensor scale(const Tensor& x, double s);
+// a + b elementwise (same dtype and element count), a new tensor of a's shape.
+Tensor add(const Tensor& a, const Tensor& b);
+// a += b elementwise (same dtype and element count), one rounding per element.
+void add_inplace(Tensor& a, const Tensor& b);
+// Every element of an F32 tensor rounded to bf16 (RNE) and widened back, in place; F64 untouched.
+void round_bf16_inplace(Tensor& x);
+
+// Throws DeviceNotSupported unless t lives on the CPU; names the op and the tensor.
+void require_cpu(const Tensor& t, std::string_view op, std::string_view name);
+
+}  // namespace lockstep::ops
