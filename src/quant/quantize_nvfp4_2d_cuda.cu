@@ -52,64 +52,15 @@ __global__ void __launch_bounds__(256, 2)
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int64_t span = int64_t(blockIdx.x) % nspans;
   const RowBand band = p.bands[p.nbands - 1 - int64_t(blockIdx.x) / nspans];
-  const int64_t cols = p.cols, c0 = span * 256, c = c0 + lane * 8;
+  const int64_t cols = p.cols, c0 = span * 256;
   const int64_t g = band.group, gr0 = p.offsets[g], grows = p.offsets[g + 1] - gr0;
   const int64_t rr0 = band.row0 - gr0;
-  const bool valid = c < cols;
   const bool active = 16 * warp < band.nrows;  // warp-uniform
   const int64_t r0 = band.row0 + 16 * warp;
   if (active) {
-    uint4 v[16];
-    const uint16_t* q = x + r0 * cols + c;
-#pragma unroll
-    for (int i = 0; i < 16; ++i)
-      v[i] = valid ? __ldcs(reinterpret_cast<const uint4*>(q + i * cols)) : make_uint4(0, 0, 0, 0);
-    uint32_t mm = 0;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) mm = __vmaxu2(mm, absmax_bits_x4(v[i]));
-    const bool nan_lane = halves_max(mm) > 0x7F80u;
-    float la = __uint_as_float(halves_max(mm) << 16);
-    if (__builtin_expect(nan_lane, 0)) {
-      la = num::amax_empty();
-#pragma unroll
-      for (int i = 0; i < 16; ++i) la = absmax_f32_x8(v[i], la);
-    }
-    if (!valid) la = num::amax_empty();
-    const float ta = fmaxf(la, __shfl_xor_sync(0xFFFFFFFFu, la, 1));  // maxNum: NaN ignored
-    const num::TwoLevelOuter outer = num::two_level_outer_e2m1(p.dom_val[p.dom_kind == kDomGroup ? g : 0]);
-    const uint8_t s = num::two_level_block_scale_fast(ta, outer);
-    const float enc = num::two_level_encode_factor_fast(s, outer);
     uint32_t q16[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      if (__builtin_expect(!nan_lane, 1)) {
-        q16[i] = encode_e2m1x8_bf16(v[i].x, v[i].y, v[i].z, v[i].w, enc);
-      } else {
-        const uint32_t w[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
-        uint32_t o = 0;
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          o |= (num::encode_e2m1_arith(num::mul_rn(__uint_as_float(w[j] << 16), enc)) << (8 * j)) |
-               (num::encode_e2m1_arith(num::mul_rn(__uint_as_float(w[j] & 0xFFFF0000u), enc)) << (8 * j + 4));
-        q16[i] = o;
-      }
-    }
-    if (valid) {
-      uint32_t* dst = reinterpret_cast<uint32_t*>(p.data + (r0 * cols + c) / 2);
-#pragma unroll
-      for (int i = 0; i < 16; ++i) __stcs(dst + i * (cols / 8), q16[i]);
-    }
-    // Rowwise tile scales: all 16 rows of the tile carry s.
-    if (!Swz && cols % 256 == 0) {  // lane 2m holds tile m's code: one 16-byte row of scales
-      const uint32_t sb = s;
-      const uint32_t w = sb | (__shfl_down_sync(0xFFFFFFFFu, sb, 2) << 8) |
-                         (__shfl_down_sync(0xFFFFFFFFu, sb, 4) << 16) | (__shfl_down_sync(0xFFFFFFFFu, sb, 6) << 24);
-      const uint4 row = make_uint4(__shfl_sync(0xFFFFFFFFu, w, 0), __shfl_sync(0xFFFFFFFFu, w, 8),
-                                   __shfl_sync(0xFFFFFFFFu, w, 16), __shfl_sync(0xFFFFFFFFu, w, 24));
-      if (lane < 16) *reinterpret_cast<uint4*>(p.scale.p + (r0 + lane) * p.scale.cols + c0 / 16) = row;
-    } else if (valid && (lane & 1) == 0) {
-      for (int i = 0; i < 16; ++i) store_scale<Swz>(p.scale, r0 + i, c / 16, s);
-    }
+    const uint8_t s =
+        nvfp4_2d_unit<Swz>(x, p, r0, c0, p.dom_val[p.dom_kind == kDomGroup ? g : 0], q16);
     // The columnwise copy: columns 8 l + j, rows 0..7 and 8..15 of the warp.
     uint32_t lo[8], hi[8];
 #pragma unroll
