@@ -138,14 +138,10 @@ void fp8_with_colwise(Ctx& c, const Input& x, const QuantConfig& cfg, QTensor& q
         r.scale_rows = rows, r.scale_cols = tile_cols;
         p.data = r.data.ptr<uint8_t>(), p.scale_inv = r.scale_inv.ptr<float>();
       }
-      std::vector<int64_t> sbase(size_t(c.groups() + 1), 0);  // 128-row blocks before each group
-      for (int64_t g = 0; g < c.groups(); ++g)
-        sbase[size_t(g + 1)] =
-            sbase[size_t(g)] + (c.off[size_t(g + 1)] - c.off[size_t(g)] + 127) / 128;
-      const Tensor d_sbase = upload_i64(sbase, c.dev, c.st);
-      o.scale_inv = grouped ? c.f32({cols * sbase.back()}) : c.f32({cols, sbase.back()});
-      o.scale_cols = grouped ? 0 : sbase.back();
-      p.scale_inv_col = o.scale_inv.ptr<float>(), p.col_sbase = d_sbase.ptr<int64_t>();
+      const int64_t nblk = c.sbase().back();  // 128-row blocks of all groups
+      o.scale_inv = grouped ? c.f32({cols * nblk}) : c.f32({cols, nblk});
+      o.scale_cols = grouped ? 0 : nblk;
+      p.scale_inv_col = o.scale_inv.ptr<float>(), p.col_sbase = c.d_sbase();
       launch_col_tiles(x.ref, ColMode::kFp8Block, p, c.nbands(), c.cs);
       return;
     }

@@ -40,9 +40,13 @@ class Ctx {
   int64_t groups() const { return int64_t(off.size()) - 1; }
   // The offsets on the device (uploaded on first use).
   const int64_t* d_off();
-  // The row bands of the columnwise tile kernels (uploaded on first use) and their count.
+  // The row bands of the columnwise tile kernels and their count, and the 128-row blocks before
+  // each group (groups + 1 entries; FP8 1x128 column scales), on the device and on the host. The
+  // first of these uploads them with the offsets in one launch (upload_words).
   const detail::RowBand* bands();
   int64_t nbands();
+  const int64_t* d_sbase();
+  const std::vector<int64_t>& sbase();
 
   Tensor u8(std::vector<int64_t> shape) const {
     return Tensor::empty(DType::kU8, std::move(shape), dev, st);
@@ -53,8 +57,13 @@ class Ctx {
   uint32_t* zero_keys(int64_t n);  // scratch amax keys, zeroed
 
  private:
-  Tensor d_off_, d_bands_;
+  void upload_tile_meta();
+  Tensor d_off_, d_meta_;
+  const int64_t* d_off_p_ = nullptr;
+  const int64_t* d_sbase_p_ = nullptr;
+  const detail::RowBand* d_bands_p_ = nullptr;
   std::vector<detail::RowBand> bands_;
+  std::vector<int64_t> sbase_;
   bool bands_made_ = false;
 };
 
