@@ -140,7 +140,8 @@ __global__ void __launch_bounds__(256) quantize_mxfp8_tile_kernel(Loader ld, MxT
   const num::MiniFloat m = p.e5m2 ? num::MiniFloat(kFmtE5M2) : num::MiniFloat(kFmtE4M3);
   float a = num::amax_empty();
   if (c < p.cols)
-    for (int i = 0; i < 32; ++i) a = num::amax_fold_fast(a, sm[i * kMxRowStride + (t >> 5) * 33 + (t & 31)]);
+    for (int i = 0; i < 32; ++i)
+      a = num::amax_fold_fast(a, sm[i * kMxRowStride + (t >> 5) * 33 + (t & 31)]);
   const uint8_t e = num::mx_block_exponent(a, p.elem_max);
   const float f = num::mx_encode_factor(e);
   if (c < p.cols) p.scale_col[int64_t(blockIdx.y) * p.cols + c] = e;
@@ -156,7 +157,8 @@ __global__ void __launch_bounds__(256) quantize_mxfp8_tile_kernel(Loader ld, MxT
     for (int i = 0; i < 8; ++i) {
       const int row = 8 * (t >> 6) + i;
       const int64_t r = rbase + row;
-      const num::Philox4x32 w = num::philox_quad_words(p.sr.seed, p.sr.stream, uint64_t(r * p.cols + cc) >> 2);
+      const num::Philox4x32 w =
+          num::philox_quad_words(p.sr.seed, p.sr.stream, uint64_t(r * p.cols + cc) >> 2);
       uint32_t out = 0;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -173,7 +175,8 @@ __global__ void __launch_bounds__(256) quantize_mxfp8_tile_kernel(Loader ld, MxT
   for (int i = 0; i < 32; i += 2) {
     const float x0 = num::mul_rn(sm[i * kMxRowStride + (t >> 5) * 33 + (t & 31)], f);
     const float x1 = num::mul_rn(sm[(i + 1) * kMxRowStride + (t >> 5) * 33 + (t & 31)], f);
-    const uint32_t pair = p.e5m2 ? num::encode_e5m2x2_fast(x0, x1) : num::encode_e4m3x2_fast(x0, x1);
+    const uint32_t pair =
+        p.e5m2 ? num::encode_e5m2x2_fast(x0, x1) : num::encode_e4m3x2_fast(x0, x1);
     p.data_col[(rbase + i) * p.cols + c] = uint8_t(pair);
     p.data_col[(rbase + i + 1) * p.cols + c] = uint8_t(pair >> 8);
   }
@@ -362,11 +365,12 @@ __global__ void __launch_bounds__(256) domain_amax_bf16_kernel(const uint16_t* _
 constexpr int kNvfp4TileWarps = 4;
 
 // One warp unit: rows r0 .. r0 + 15 x columns c0 .. c0 + 255 (lane l: columns c0 + 8 l .. + 7) in
-// the domain of amax dom_amax. Writes the rowwise codes and tile scales and returns the tile's scale
-// code; q16[i] is the lane's code word of row r0 + i (the columnwise kernel transposes them).
+// the domain of amax dom_amax. Writes the rowwise codes and tile scales and returns the tile's
+// scale code; q16[i] is the lane's code word of row r0 + i (the columnwise kernel transposes them).
 template <bool Swz>
-__device__ __forceinline__ uint8_t nvfp4_2d_unit(const uint16_t* __restrict__ x, const Nvfp4TileParams& p,
-                                                 int64_t r0, int64_t c0, float dom_amax, uint32_t (&q16)[16]) {
+__device__ __forceinline__ uint8_t nvfp4_2d_unit(const uint16_t* __restrict__ x,
+                                                 const Nvfp4TileParams& p, int64_t r0, int64_t c0,
+                                                 float dom_amax, uint32_t (&q16)[16]) {
   const int lane = threadIdx.x & 31;
   const int64_t c = c0 + lane * 8;
   const bool valid = c < p.cols;
@@ -400,7 +404,8 @@ __device__ __forceinline__ uint8_t nvfp4_2d_unit(const uint16_t* __restrict__ x,
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         o |= num::encode_e2m1_arith(num::mul_rn(__uint_as_float(w[j] << 16), enc)) << (8 * j);
-        o |= num::encode_e2m1_arith(num::mul_rn(__uint_as_float(w[j] & 0xFFFF0000u), enc)) << (8 * j + 4);
+        o |= num::encode_e2m1_arith(num::mul_rn(__uint_as_float(w[j] & 0xFFFF0000u), enc))
+             << (8 * j + 4);
       }
       q16[i] = o;
     }
@@ -426,14 +431,14 @@ __device__ __forceinline__ uint8_t nvfp4_2d_unit(const uint16_t* __restrict__ x,
 }
 
 template <bool Swz>
-__global__ void __launch_bounds__(kNvfp4TileWarps * 32) quantize_nvfp4_2d_bf16_kernel(const uint16_t* __restrict__ x,
-                                                                                      Nvfp4TileParams p) {
+__global__ void __launch_bounds__(kNvfp4TileWarps * 32)
+    quantize_nvfp4_2d_bf16_kernel(const uint16_t* __restrict__ x, Nvfp4TileParams p) {
   const int warp = threadIdx.x >> 5;
   const uint32_t nspans = uint32_t((p.cols + 255) / 256);
   const uint32_t nunits = nspans * uint32_t(p.rows / 16);
   const uint32_t w_id = blockIdx.x * uint32_t(kNvfp4TileWarps) + uint32_t(warp);
   if (w_id >= nunits) return;  // warp-uniform; no barrier below
-  // Units in reverse order: the amax pass just before ended on the last rows, which may still be in L2.
+  // Units in reverse order: the amax pass just before ended on the last rows, maybe still in L2.
   const uint32_t u = nunits - 1 - w_id;
   const uint32_t span = u % nspans, band = u / nspans;
   const int64_t r0 = int64_t(band) * 16;
