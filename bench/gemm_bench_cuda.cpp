@@ -347,7 +347,7 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
         for (int64_t e = 0; e < groups; ++e)
           cb.gemm_bf16(ab.data.ptr<uint8_t>() + size_t(e * rows * k * 2),
                        wb.data.ptr<uint8_t>() + size_t(e * n * k * 2),
-                       out.ptr<uint8_t>() + size_t(e * rows * n * 2), rows, n, k, s);
+                       out.ptr<uint16_t>() + size_t(e * rows * n), rows, n, k, s);
       };
       if (groups == 1) {
         base = [loop](int) { loop(); };

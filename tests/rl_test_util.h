@@ -8,16 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
+
 namespace lockstep::rl::testing {
 
-// A fresh seed per test binary run, or LOCKSTEP_TEST_SEED when set; tests print it on failure.
-inline uint64_t test_seed() {
-  static const uint64_t s = [] {
-    if (const char* e = std::getenv("LOCKSTEP_TEST_SEED")) return uint64_t(std::stoull(e));
-    return uint64_t(std::random_device{}());
-  }();
-  return s;
-}
+using lockstep::test::test_seed;
 
 // offsets [R + 1] of responses with the given lengths.
 inline std::vector<int64_t> offsets_of(const std::vector<int64_t>& lengths) {

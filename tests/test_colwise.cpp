@@ -298,12 +298,6 @@ std::vector<Pair> backward_pairs() {
   };
 }
 
-void expect_bits(const Tensor& a, const Tensor& b, const std::string& what) {
-  const std::vector<float> x = floats(a), y = floats(b);
-  ASSERT_EQ(x.size(), y.size()) << what;
-  for (size_t i = 0; i < x.size(); ++i)
-    ASSERT_EQ(num::f32_bits(x[i]), num::f32_bits(y[i])) << what << " element " << i;
-}
 
 QTensor quantize_t(const std::vector<float>& v, int64_t rows, int64_t cols, QuantConfig c) {
   c.colwise = false;

@@ -27,6 +27,7 @@ using namespace lockstep::gemm_test;
 using gemm::DecodedOperand;
 using lockstep::test::floats;
 using lockstep::test::test_seed;
+using lockstep::test::error_of;
 
 constexpr int64_t kGemmChunk = gemm::kChunk;
 
@@ -392,32 +393,22 @@ TEST(Gemm, EpilogueOrderAlphaBiasSwigluBf16Amax) {
 
 // ---- errors ---------------------------------------------------------------------------------------
 
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const GemmError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(Gemm, ErrorsNameTheShapesAndTheRule) {
   const std::vector<float> x(8 * 256, 1.0f);
   auto dense = [&](int64_t r, int64_t c) { return from_f32(std::span(x).first(size_t(r * c)), {r, c}, DType::kBF16); };
   const Tensor a = dense(4, 32), w = dense(8, 64);
-  std::string m = error_of([&] { qgemm(a, w); });
+  std::string m = error_of<GemmError>([&] { qgemm(a, w); });
   EXPECT_NE(m.find("K mismatch"), std::string::npos) << m;
   EXPECT_NE(m.find("[4, 32]"), std::string::npos) << m;
   EXPECT_NE(m.find("[8, 64]"), std::string::npos) << m;
   // fp8 1x128 blocks with K = 64: the quantizer accepts a ragged block, the GEMM needs K % 128.
   const QTensor q = quantize(f32_tensor(std::vector<float>(x.begin(), x.begin() + 4 * 64), 4, 64),
                              q_kind(Format::kFp8, Scaling::kBlock1x128).spec, "a");
-  m = error_of([&] { qgemm(q, w); });
+  m = error_of<GemmError>([&] { qgemm(q, w); });
   EXPECT_NE(m.find("K % 128"), std::string::npos) << m;
   EXPECT_NE(m.find("[4, 64]"), std::string::npos) << m;
   // A columnwise copy that was not made.
-  m = error_of([&] {
+  m = error_of<GemmError>([&] {
     GemmConfig c;
     c.a_copy = Copy::kColwise;
     qgemm(q, dense(8, 4), c);
@@ -425,13 +416,13 @@ TEST(Gemm, ErrorsNameTheShapesAndTheRule) {
   EXPECT_NE(m.find("no columnwise copy"), std::string::npos) << m;
   // Grouped: offsets that decrease, do not cover A, or W rows not groups x N.
   const Tensor ag = dense(6, 64);
-  m = error_of([&] { grouped_qgemm(ag, offsets_tensor({0, 4, 2, 6}), dense(9, 64)); });
+  m = error_of<GemmError>([&] { grouped_qgemm(ag, offsets_tensor({0, 4, 2, 6}), dense(9, 64)); });
   EXPECT_NE(m.find("decrease"), std::string::npos) << m;
-  m = error_of([&] { grouped_qgemm(ag, offsets_tensor({0, 5}), w); });
+  m = error_of<GemmError>([&] { grouped_qgemm(ag, offsets_tensor({0, 5}), w); });
   EXPECT_NE(m.find("end at the 6 grouped rows"), std::string::npos) << m;
-  m = error_of([&] { grouped_qgemm(ag, offsets_tensor({0, 2, 4, 6}), w); });
+  m = error_of<GemmError>([&] { grouped_qgemm(ag, offsets_tensor({0, 2, 4, 6}), w); });
   EXPECT_NE(m.find("groups (3)"), std::string::npos) << m;
-  m = error_of([&] {
+  m = error_of<GemmError>([&] {
     GemmConfig c;
     c.group_rows = offsets_tensor({3, 1});
     grouped_qgemm(ag, offsets_tensor({0, 2, 6}), w, c);
@@ -441,11 +432,11 @@ TEST(Gemm, ErrorsNameTheShapesAndTheRule) {
   GemmEpilogue odd;
   odd.swiglu = true;
   const Tensor w7 = dense(7, 32);
-  m = error_of([&] { qgemm(a, w7, with(odd)); });
+  m = error_of<GemmError>([&] { qgemm(a, w7, with(odd)); });
   EXPECT_NE(m.find("even N"), std::string::npos) << m;
   GemmEpilogue badbias;
   badbias.bias = vec_tensor(std::vector<float>(3, 0.0f));
-  m = error_of([&] { qgemm(a, w7, with(badbias)); });
+  m = error_of<GemmError>([&] { qgemm(a, w7, with(badbias)); });
   EXPECT_NE(m.find("bias has 3 values, want 7"), std::string::npos) << m;
 }
 

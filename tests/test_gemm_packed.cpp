@@ -20,12 +20,6 @@ Tensor randf(int64_t rows, int64_t cols, uint32_t stream) {
   return t;
 }
 
-void expect_bits(const Tensor& a, const Tensor& b, const std::string& what) {
-  const std::vector<float> x = floats(a), y = floats(b);
-  ASSERT_EQ(x.size(), y.size()) << what;
-  for (size_t i = 0; i < x.size(); ++i)
-    ASSERT_EQ(num::f32_bits(x[i]), num::f32_bits(y[i])) << what << " element " << i;
-}
 
 }  // namespace
 

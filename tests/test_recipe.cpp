@@ -7,20 +7,14 @@
 #include "lockstep/recipe/recipe.h"
 #include "lockstep/recipe/registry.h"
 #include "lockstep/recipe/selection.h"
+#include "test_util.h"
 
 namespace lockstep {
 namespace {
 
-const Recipe& builtin(const char* name) { return builtin_recipe_or_throw(name, "test").recipe; }
+using test::builtin;
+using test::error_of;
 
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const RecipeError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(RecipeRegistry, HasEveryNamedRecipeInOrder) {
   const char* names[] = {"bf16",
@@ -116,7 +110,7 @@ TEST(RecipeRegistry, OtherRecipesMatchTheirDescriptions) {
 }
 
 TEST(RecipeRegistry, UnknownNameListsClosest) {
-  const std::string e = error_of([] { builtin_recipe_or_throw("nvfp4_per_tokn", "--recipe"); });
+  const std::string e = error_of<RecipeError>([] { builtin_recipe_or_throw("nvfp4_per_tokn", "--recipe"); });
   EXPECT_NE(e.find("unknown recipe 'nvfp4_per_tokn'"), std::string::npos) << e;
   EXPECT_NE(e.find("closest: nvfp4_per_token"), std::string::npos) << e;
   EXPECT_EQ(closest_recipe_names("mxfp9", 1), std::vector<std::string>{"mxfp8"});
@@ -165,7 +159,7 @@ TEST(RecipeValidation, EachOperandRuleNamesTheField) {
       {R"({"format": "nvfp4", "hadamard": true})", "hadamard must be set on both operands"},
   };
   for (const auto& c : cases) {
-    const std::string e = error_of([&] { recipe_from_json(minimal(c.activation), "f.json"); });
+    const std::string e = error_of<RecipeError>([&] { recipe_from_json(minimal(c.activation), "f.json"); });
     EXPECT_NE(e.find(c.expect), std::string::npos) << c.activation << " -> " << e;
   }
   // And the valid neighbours pass.
@@ -179,38 +173,38 @@ TEST(RecipeValidation, CoverageFieldsAreChecked) {
     j["coverage"] = Json::parse(cov);
     return recipe_from_json(j, "f.json");
   };
-  EXPECT_NE(error_of([&] { with_cov(R"({"scope": "attention"})"); }).find("unknown scope 'attention'"),
+  EXPECT_NE(error_of<RecipeError>([&] { with_cov(R"({"scope": "attention"})"); }).find("unknown scope 'attention'"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { with_cov(R"({"last_fraction_bf16": 2})"); }).find("[0, 1]"), std::string::npos);
-  EXPECT_NE(error_of([&] { with_cov(R"({"first_n_bf16": -1})"); }).find(">= 0"), std::string::npos);
-  EXPECT_NE(error_of([&] { with_cov(R"({"first_n_bf16": 1.5})"); }).find("expected an integer"),
+  EXPECT_NE(error_of<RecipeError>([&] { with_cov(R"({"last_fraction_bf16": 2})"); }).find("[0, 1]"), std::string::npos);
+  EXPECT_NE(error_of<RecipeError>([&] { with_cov(R"({"first_n_bf16": -1})"); }).find(">= 0"), std::string::npos);
+  EXPECT_NE(error_of<RecipeError>([&] { with_cov(R"({"first_n_bf16": 1.5})"); }).find("expected an integer"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { with_cov(R"({"exclude_layers": [-2]})"); }).find("exclude_layers"),
+  EXPECT_NE(error_of<RecipeError>([&] { with_cov(R"({"exclude_layers": [-2]})"); }).find("exclude_layers"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { with_cov(R"({"overrides": [{"pattern": "x", "precision": "fp4"}]})"); })
+  EXPECT_NE(error_of<RecipeError>([&] { with_cov(R"({"overrides": [{"pattern": "x", "precision": "fp4"}]})"); })
                 .find("expected \"bf16\" or \"quantized\""),
             std::string::npos);
-  EXPECT_NE(error_of([&] { with_cov(R"({"overrides": [{"precision": "bf16"}]})"); }).find("missing 'pattern'"),
+  EXPECT_NE(error_of<RecipeError>([&] { with_cov(R"({"overrides": [{"precision": "bf16"}]})"); }).find("missing 'pattern'"),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(error_of<RecipeError>([&] {
               with_cov(R"({"overrides": [{"pattern": "x", "precision": "bf16", "backward_mode": "quantized"}]})");
             }).find("a bf16 override takes no"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { with_cov(R"({"scopes": "experts"})"); }).find("unknown key 'scopes'"),
+  EXPECT_NE(error_of<RecipeError>([&] { with_cov(R"({"scopes": "experts"})"); }).find("unknown key 'scopes'"),
             std::string::npos);
-  EXPECT_NE(error_of([] { recipe_from_json(Json::parse(R"({"name": "t", "backward_mode": "fp32"})"), "f"); })
+  EXPECT_NE(error_of<RecipeError>([] { recipe_from_json(Json::parse(R"({"name": "t", "backward_mode": "fp32"})"), "f"); })
                 .find("unknown backward mode 'fp32'"),
             std::string::npos);
-  EXPECT_NE(error_of([] { recipe_from_json(Json::parse(R"({"purpose": "no name"})"), "f"); }).find("missing 'name'"),
+  EXPECT_NE(error_of<RecipeError>([] { recipe_from_json(Json::parse(R"({"purpose": "no name"})"), "f"); }).find("missing 'name'"),
             std::string::npos);
 }
 
 TEST(RecipeValidation, FpropMustBeSaid) {
   // A recipe with no forward formats would run everything in bf16 without a word.
   const std::string e =
-      error_of([] { recipe_from_json(Json::parse(R"({"name": "t"})"), "f.json"); });
+      error_of<RecipeError>([] { recipe_from_json(Json::parse(R"({"name": "t"})"), "f.json"); });
   EXPECT_NE(e.find("f.json: missing 'fprop'"), std::string::npos) << e;
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(error_of<RecipeError>([] {
               resolve_recipe_json(Json::parse(R"({"backward_mode": "quantized"})"), "g.json", "g");
             }).find("g.json: missing 'fprop'"),
             std::string::npos);
@@ -224,7 +218,7 @@ TEST(RecipeValidation, FpropMustBeSaid) {
 }
 
 TEST(RecipeValidation, Block2dWithPerRowIsRefusedAsQuantizeRefusesIt) {
-  const std::string e = error_of([] {
+  const std::string e = error_of<RecipeError>([] {
     Json j = minimal(R"({"format": "nvfp4"})");
     j["fprop"]["weight"] =
         Json::parse(R"({"format": "nvfp4", "scaling": "per_row", "block2d": true})");
@@ -245,7 +239,7 @@ TEST(RecipeValidation, LayerCountsOutsideIntAreRefusedNotWrapped) {
   for (const char* v : {"4294967297", "2147483648", "-2147483649", "18446744073709551615"}) {
     Json j = minimal(R"({"format": "nvfp4"})");
     j["coverage"] = Json::parse(std::string(R"({"first_n_bf16": )") + v + "}");
-    const std::string e = error_of([&] { recipe_from_json(j, "f.json"); });
+    const std::string e = error_of<RecipeError>([&] { recipe_from_json(j, "f.json"); });
     EXPECT_NE(e.find("first_n_bf16: " + std::string(v) + " is outside the range"),
               std::string::npos)
         << e;
@@ -254,7 +248,7 @@ TEST(RecipeValidation, LayerCountsOutsideIntAreRefusedNotWrapped) {
 
 TEST(RecipeFile, DeepNestingIsRefused) {
   const std::string deep = R"({"fprop": )" + std::string(100, '[') + std::string(100, ']') + "}";
-  const std::string e = error_of([&] { parse_recipe_text(deep, "deep.json", "deep"); });
+  const std::string e = error_of<RecipeError>([&] { parse_recipe_text(deep, "deep.json", "deep"); });
   EXPECT_NE(e.find("nests JSON deeper than 64 levels"), std::string::npos) << e;
   EXPECT_NO_THROW(parse_recipe_text(R"({"extends": "nvfp4_block"})", "ok.json", "ok"));
 }
@@ -262,7 +256,7 @@ TEST(RecipeFile, DeepNestingIsRefused) {
 TEST(RecipeFile, NumberTooLargeForADoubleIsAJsonError) {
   // fuzz_recipe's finding: the JSON library reports 1e999 as out_of_range, not parse_error; it
   // is a bad recipe file (RecipeError, exit 2) like any other JSON error, not an internal failure.
-  const std::string e = error_of([] {
+  const std::string e = error_of<RecipeError>([] {
     parse_recipe_text(R"({"fprop": {}, "coverage": {"first_n_bf16": 1e999}})", "big.json", "big");
   });
   EXPECT_NE(e.find("recipe file 'big.json' is not valid JSON"), std::string::npos) << e;

@@ -4,11 +4,14 @@
 
 #include "lockstep/recipe/coverage.h"
 #include "lockstep/recipe/registry.h"
+#include "test_util.h"
 
 namespace lockstep {
 namespace {
 
-const Recipe& builtin(const char* name) { return builtin_recipe_or_throw(name, "test").recipe; }
+using test::builtin;
+using test::error_of;
+
 
 Recipe with_coverage(const char* base, const char* coverage_json) {
   Json j = to_json(builtin(base));

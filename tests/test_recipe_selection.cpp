@@ -10,9 +10,13 @@
 #include "lockstep/recipe/registry.h"
 #include "lockstep/recipe/selection.h"
 #include "lockstep/tensor/file_io.h"
+#include "test_util.h"
 
 namespace lockstep {
 namespace {
+
+using test::builtin;
+using test::error_of;
 
 namespace fs = std::filesystem;
 
@@ -33,15 +37,6 @@ struct TempDir {
     return (path / name).string();
   }
 };
-
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const RecipeError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(RecipeSelection, PrecedenceCodeFileFlagEnvDefault) {
   TempDir t;
@@ -78,7 +73,7 @@ TEST(RecipeSelection, FlagAndFileTogetherIsAnError) {
   SelectionInputs in;
   in.recipe_name = "mxfp8";
   in.recipe_file = t.write("r.json", R"({"name": "x"})");
-  const std::string e = error_of([&] { select_recipe(in); });
+  const std::string e = error_of<RecipeError>([&] { select_recipe(in); });
   EXPECT_NE(e.find("--recipe mxfp8 and --recipe-file"), std::string::npos) << e;
   EXPECT_NE(e.find("\"extends\""), std::string::npos) << e;
 }
@@ -86,29 +81,29 @@ TEST(RecipeSelection, FlagAndFileTogetherIsAnError) {
 TEST(RecipeSelection, UnknownNamesFromFlagEnvAndExtendsListClosest) {
   SelectionInputs in;
   in.recipe_name = "nvfp4_per_tokn";
-  std::string e = error_of([&] { select_recipe(in); });
+  std::string e = error_of<RecipeError>([&] { select_recipe(in); });
   EXPECT_NE(e.find("unknown recipe 'nvfp4_per_tokn' (--recipe); closest: nvfp4_per_token"), std::string::npos) << e;
   in.recipe_name.reset();
   in.env_recipe = "fp8_blocks";
-  e = error_of([&] { select_recipe(in); });
+  e = error_of<RecipeError>([&] { select_recipe(in); });
   EXPECT_NE(e.find("LOCKSTEP_RECIPE=fp8_blocks"), std::string::npos) << e;
   EXPECT_NE(e.find("closest: fp8_block"), std::string::npos) << e;
   TempDir t;
   in.recipe_file = t.write("bad.json", R"({"extends": "mxfp9"})");
-  e = error_of([&] { select_recipe(in); });
+  e = error_of<RecipeError>([&] { select_recipe(in); });
   EXPECT_NE(e.find("closest: mxfp8"), std::string::npos) << e;
 }
 
 TEST(RecipeSelection, FileErrorsNameTheFile) {
   TempDir t;
-  EXPECT_NE(error_of([&] { load_recipe_file((t.path / "missing.json").string()); }).find("cannot read recipe file"),
+  EXPECT_NE(error_of<RecipeError>([&] { load_recipe_file((t.path / "missing.json").string()); }).find("cannot read recipe file"),
             std::string::npos);
   const std::string bad = t.write("bad.json", "{not json");
-  EXPECT_NE(error_of([&] { load_recipe_file(bad); }).find("bad.json' is not valid JSON"), std::string::npos);
+  EXPECT_NE(error_of<RecipeError>([&] { load_recipe_file(bad); }).find("bad.json' is not valid JSON"), std::string::npos);
   const std::string arr = t.write("arr.json", "[1]");
-  EXPECT_NE(error_of([&] { load_recipe_file(arr); }).find("must be a JSON object"), std::string::npos);
+  EXPECT_NE(error_of<RecipeError>([&] { load_recipe_file(arr); }).find("must be a JSON object"), std::string::npos);
   const std::string typo = t.write("typo.json", R"({"extends": "bf16", "coverage": {"scop": "experts"}})");
-  const std::string e = error_of([&] { load_recipe_file(typo); });
+  const std::string e = error_of<RecipeError>([&] { load_recipe_file(typo); });
   EXPECT_NE(e.find("typo.json.coverage: unknown key 'scop'"), std::string::npos) << e;
 }
 
@@ -152,7 +147,7 @@ TEST(RecipeSelection, DisableBackwardQuantIsAnAliasOfHighPrecision) {
   EXPECT_EQ(select_recipe(in).recipe.linear.backward_mode, BackwardMode::kQuantized);
   EXPECT_EQ(select_recipe(in).provenance.backward_mode_source, "recipe");
   in.env_disable_backward_quant = "yes";
-  EXPECT_NE(error_of([&] { select_recipe(in); }).find("DISABLE_BACKWARD_QUANT=yes: expected 0 or 1"),
+  EXPECT_NE(error_of<RecipeError>([&] { select_recipe(in); }).find("DISABLE_BACKWARD_QUANT=yes: expected 0 or 1"),
             std::string::npos);
 }
 

@@ -10,8 +10,11 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "lockstep/numerics/hd.h"
 #include "lockstep/quant/qtensor.h"
+#include "lockstep/recipe/registry.h"
 #include "lockstep/tensor/tensor.h"
 
 namespace lockstep::test {
@@ -32,6 +35,20 @@ inline uint64_t test_seed() {
   return s;
 }
 
+// The message of the E that fn throws, or "" when it throws nothing.
+template <class E>
+std::string error_of(auto&& fn) {
+  try {
+    fn();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A built-in recipe by name (throws for an unknown one).
+inline const Recipe& builtin(const char* name) { return builtin_recipe_or_throw(name, "test").recipe; }
+
 // A host F32 tensor [rows, cols] holding v.
 inline Tensor mat(const std::vector<float>& v, int64_t rows, int64_t cols) {
   return Tensor::from_vector<float>(v, {rows, cols}, DType::kF32);
@@ -46,6 +63,16 @@ std::vector<T> vec(const Tensor& t) {
 }
 
 inline std::vector<float> floats(const Tensor& t) { return vec<float>(t); }
+
+// a and b hold the same values bit for bit (signed zeros and NaN payloads included).
+inline void expect_bits(const Tensor& a, const Tensor& b, const std::string& what) {
+  const std::vector<float> x = floats(a), y = floats(b);
+  ASSERT_EQ(x.size(), y.size()) << what;
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_EQ(num::f32_bits(x[i]), num::f32_bits(y[i]))
+        << what << " element " << i << " (" << x[i] << " vs " << y[i] << ", seed " << test_seed()
+        << ")";
+}
 
 // The parts of one copy as vectors.
 struct CopyBytes {

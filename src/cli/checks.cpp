@@ -33,13 +33,10 @@ void check_output_paths(std::initializer_list<std::pair<std::string_view, std::s
   }
 }
 
-void write_outputs(const std::string& output, const SafetensorsFile& file,
-                   const std::string& run_meta_path, const Json& run_meta) {
+void commit_outputs(AtomicFile& out, const std::string& run_meta_path, const Json& run_meta) {
   // Both temporaries are complete before either is renamed into place, so a failure while
   // writing (disk full) leaves neither output; a failure between the two renames is a rename
   // failure in an already validated folder.
-  AtomicFile out(output);
-  write_safetensors(out, file);
   std::optional<AtomicFile> meta;
   if (!run_meta_path.empty()) {
     meta.emplace(run_meta_path);
@@ -47,6 +44,13 @@ void write_outputs(const std::string& output, const SafetensorsFile& file,
   }
   out.commit();
   if (meta) meta->commit();
+}
+
+void write_outputs(const std::string& output, const SafetensorsFile& file,
+                   const std::string& run_meta_path, const Json& run_meta) {
+  AtomicFile out(output);
+  write_safetensors(out, file);
+  commit_outputs(out, run_meta_path, run_meta);
 }
 
 uint64_t parse_unsigned(const std::string& text, std::string_view flag, uint64_t max) {

@@ -1,6 +1,6 @@
 // `lockstep quantize` and `lockstep dequantize`: whole safetensors files through the contract's
-// quantizers. Output paths and inputs are validated completely before any work; outputs are
-// written all or none, each atomically.
+// quantizers. Output paths and input shapes are validated before any work; outputs are written
+// all or none, each atomically. quantize streams: memory-mapped input, one tensor at a time.
 #include <fmt/format.h>
 
 #include <cfloat>
@@ -101,6 +101,19 @@ void refuse_quantized_input(const SafetensorsFile& in, const std::string& path) 
       names.size() > 1 ? fmt::format(", as are {} other tensor(s)", names.size() - 1) : ""));
 }
 
+// The tensor's non-finite count, refused unless --allow-nonfinite.
+void refuse_nonfinite(const QuantizeArgs& a, const NamedTensor& nt, int64_t nonfinite) {
+  if (nonfinite > 0 && !a.allow_nonfinite)
+    throw QuantError(fmt::format(
+        "{}: tensor '{}' {} has {} non-finite value(s) (NaN or Inf); refusing to quantize "
+        "(pass --allow-nonfinite to apply the contract's NaN/Inf rules)",
+        a.input, nt.name, nt.tensor.describe(), nonfinite));
+}
+
+// Streams the file: the input is memory-mapped (tensors are views of the page cache), the
+// output header is planned from the shapes alone, then each tensor is quantized (in parallel over
+// its rows) and appended before the next one is read, so peak memory is the input's pages plus
+// one tensor's output. Nothing is renamed into place unless every tensor was written.
 void run_quantize(const QuantizeArgs& a) {
   check_output_paths({{"-o", a.output}, {"--run-meta", a.run_meta}});
   const QuantConfig spec = make_spec(a);
@@ -109,43 +122,24 @@ void run_quantize(const QuantizeArgs& a) {
                                      scaling_name(spec.scaling), a.input, a.device, a.output)))
     return;
   require_device(device);
-  SafetensorsFile in = read_safetensors(a.input);
+  const SafetensorsFile in = map_safetensors(a.input);
   refuse_quantized_input(in, a.input);
-  // Validate every tensor before quantizing anything: non-finite values are refused unless
-  // --allow-nonfinite, and the first contract violation stops the command with no output file.
-  int quantizable = 0;
-  for (size_t i = 0; i < in.tensors.size(); ++i) {
-    const NamedTensor& nt = in.tensors[i];
-    if (!is_quantizable(nt.tensor)) continue;
-    ++quantizable;
-    naming_file(a.input, [&] {
-      validate_quant_input(nt.name, nt.tensor.rows(), nt.tensor.cols(), {}, spec);
-    });
-    if (!a.allow_nonfinite) {
-      int64_t bad = count_nonfinite(to_f32(nt.tensor));
-      if (bad > 0)
-        throw QuantError(fmt::format("{}: tensor '{}' {} has {} non-finite value(s) (NaN or Inf); refusing to quantize "
-                                     "(pass --allow-nonfinite to apply the contract's NaN/Inf rules)",
-                                     a.input, nt.name, nt.tensor.describe(), bad));
-    }
-  }
-  if (quantizable == 0)
-    throw UsageError(fmt::format("{}: no 2-D F32, BF16 or F16 tensor to quantize", a.input));
-  SafetensorsFile out;
-  out.metadata = in.metadata;
+  // Every shape is validated before any work, so a contract violation leaves no output file.
+  std::vector<TensorSpec> specs;
+  std::map<std::string, std::string> metadata = in.metadata;
   nlohmann::json report = nlohmann::json::array();
-  for (size_t i = 0; i < in.tensors.size(); ++i) {
-    NamedTensor& nt = in.tensors[i];
-    if (!is_quantizable(nt.tensor)) {
-      out.tensors.push_back(std::move(nt));  // passed through unchanged
+  for (const NamedTensor& nt : in.tensors) {
+    const Tensor& t = nt.tensor;
+    if (!is_quantizable(t)) {
+      specs.push_back({nt.name, t.dtype(), t.shape()});  // passed through unchanged
       continue;
     }
-    // F16 is widened exactly on the host (the CUDA quantizers read F32 and BF16).
-    const Tensor x = nt.tensor.dtype() == DType::kF16 ? cast(nt.tensor, DType::kF32) : nt.tensor;
-    QTensor q = naming_file(a.input, [&] { return quantize(x.to(device), spec, nt.name); });
-    add_qtensor(out, nt.name, q, nt.tensor.dtype());
-    report.push_back({{"name", nt.name}, {"shape", nt.tensor.shape()}, {"dtype", dtype_name(nt.tensor.dtype())}});
+    naming_file(a.input, [&] { validate_quant_input(nt.name, t.rows(), t.cols(), {}, spec); });
+    plan_qtensor(specs, metadata, nt.name, t.rows(), t.cols(), t.dtype(), spec);
+    report.push_back({{"name", nt.name}, {"shape", t.shape()}, {"dtype", dtype_name(t.dtype())}});
   }
+  if (report.empty())
+    throw UsageError(fmt::format("{}: no 2-D F32, BF16 or F16 tensor to quantize", a.input));
   const Json meta = provenance(
       "quantize", a.device,
       Json{{"input", a.input}, {"output", a.output}, {"format", a.format},
@@ -155,8 +149,27 @@ void run_quantize(const QuantizeArgs& a) {
       Json{{"block_scale", a.scale_layout}, {"fp4_packing", "two codes per byte, even column in the low nibble"}},
       a.stochastic ? std::map<std::string, uint64_t>{{"stochastic_rounding", a.seed}, {"stream", a.stream}}
                    : std::map<std::string, uint64_t>{});
-  out.metadata["lockstep.run_meta"] = meta.dump();
-  write_outputs(a.output, out, a.run_meta, meta);
+  metadata["lockstep.run_meta"] = meta.dump();
+  SafetensorsStreamWriter writer(std::move(specs), metadata, a.output);
+  AtomicFile out(a.output);
+  writer.start(out);
+  for (const NamedTensor& nt : in.tensors) {
+    if (!is_quantizable(nt.tensor)) {
+      writer.write(nt.name, nt.tensor);
+      continue;
+    }
+    // The CUDA quantizers read F32 and BF16: F16 is widened exactly on the host for them.
+    const Tensor x = device.is_cpu() || nt.tensor.dtype() != DType::kF16
+                         ? nt.tensor
+                         : cast(nt.tensor, DType::kF32);
+    QuantStats stats;
+    const QTensor q =
+        naming_file(a.input, [&] { return quantize(x.to(device), spec, nt.name, &stats); });
+    refuse_nonfinite(a, nt, stats.nonfinite);
+    write_qtensor(writer, nt.name, q);
+  }
+  writer.finish();
+  commit_outputs(out, a.run_meta, meta);
   if (a.json) {
     fmt::print("{}\n", nlohmann::json{{"output", a.output},
                                       {"format", a.format},

@@ -66,6 +66,9 @@ void check_output_paths(std::initializer_list<std::pair<std::string_view, std::s
 // written to temporaries first, renamed into place only once both are complete.
 void write_outputs(const std::string& output, const SafetensorsFile& file,
                    const std::string& run_meta_path, const Json& run_meta);
+// The same for an output already written into `out` (a streamed file): writes run_meta, then
+// commits both.
+void commit_outputs(AtomicFile& out, const std::string& run_meta_path, const Json& run_meta);
 // A decimal unsigned integer in [0, max] ("-1", "1e3", "0x10", "" are refused); UsageError
 // naming the flag otherwise.
 uint64_t parse_unsigned(const std::string& text, std::string_view flag, uint64_t max);

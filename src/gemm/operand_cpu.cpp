@@ -8,12 +8,12 @@
 #include "lockstep/numerics/block_rules.h"
 #include "lockstep/quant/layout.h"
 #include "operand.h"
+#include "../tensor/cpu_parallel.h"
 
 namespace lockstep::gemm {
 namespace {
 // Below this much work a loop runs on one thread: a parallel region costs microseconds, and the
 // OpenMP if clause changes only how many threads run it, never a value.
-constexpr int64_t kParallelMin = int64_t(1) << 15;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -122,7 +122,7 @@ DecodedOperand decode_copy(const CopyView& v, int64_t row0, int64_t count) {
       const float* amax = v.d->amax.ptr<float>();
       float e2m1[16];
       for (int c = 0; c < 16; ++c) e2m1[c] = num::decode_e2m1(uint8_t(c));
-#pragma omp parallel for schedule(static) if (count * K >= kParallelMin)
+#pragma omp parallel for schedule(static) if (count * K >= lockstep::detail::kParallelMinWork)
       for (int64_t i = 0; i < count; ++i) {
         const int64_t r = row0 + i;
         d.outer[size_t(i)] = num::two_level_outer(amax[domain(v, r)], num::kE2M1Max).s_dec;
@@ -142,7 +142,7 @@ DecodedOperand decode_copy(const CopyView& v, int64_t row0, int64_t count) {
     }
     case Format::kMxfp8: {
       const uint8_t* sc = scale_base;
-#pragma omp parallel for schedule(static) if (count * K >= kParallelMin)
+#pragma omp parallel for schedule(static) if (count * K >= lockstep::detail::kParallelMinWork)
       for (int64_t i = 0; i < count; ++i) {
         const int64_t r = row0 + i;
         float* out = d.inner.data() + i * K;
@@ -166,7 +166,7 @@ DecodedOperand decode_copy(const CopyView& v, int64_t row0, int64_t count) {
         d.chunks = K / kChunk;
         d.chunk_scale.resize(size_t(count * d.chunks));
       }
-#pragma omp parallel for schedule(static) if (count * K >= kParallelMin)
+#pragma omp parallel for schedule(static) if (count * K >= lockstep::detail::kParallelMinWork)
       for (int64_t i = 0; i < count; ++i) {
         const int64_t r = row0 + i;
         for (int64_t k = 0; k < K; ++k) d.inner[size_t(i * K + k)] = elem_lut[data[r * K + k]];

@@ -12,12 +12,12 @@
 
 #include "lockstep/numerics/hd.h"
 #include "lockstep/numerics/transcendental.h"
+#include "../tensor/cpu_parallel.h"
 
 namespace lockstep::gemm {
 namespace {
 // Below this much work a loop runs on one thread: a parallel region costs microseconds, and the
 // OpenMP if clause changes only how many threads run it, never a value.
-constexpr int64_t kParallelMin = int64_t(1) << 15;
 
 constexpr int kPanel = 16;  // W rows per packed panel (vector lanes: one output element each)
 constexpr int kRowBlock = 4;
@@ -32,7 +32,7 @@ PackedW pack_w(const DecodedOperand& w) {
   p.chunks = w.chunks;
   p.inner.assign(size_t(p.panels * p.k * kPanel), 0.0f);
   if (w.chunked) p.chunk_scale.assign(size_t(p.panels * p.chunks * kPanel), 1.0f);
-#pragma omp parallel for schedule(static) if (p.n * p.k >= kParallelMin)
+#pragma omp parallel for schedule(static) if (p.n * p.k >= lockstep::detail::kParallelMinWork)
   for (int64_t pi = 0; pi < p.panels; ++pi)
     for (int l = 0; l < kPanel; ++l) {
       const int64_t j = pi * kPanel + l;
@@ -115,7 +115,7 @@ void gemm_core(const DecodedOperand& a, const DecodedOperand& wdec, const Packed
   const int64_t N = w.n;
   const int64_t row_blocks = (M + kRowBlock - 1) / kRowBlock;
   const int64_t tiles = row_blocks * w.panels;
-#pragma omp parallel for schedule(dynamic, 4) if (M * N * w.k >= 8 * kParallelMin)
+#pragma omp parallel for schedule(dynamic, 4) if (M * N * w.k >= 8 * lockstep::detail::kParallelMinWork)
   for (int64_t t = 0; t < tiles; ++t) {
     const int64_t rb = t / w.panels, pi = t % w.panels;
     const int64_t i0 = rb * kRowBlock;
@@ -167,7 +167,7 @@ std::vector<float> gemm_decoded(const DecodedOperand& a, const DecodedOperand& w
 // Plain float64 GEMM, ascending k: D [M, N] = A [M, K] W[N, K]^T.
 std::vector<double> gemm_f64(const double* a, const double* w, int64_t M, int64_t N, int64_t K) {
   std::vector<double> d(size_t(M * N));
-#pragma omp parallel for schedule(static) if (M * N * K >= 8 * kParallelMin)
+#pragma omp parallel for schedule(static) if (M * N * K >= 8 * lockstep::detail::kParallelMinWork)
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
       double acc = 0.0;
@@ -188,7 +188,7 @@ EpilogueOut apply_epilogue(std::span<const float> d, int64_t rows, int64_t n,
   const int64_t oc = out.cols;
   out.d.resize(size_t(rows * oc));
   if (ep.row_amax) out.row_amax.resize(size_t(rows));
-#pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
+#pragma omp parallel for schedule(static) if (rows * n >= lockstep::detail::kParallelMinWork)
   for (int64_t i = 0; i < rows; ++i) {
     const float* di = d.data() + i * n;
     auto value = [&](int64_t j) {

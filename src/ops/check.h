@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "../tensor/cpu_parallel.h"
+
 namespace lockstep::ops::detail {
 
 template <class... A>
@@ -15,8 +17,6 @@ void require(bool ok, fmt::format_string<A...> f, A&&... a) {
   if (!ok) throw std::invalid_argument(fmt::format(f, std::forward<A>(a)...));
 }
 
-// Below this many scalar operations a parallel loop runs on one thread. The OpenMP `if` clause
-// only changes how many threads run the loop, never which values are computed.
-inline constexpr int64_t kParallelMinWork = int64_t(1) << 15;
+using lockstep::detail::kParallelMinWork;
 
 }  // namespace lockstep::ops::detail

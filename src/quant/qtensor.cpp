@@ -91,7 +91,8 @@ QTensor group_view(const QTensor& q, int64_t g) {
     };
     o.amax = outer(r.amax);
     o.scale_inv = outer(r.scale_inv);
-    if (q.format == Format::kFp8 && (q.scaling == Scaling::kPerRow || q.scaling == Scaling::kPerGroup))
+    if (q.format == Format::kFp8 && (q.scaling == Scaling::kPerRow || q.scaling == Scaling::kPerGroup ||
+                                     q.scaling == Scaling::kPerTensor))
       o.scale_rows = o.scale_inv.size(0);
     v.rowwise = o;
   }

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "lockstep/quant/layout.h"
+#include "quantize_meta.h"
 
 namespace lockstep {
 namespace {
@@ -63,15 +64,78 @@ Tensor part(const SafetensorsFile& f, const std::string& name, const char* suffi
   return retag(*t, as, std::move(as_shape));
 }
 
-}  // namespace
+// One part of a quantized tensor in a file: NAME + suffix, its file dtype and shape, and the
+// QTensor tensor holding its bytes (null when planning from metadata alone).
+struct PartPlan {
+  const char* suffix;
+  DType dtype;
+  std::vector<int64_t> shape;
+  const Tensor* bytes;
+};
 
-void add_qtensor(SafetensorsFile& file, const std::string& name, const QTensor& q_in, DType source) {
-  const QTensor q = q_in.to(Device::cpu());
-  if (q.has_colwise() && !q.group_offsets.empty() && q.format != Format::kMxfp8)
-    throw SafetensorsError(fmt::format("quantized tensor '{}': the columnwise copy of a grouped buffer is not a file "
-                                       "format; write each group's QTensor (group_view)", name));
-  auto add = [&](const char* suffix, Tensor t) { file.tensors.push_back({name + suffix, std::move(t)}); };
-  auto& md = file.metadata;
+// The parts of q in file order (CONTRACT.md sections 11 and 12), from its metadata and which
+// copies it has: the same list for writing a QTensor and for planning a file before quantizing.
+std::vector<PartPlan> plan_parts(const QTensor& q, bool row, bool col) {
+  std::vector<PartPlan> p;
+  const QData& r = q.rowwise;
+  const QData& c = q.colwise;
+  const int64_t rows = q.rows, cols = q.cols, domains = rowwise_domains(q);
+  auto ceil128 = [](int64_t v) { return (v + 127) / 128; };
+  switch (q.format) {
+    case Format::kNvfp4:
+      if (row) {
+        p.push_back({".qdata", DType::kU8, {rows, cols / 2}, &r.data});
+        p.push_back(
+            {".block_scale", DType::kF8E4M3, scale_shape(q, rows, cols / 16), &r.block_scale});
+        p.push_back({".amax", DType::kF32, outer_shape(q, domains, 0, 0), &r.amax});
+      }
+      if (col) {
+        // 2-D blocks: the transposed rowwise copy (the rowwise domains); 1-D: X^T's own domains.
+        const int64_t n = q.block2d ? domains : (q.scaling == Scaling::kPerRow ? cols : domains);
+        p.push_back({".qdata_colwise", DType::kU8, {cols, rows / 2}, &c.data});
+        p.push_back({".block_scale_colwise", DType::kF8E4M3, scale_shape(q, cols, rows / 16),
+                     &c.block_scale});
+        p.push_back({".amax_colwise", DType::kF32, outer_shape(q, n, 0, 0), &c.amax});
+      }
+      break;
+    case Format::kMxfp8:
+      if (row) {
+        p.push_back({".qdata", elem_dtype(q), {rows, cols}, &r.data});
+        p.push_back(
+            {".block_scale", DType::kF8E8M0, scale_shape(q, rows, cols / 32), &r.block_scale});
+      }
+      if (col) {
+        p.push_back({".qdata_colwise", elem_dtype(q), {rows, cols}, &c.data});
+        p.push_back({".block_scale_colwise", DType::kF8E8M0, {rows / 32, cols}, &c.block_scale});
+      }
+      break;
+    case Format::kFp8: {
+      // The scale_inv grid of a [m, k] copy: blocks, or one per domain.
+      auto grid = [&](int64_t m, int64_t k, int64_t n) -> std::vector<int64_t> {
+        if (q.scaling == Scaling::kBlock1x128) return {m, ceil128(k)};
+        if (q.scaling == Scaling::kBlock128x128) return {ceil128(m), ceil128(k)};
+        return outer_shape(q, n, 0, 0);
+      };
+      if (row) {
+        p.push_back({".qdata", elem_dtype(q), {rows, cols}, &r.data});
+        p.push_back({".scale_inv", DType::kF32, grid(rows, cols, domains), &r.scale_inv});
+      }
+      if (col) {
+        p.push_back({".qdata_colwise", elem_dtype(q), {cols, rows}, &c.data});
+        p.push_back({".scale_inv_colwise", DType::kF32,
+                     grid(cols, rows, q.scaling == Scaling::kPerRow ? cols : domains),
+                     &c.scale_inv});
+      }
+      break;
+    }
+    default: break;
+  }
+  return p;
+}
+
+// The lockstep.NAME.* metadata of q with the copies `row` / `col` (and lockstep.contract).
+void add_metadata(std::map<std::string, std::string>& md, const std::string& name, const QTensor& q,
+                  DType source, bool row, bool col) {
   md["lockstep.contract"] = kContractVersion;
   md[meta_key(name, "format")] = std::string(format_name(q.format));
   md[meta_key(name, "scaling")] = std::string(scaling_name(q.scaling));
@@ -79,51 +143,56 @@ void add_qtensor(SafetensorsFile& file, const std::string& name, const QTensor& 
   md[meta_key(name, "elem")] = elem_name(q);
   md[meta_key(name, "shape")] = fmt::format("{},{}", q.rows, q.cols);
   md[meta_key(name, "dtype")] = std::string(dtype_name(source));
-  md[meta_key(name, "scale_layout")] = q.scale_layout == ScaleLayout::kCompact ? "compact" : "swizzled";
+  md[meta_key(name, "scale_layout")] =
+      q.scale_layout == ScaleLayout::kCompact ? "compact" : "swizzled";
   if (q.hadamard) md[meta_key(name, "hadamard")] = "true";
-  if (q.has_colwise())
-    md[meta_key(name, "colwise")] = q.format == Format::kMxfp8 ? "blocks_down_columns" : "transposed";
-  const QData& r = q.rowwise;
-  const QData& c = q.colwise;
-  switch (q.format) {
-    case Format::kNvfp4:
-      if (q.has_rowwise()) {
-        add(".qdata", retag(r.data, DType::kU8, {q.rows, q.cols / 2}));
-        add(".block_scale", retag(r.block_scale, DType::kF8E4M3, scale_shape(q, r.scale_rows, r.scale_cols)));
-        add(".amax", retag(r.amax, DType::kF32, outer_shape(q, r.amax.numel(), 0, 0)));
-      }
-      if (q.has_colwise()) {
-        add(".qdata_colwise", retag(c.data, DType::kU8, {q.cols, q.rows / 2}));
-        add(".block_scale_colwise", retag(c.block_scale, DType::kF8E4M3, scale_shape(q, c.scale_rows, c.scale_cols)));
-        add(".amax_colwise", retag(c.amax, DType::kF32, outer_shape(q, c.amax.numel(), 0, 0)));
-      }
-      break;
-    case Format::kMxfp8:
-      md[meta_key(name, "rowwise")] = q.has_rowwise() ? "true" : "false";
-      if (q.has_rowwise()) {
-        add(".qdata", retag(r.data, elem_dtype(q), {q.rows, q.cols}));
-        add(".block_scale", retag(r.block_scale, DType::kF8E8M0, scale_shape(q, r.scale_rows, r.scale_cols)));
-      }
-      if (q.has_colwise()) {
-        add(".qdata_colwise", retag(c.data, elem_dtype(q), {q.rows, q.cols}));
-        add(".block_scale_colwise", retag(c.block_scale, DType::kF8E8M0, {q.rows / 32, q.cols}));
-      }
-      break;
-    case Format::kFp8:
-      if (q.has_rowwise()) {
-        add(".qdata", retag(r.data, elem_dtype(q), {q.rows, q.cols}));
-        add(".scale_inv", retag(r.scale_inv, DType::kF32, outer_shape(q, r.scale_inv.numel(), r.scale_rows, r.scale_cols)));
-      }
-      if (q.has_colwise()) {
-        add(".qdata_colwise", retag(c.data, elem_dtype(q), {q.cols, q.rows}));
-        add(".scale_inv_colwise",
-            retag(c.scale_inv, DType::kF32, outer_shape(q, c.scale_inv.numel(), c.scale_rows, c.scale_cols)));
-      }
-      break;
-    default: break;
-  }
+  if (col)
+    md[meta_key(name, "colwise")] =
+        q.format == Format::kMxfp8 ? "blocks_down_columns" : "transposed";
+  if (q.format == Format::kMxfp8) md[meta_key(name, "rowwise")] = row ? "true" : "false";
+}
+
+void refuse_grouped_colwise(const QTensor& q, const std::string& name, bool col) {
+  if (col && !q.group_offsets.empty() && q.format != Format::kMxfp8)
+    throw SafetensorsError(
+        fmt::format("quantized tensor '{}': the columnwise copy of a grouped buffer is not a file "
+                    "format; write each group's QTensor (group_view)",
+                    name));
+}
+
+}  // namespace
+
+void add_qtensor(SafetensorsFile& file, const std::string& name, const QTensor& q_in,
+                 DType source) {
+  const QTensor q = q_in.to(Device::cpu());
+  refuse_grouped_colwise(q, name, q.has_colwise());
+  add_metadata(file.metadata, name, q, source, q.has_rowwise(), q.has_colwise());
+  for (const PartPlan& p : plan_parts(q, q.has_rowwise(), q.has_colwise()))
+    file.tensors.push_back({name + p.suffix, retag(*p.bytes, p.dtype, p.shape)});
   if (!q.group_offsets.empty())
-    add(".group_offsets", Tensor::from_vector<int64_t>(q.group_offsets, {int64_t(q.group_offsets.size())}, DType::kI64));
+    file.tensors.push_back({name + ".group_offsets",
+                            Tensor::from_vector<int64_t>(
+                                q.group_offsets, {int64_t(q.group_offsets.size())}, DType::kI64)});
+}
+
+void plan_qtensor(std::vector<TensorSpec>& specs, std::map<std::string, std::string>& metadata,
+                  const std::string& name, int64_t rows, int64_t cols, DType source,
+                  const QuantConfig& cfg) {
+  const QTensor q = quantized_meta(cfg, rows, cols, {});
+  add_metadata(metadata, name, q, source, cfg.rowwise, cfg.colwise);
+  for (const PartPlan& p : plan_parts(q, cfg.rowwise, cfg.colwise))
+    specs.push_back({name + p.suffix, p.dtype, p.shape});
+}
+
+void write_qtensor(SafetensorsStreamWriter& w, const std::string& name, const QTensor& q_in) {
+  if (!q_in.group_offsets.empty())
+    throw std::logic_error(
+        fmt::format("write_qtensor '{}': grouped buffers are written with add_qtensor", name));
+  const QTensor q = q_in.to(Device::cpu());
+  for (const PartPlan& p : plan_parts(q, q.has_rowwise(), q.has_colwise())) {
+    const Tensor t = p.bytes->contiguous();
+    w.write(name + p.suffix, t.bytes());
+  }
 }
 
 std::vector<std::string> quantized_tensor_names(const SafetensorsFile& file) {

@@ -7,6 +7,7 @@
 #include "lockstep/numerics/block_rules.h"
 #include "lockstep/quant/layout.h"
 #include "quantize_cpu.h"
+#include "quantize_rows_cpu.h"
 #if defined(LOCKSTEP_HAVE_CUDA)
 #include "quantize_cuda_entry.h"
 #endif
@@ -106,28 +107,37 @@ void validate_quant_input(std::string_view name, int64_t rows, int64_t cols, std
   }
 }
 
-QTensor quantize(const Tensor& x, const QuantConfig& cfg, std::string_view name) {
+QTensor quantize(const Tensor& x, const QuantConfig& cfg, std::string_view name,
+                 QuantStats* stats) {
   check_2d(x, name);
   if (cfg.scaling == Scaling::kPerGroup)
     throw QuantError(fmt::format("{}: per_group scaling needs a grouped buffer (quantize_grouped)",
                                  where(name, x.rows(), x.cols())));
-  return quantize_grouped(x, {}, cfg, name);
+  return quantize_grouped(x, {}, cfg, name, stats);
 }
 
 QTensor quantize_grouped(const Tensor& x, std::span<const int64_t> offsets, const QuantConfig& cfg,
-                         std::string_view name) {
+                         std::string_view name, QuantStats* stats) {
   check_2d(x, name);
   validate_quant_input(name, x.rows(), x.cols(), offsets, cfg);
   QTensor q;
   if (x.is_cuda()) {
 #if defined(LOCKSTEP_HAVE_CUDA)
     q = cuda::quantize(x, offsets, cfg, name);
+    if (stats) stats->nonfinite = count_nonfinite(to_f32(x.to(Device::cpu())));
 #else
     no_cuda(x, name);
 #endif
+  } else if (cpu::rows_path_applies(x, cfg)) {
+    // The bf16 / fp32 rows read in place, the statistics gathered in the same pass.
+    int64_t nonfinite = 0;
+    q = cpu::quantize_rows(x, offsets, cfg, nonfinite);
+    if (stats) stats->nonfinite = nonfinite;
   } else {
     std::vector<float> storage;
-    q = cpu::quantize(cpu::as_matrix(x, storage, name), offsets, cfg);
+    const cpu::MatrixF32 m = cpu::as_matrix(x, storage, name);
+    q = cpu::quantize(m, offsets, cfg);
+    if (stats) stats->nonfinite = count_nonfinite(m.values);
   }
   q.source_dtype = x.dtype();
   return q;

@@ -91,26 +91,33 @@ __device__ __forceinline__ void store_bytes(uint8_t* dst, const uint32_t (&w)[kW
   }
 }
 
-// One FP8 code of v * f (RNE or stochastic with the element's Philox word).
-__device__ __forceinline__ uint32_t fp8_code(float v, float f, bool e5m2, const SrParams& sr,
-                                             uint64_t idx) {
+// One FP8 code of v * f (RNE, or stochastic with the element's Philox word r).
+__device__ __forceinline__ uint32_t fp8_code(float v, float f, bool e5m2, bool sr, uint32_t r) {
   const float x = num::mul_rn(v, f);
-  if (sr.on) {
+  if (sr) {
     const num::MiniFloat m = e5m2 ? num::MiniFloat(kFmtE5M2) : num::MiniFloat(kFmtE4M3);
-    return num::encode_minifloat_stochastic(m, x,
-                                            num::philox_element_word(sr.seed, sr.stream, idx));
+    return num::encode_minifloat_stochastic(m, x, r);
   }
   return e5m2 ? uint32_t(num::encode_e5m2x2_fast(x, 0.0f) & 0xFFu)
               : uint32_t(num::encode_e4m3x2_fast(x, 0.0f) & 0xFFu);
 }
 
 // One E2M1 code of v * f.
-__device__ __forceinline__ uint32_t e2m1_code(float v, float f, const SrParams& sr, uint64_t idx) {
+__device__ __forceinline__ uint32_t e2m1_code(float v, float f, bool sr, uint32_t r) {
   const float x = num::mul_rn(v, f);
-  if (sr.on)
-    return num::encode_minifloat_stochastic(kFmtE2M1, x,
-                                            num::philox_element_word(sr.seed, sr.stream, idx));
+  if (sr) return num::encode_minifloat_stochastic(kFmtE2M1, x, r);
   return num::encode_e2m1_arith(x);
+}
+
+// The Philox words of n consecutive elements from idx0 when sr.on (sr_words: one call per quad).
+template <int N>
+__device__ __forceinline__ void words_if(const SrParams& sr, uint64_t idx0, uint32_t (&w)[N]) {
+  if (sr.on) {
+    sr_words(sr, idx0, w);
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) w[i] = 0;
+  }
 }
 
 template <class In>
@@ -192,10 +199,10 @@ __global__ void __launch_bounds__(256)
         if (ok) {
           const uint8_t sb = num::two_level_block_scale(num::is_nan(a) ? nan_f32() : a, outer);
           const float f = num::two_level_encode_factor(sb, outer);
-          uint32_t word = 0;
-          const uint64_t idx0 = uint64_t(r * p.cols + c);
+          uint32_t word = 0, rw[8];
+          words_if(p.sr, uint64_t(r * p.cols + c), rw);
 #pragma unroll
-          for (int i = 0; i < 8; ++i) word |= e2m1_code(v[i], f, p.sr, idx0 + i) << (4 * i);
+          for (int i = 0; i < 8; ++i) word |= e2m1_code(v[i], f, p.sr.on, rw[i]) << (4 * i);
           *reinterpret_cast<uint32_t*>(p.data_row + (r * p.cols + c) / 2) = word;  // cols % 16 == 0
           if ((chunk & 1) == 0) p.scale_row.store(r, c / 16, sb);
         }
@@ -224,11 +231,11 @@ __global__ void __launch_bounds__(256)
         scale = ok ? p.dom_val[d] : 1.0f;
       }
       if (ok) {
-        uint32_t w[2] = {0, 0};
-        const uint64_t idx0 = uint64_t(r * p.cols + c);
+        uint32_t w[2] = {0, 0}, rw[8];
+        words_if(p.sr, uint64_t(r * p.cols + c), rw);
 #pragma unroll
         for (int i = 0; i < 8; ++i)
-          if (i < n) w[i / 4] |= fp8_code(v[i], scale, p.e5m2, p.sr, idx0 + i) << (8 * (i % 4));
+          if (i < n) w[i / 4] |= fp8_code(v[i], scale, p.e5m2, p.sr.on, rw[i]) << (8 * (i % 4));
         if (p.data) store_bytes(p.data + r * p.cols + c, w, n);
         if constexpr (M == ColMode::kFp8Transpose)
           *reinterpret_cast<uint2*>(s_code + row * kCodeStride + chunk * 8) =
@@ -263,10 +270,11 @@ __global__ void __launch_bounds__(256)
       for (int i = 0; i < 16; ++i) a = num::amax_fold(a, val(rbeg + 16 * j + i));
       const uint8_t s = num::two_level_block_scale(a, outer);
       const float f = num::two_level_encode_factor(s, outer);
+      uint32_t rw[16];
+      words_if(p.sr, idx0 + 16 * j, rw);
 #pragma unroll
       for (int i = 0; i < 16; ++i)
-        w[2 * j + i / 8] |= e2m1_code(val(rbeg + 16 * j + i), f, p.sr, idx0 + 16 * j + i)
-                            << (4 * (i % 8));
+        w[2 * j + i / 8] |= e2m1_code(val(rbeg + 16 * j + i), f, p.sr.on, rw[i]) << (4 * (i % 8));
       const int64_t jb = (rr0 + rbeg) / 16 + j;  // block index within the group's piece
       const int64_t so = p.scale_col_swizzled ? swizzled_offset(c, jb, round_up(p.rows / 16, 4))
                                               : p.cols * gr0 / 16 + c * (grows / 16) + jb;
@@ -298,14 +306,21 @@ __global__ void __launch_bounds__(256)
     for (int i = 0; i < 16; ++i) w[i] = 0;
     const uint64_t idx0 = uint64_t(p.cols * gr0 + c * grows + rr0 + rbeg);
 #pragma unroll
-    for (int i = 0; i < 64; ++i) {
-      if (i < cnt) {
-        uint32_t code;
-        if constexpr (M == ColMode::kFp8Transpose)
-          code = s_code[(rbeg + i) * kCodeStride + cl];
-        else
-          code = fp8_code(val(rbeg + i), scale, p.e5m2, p.sr, idx0 + i);
-        w[i / 4] |= code << (8 * (i % 4));
+    for (int j = 0; j < 4; ++j) {
+      if (16 * j >= cnt) break;
+      uint32_t rw[16];
+      if constexpr (M != ColMode::kFp8Transpose) words_if(p.sr, idx0 + 16 * j, rw);
+#pragma unroll
+      for (int k = 0; k < 16; ++k) {
+        const int i = 16 * j + k;
+        if (i < cnt) {
+          uint32_t code;
+          if constexpr (M == ColMode::kFp8Transpose)
+            code = s_code[(rbeg + i) * kCodeStride + cl];
+          else
+            code = fp8_code(val(rbeg + i), scale, p.e5m2, p.sr.on, rw[k]);
+          w[i / 4] |= code << (8 * (i % 4));
+        }
       }
     }
     store_bytes(p.data_col + p.cols * gr0 + c * grows + rr0 + rbeg, w, cnt);
@@ -446,6 +461,7 @@ void col_tiles_mode(const In* x, ColMode m, const ColTileParams& p, int64_t nban
 
 void launch_col_amax(const InputRef& in, const ColAmaxParams& p, cudaStream_t st) {
   if (p.rows == 0 || p.cols == 0) return;
+  if (launch_col_amax_bf16(in, p, st)) return;
   const int64_t warps = (p.rows + kColAmaxRowsPerWarp - 1) / kColAmaxRowsPerWarp;
   const dim3 grid(unsigned((p.nchunks + 31) / 32), unsigned((warps + 7) / 8));
   with_loader(in, [&](auto ld) { col_amax_kernel<<<grid, 256, 0, st>>>(ld, p); });
@@ -467,6 +483,7 @@ void launch_hadamard_cols(const InputRef& in, int64_t rows, int64_t cols, uint16
 void launch_col_tiles(const InputRef& in, ColMode mode, const ColTileParams& p, int64_t nbands,
                       cudaStream_t st) {
   if (nbands == 0 || p.cols == 0) return;
+  if (launch_col_tiles_bf16(in, mode, p, nbands, st)) return;
   // 16-byte loads of 8 elements: rows start aligned when cols % 8 == 0 and the base is (16 bytes
   // for bf16, 32 for fp32).
   const bool vec =

@@ -32,19 +32,24 @@ FinishParams fp8_finish(const Input& x, const QuantConfig& cfg) {
 
 }  // namespace
 
-void nvfp4_colwise(Ctx& c, const Input& x, const QuantConfig& cfg, QTensor& q,
-                   const RowwiseInfo& ri, const uint32_t* joint_keys, bool joint_nonempty) {
-  const int64_t rows = x.rows, cols = x.cols;
-  const bool grouped = c.grouped, swz = !grouped && cfg.scale_layout == ScaleLayout::kSwizzled;
-  QData& o = q.colwise;
+void alloc_nvfp4_colwise(Ctx& c, int64_t rows, int64_t cols, const QuantConfig& cfg, QData& o) {
+  const bool grouped = c.grouped;
   o.data = grouped ? c.u8({rows * cols / 2}) : c.u8({cols, rows / 2});
   o.block_scale =
       grouped ? c.u8({rows * cols / 16}) : alloc_scales(c, cols, rows / 16, cfg.scale_layout);
   o.scale_rows = cols;
   o.scale_cols = grouped ? 0 : rows / 16;
+}
+
+void nvfp4_colwise(Ctx& c, const Input& x, const QuantConfig& cfg, QTensor& q,
+                   const RowwiseInfo& ri, const uint32_t* joint_keys, bool joint_nonempty) {
+  const int64_t rows = x.rows, cols = x.cols;
+  const bool swz = !c.grouped && cfg.scale_layout == ScaleLayout::kSwizzled;
+  QData& o = q.colwise;
+  if (!o.data.defined()) alloc_nvfp4_colwise(c, rows, cols, cfg, o);
   if (cfg.block2d) {  // the transpose of the rowwise codes and 16x16 tile scales (same S_enc)
     o.amax = q.rowwise.amax;
-    if (rows * cols == 0) return;
+    if (rows * cols == 0 || ri.col2d_written) return;
     Nvfp4TransposeParams p;
     p.rows = rows, p.cols = cols, p.bands = c.bands(), p.offsets = c.d_off();
     p.data = q.rowwise.data.ptr<uint8_t>();
@@ -102,13 +107,10 @@ void nvfp4_both_one_read(Ctx& c, const Input& x, const QuantConfig& cfg, QTensor
   f.tensor_nonempty = joint_keys ? joint_nonempty : rows * cols > 0;
   f.amax_out = r.amax.ptr<float>();
   const float* amax = domain_pass(c, x, per_group ? kDomGroup : kDomTensor, ndom, 0, f, joint_keys);
-  const bool grouped = c.grouped, swz = !grouped && cfg.scale_layout == ScaleLayout::kSwizzled;
+  const bool swz = !c.grouped && cfg.scale_layout == ScaleLayout::kSwizzled;
   QData& o = q.colwise;
-  o.data = grouped ? c.u8({rows * cols / 2}) : c.u8({cols, rows / 2});
-  o.block_scale =
-      grouped ? c.u8({rows * cols / 16}) : alloc_scales(c, cols, rows / 16, cfg.scale_layout);
+  alloc_nvfp4_colwise(c, rows, cols, cfg, o);
   o.amax = r.amax;  // the same domains over the same values
-  o.scale_rows = cols, o.scale_cols = grouped ? 0 : rows / 16;
   if (rows * cols == 0) return;
   ColTileParams p = tile_params(c, x, cfg);
   p.data_col = o.data.ptr<uint8_t>();
@@ -136,14 +138,10 @@ void fp8_with_colwise(Ctx& c, const Input& x, const QuantConfig& cfg, QTensor& q
         r.scale_rows = rows, r.scale_cols = tile_cols;
         p.data = r.data.ptr<uint8_t>(), p.scale_inv = r.scale_inv.ptr<float>();
       }
-      std::vector<int64_t> sbase(size_t(c.groups() + 1), 0);  // 128-row blocks before each group
-      for (int64_t g = 0; g < c.groups(); ++g)
-        sbase[size_t(g + 1)] =
-            sbase[size_t(g)] + (c.off[size_t(g + 1)] - c.off[size_t(g)] + 127) / 128;
-      const Tensor d_sbase = upload_i64(sbase, c.dev, c.st);
-      o.scale_inv = grouped ? c.f32({cols * sbase.back()}) : c.f32({cols, sbase.back()});
-      o.scale_cols = grouped ? 0 : sbase.back();
-      p.scale_inv_col = o.scale_inv.ptr<float>(), p.col_sbase = d_sbase.ptr<int64_t>();
+      const int64_t nblk = c.sbase().back();  // 128-row blocks of all groups
+      o.scale_inv = grouped ? c.f32({cols * nblk}) : c.f32({cols, nblk});
+      o.scale_cols = grouped ? 0 : nblk;
+      p.scale_inv_col = o.scale_inv.ptr<float>(), p.col_sbase = c.d_sbase();
       launch_col_tiles(x.ref, ColMode::kFp8Block, p, c.nbands(), c.cs);
       return;
     }

@@ -15,12 +15,12 @@
 #include "lockstep/numerics/philox.h"
 #include "lockstep/quant/layout.h"
 #include "quantize_cpu_detail.h"
+#include "../tensor/cpu_parallel.h"
 
 namespace lockstep::cpu {
 
 // Below this much work a loop runs on one thread: a parallel region costs microseconds, and the
 // OpenMP if clause changes only how many threads run it, never a value.
-constexpr int64_t kParallelMin = int64_t(1) << 15;
 
 const num::MiniFloat& elem_codec(Format f, ElemCodec e) {
   if (f == Format::kNvfp4) return num::kE2M1;
@@ -57,7 +57,7 @@ float amax_rows(const MatrixF32& x, int64_t r0, int64_t r1) {
   if (n == 0) return 0.0f;
   const float* base = x.values.data() + r0 * x.cols;
   std::vector<float> partial(size_t(omp_get_max_threads()), num::amax_empty());
-#pragma omp parallel if (n >= kParallelMin)
+#pragma omp parallel if (n >= lockstep::detail::kParallelMinWork)
   {
     float acc = num::amax_empty();
 #pragma omp for schedule(static)
@@ -87,7 +87,7 @@ std::vector<int64_t> row_domains(int64_t rows, std::span<const int64_t> offsets,
 std::vector<float> domain_amax(const MatrixF32& x, std::span<const int64_t> offsets, Scaling s) {
   if (s == Scaling::kPerRow) {
     std::vector<float> a(size_t(x.rows));
-#pragma omp parallel for schedule(static) if (x.rows * x.cols >= kParallelMin)
+#pragma omp parallel for schedule(static) if (x.rows * x.cols >= lockstep::detail::kParallelMinWork)
     for (int64_t r = 0; r < x.rows; ++r) a[size_t(r)] = amax_of(x.values.data() + r * x.cols, x.cols);
     return a;
   }
@@ -126,7 +126,7 @@ void nvfp4_rows(const MatrixF32& x, const QuantConfig& cfg, std::span<const floa
   const float* xv = x.values.data();
   // Block scales: 1-D blocks of 16 along a row, or 16x16 tiles (the same scale on all 16 rows).
   if (cfg.block2d) {
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+#pragma omp parallel for schedule(static) if (rows * cols >= lockstep::detail::kParallelMinWork)
     for (int64_t tr = 0; tr < rows / 16; ++tr) {
       const num::TwoLevelOuter& o = outer[size_t(dom[size_t(tr * 16)])];
       for (int64_t j = 0; j < nb; ++j) {
@@ -138,7 +138,7 @@ void nvfp4_rows(const MatrixF32& x, const QuantConfig& cfg, std::span<const floa
       }
     }
   } else {
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+#pragma omp parallel for schedule(static) if (rows * cols >= lockstep::detail::kParallelMinWork)
     for (int64_t r = 0; r < rows; ++r) {
       const num::TwoLevelOuter& o = outer[size_t(dom[size_t(r)])];
       for (int64_t j = 0; j < nb; ++j)
@@ -146,7 +146,7 @@ void nvfp4_rows(const MatrixF32& x, const QuantConfig& cfg, std::span<const floa
     }
   }
   // Elements.
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+#pragma omp parallel for schedule(static) if (rows * cols >= lockstep::detail::kParallelMinWork)
   for (int64_t r = 0; r < rows; ++r) {
     const num::TwoLevelOuter& o = outer[size_t(dom[size_t(r)])];
     for (int64_t j = 0; j < nb; ++j) {
@@ -170,7 +170,7 @@ void mxfp8_rows(const MatrixF32& x, const QuantConfig& cfg, QData& q) {
   alloc_scales(q, rows, cols / 32, cfg.scale_layout);
   const ScaleView sc = scale_access(q, cfg.scale_layout);
   uint8_t* data = q.data.ptr<uint8_t>();
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+#pragma omp parallel for schedule(static) if (rows * cols >= lockstep::detail::kParallelMinWork)
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < cols / 32; ++j) {
       const uint8_t e = num::mx_block_exponent(amax_of(xv + r * cols + j * 32, 32), emax);
@@ -196,7 +196,7 @@ void mxfp8_cols(const MatrixF32& x, const QuantConfig& cfg, QData& q) {
   q.block_scale = host_u8({rows / 32, cols});
   uint8_t* data = q.data.ptr<uint8_t>();
   uint8_t* scale = q.block_scale.ptr<uint8_t>();
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+#pragma omp parallel for schedule(static) if (rows * cols >= lockstep::detail::kParallelMinWork)
   for (int64_t br = 0; br < rows / 32; ++br) {
     for (int64_t c = 0; c < cols; ++c) {
       float acc = num::amax_empty();
@@ -232,7 +232,7 @@ void fp8_rows(const MatrixF32& x, std::span<const int64_t> offsets, const QuantC
     q.scale_rows = int64_t(a.size());
     q.scale_cols = 1;
     q.scale_inv = host_f32(inv, {q.scale_rows, 1});
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+#pragma omp parallel for schedule(static) if (rows * cols >= lockstep::detail::kParallelMinWork)
     for (int64_t r = 0; r < rows; ++r) {
       const float s = scale[size_t(dom[size_t(r)])];
       for (int64_t c = 0; c < cols; ++c) {
@@ -249,7 +249,7 @@ void fp8_rows(const MatrixF32& x, std::span<const int64_t> offsets, const QuantC
   const int64_t nbr = (rows + br - 1) / br;
   const int64_t nbc = cfg.scaling == Scaling::kPerRow ? 1 : (cols + bc - 1) / bc;
   std::vector<float> inv(size_t(nbr * nbc), 0.0f);
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+#pragma omp parallel for schedule(static) if (rows * cols >= lockstep::detail::kParallelMinWork)
   for (int64_t bi = 0; bi < nbr; ++bi) {
     const int64_t r0 = bi * br, r1 = std::min(rows, r0 + br);
     for (int64_t bj = 0; bj < nbc; ++bj) {
@@ -302,7 +302,7 @@ std::vector<float> hadamard16_rows(const MatrixF32& x) {
   if (x.cols % 16 != 0) throw QuantError(fmt::format("{}: the Hadamard transform needs cols % 16 == 0", where(x.name, x.rows, x.cols)));
   std::vector<float> out(x.values.size());
   const int64_t chunks = x.rows * x.cols / 16;
-#pragma omp parallel for schedule(static) if (chunks * 16 >= kParallelMin)
+#pragma omp parallel for schedule(static) if (chunks * 16 >= lockstep::detail::kParallelMinWork)
   for (int64_t k = 0; k < chunks; ++k) num::hadamard16_chunk(x.values.data() + k * 16, out.data() + k * 16);
   return out;
 }
@@ -310,7 +310,7 @@ std::vector<float> hadamard16_rows(const MatrixF32& x) {
 std::vector<float> transpose(const MatrixF32& x) {
   std::vector<float> t(size_t(x.rows * x.cols));
   constexpr int64_t kTile = 32;
-#pragma omp parallel for schedule(static) if (x.rows * x.cols >= kParallelMin)
+#pragma omp parallel for schedule(static) if (x.rows * x.cols >= lockstep::detail::kParallelMinWork)
   for (int64_t c0 = 0; c0 < x.cols; c0 += kTile)
     for (int64_t r0 = 0; r0 < x.rows; r0 += kTile)
       for (int64_t c = c0; c < std::min(x.cols, c0 + kTile); ++c)

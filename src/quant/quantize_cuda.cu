@@ -14,8 +14,13 @@ namespace {
 template <class Loader, RowFmt F, int Mode>
 void rows_fast(const Loader& ld, const RowParams& p, unsigned grid, int threads, cudaStream_t st) {
   if constexpr (F == RowFmt::kNvfp4) {
-    if (p.scale.swizzled) quantize_rows_nvfp4_kernel<Loader, Mode, true><<<grid, threads, 0, st>>>(ld, p);
-    else quantize_rows_nvfp4_kernel<Loader, Mode, false><<<grid, threads, 0, st>>>(ld, p);
+    if (p.sr.on) {
+      if (p.scale.swizzled) quantize_rows_nvfp4_kernel<Loader, Mode, true, true><<<grid, threads, 0, st>>>(ld, p);
+      else quantize_rows_nvfp4_kernel<Loader, Mode, false, true><<<grid, threads, 0, st>>>(ld, p);
+    } else {
+      if (p.scale.swizzled) quantize_rows_nvfp4_kernel<Loader, Mode, true, false><<<grid, threads, 0, st>>>(ld, p);
+      else quantize_rows_nvfp4_kernel<Loader, Mode, false, false><<<grid, threads, 0, st>>>(ld, p);
+    }
   } else {
     if (p.scale.swizzled) quantize_rows_fast_kernel<Loader, F, Mode, true><<<grid, threads, 0, st>>>(ld, p);
     else quantize_rows_fast_kernel<Loader, F, Mode, false><<<grid, threads, 0, st>>>(ld, p);
@@ -30,7 +35,8 @@ bool try_rows_fast(const Loader& ld, RowFmt f, const RowParams& p, unsigned grid
   if constexpr (!plain && !gather) {
     return false;
   } else {
-    if (p.cols % 16 != 0 || p.sr.on || p.nchunks > kRegChunks * 256) return false;
+    // Stochastic rounding: NVFP4 only (the FP8 kernels round to nearest).
+    if (p.cols % 16 != 0 || (p.sr.on && f != RowFmt::kNvfp4) || p.nchunks > kRegChunks * 256) return false;
     if (f != RowFmt::kNvfp4 && p.e5m2) return false;
     if constexpr (gather) {
       if (f != RowFmt::kNvfp4 || p.amax_mode != kAmaxRow) return false;

@@ -144,43 +144,72 @@ __device__ __forceinline__ float amax_from_key(uint32_t k, bool nonempty) {
   return nonempty ? nan_f32() : 0.0f;
 }
 
+// ---- stochastic rounding words -----------------------------------------------------------------
+// The Philox words of the N consecutive elements idx0 .. idx0 + N - 1 (N % 4 == 0): contract 1.1
+// gives element i word i % 4 of the call for quad i / 4, so an aligned run takes N / 4 calls and
+// any other run N / 4 + 1 (then each word is picked with compile-time indices: no local memory).
+template <int N>
+__device__ __forceinline__ void sr_words(const SrParams& sr, uint64_t idx0, uint32_t (&w)[N]) {
+  static_assert(N % 4 == 0, "whole quads");
+  const uint64_t q0 = idx0 >> 2;
+  const uint32_t s = uint32_t(idx0) & 3u;
+  uint32_t a[N + 4];
+#pragma unroll
+  for (int q = 0; q < N / 4; ++q) {
+    const num::Philox4x32 r = num::philox_quad_words(sr.seed, sr.stream, q0 + uint64_t(q));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) a[4 * q + j] = r.v[j];
+  }
+  if (s == 0) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) w[i] = a[i];
+    return;
+  }
+  const num::Philox4x32 r = num::philox_quad_words(sr.seed, sr.stream, q0 + uint64_t(N / 4));
+#pragma unroll
+  for (int j = 0; j < 4; ++j) a[N + j] = r.v[j];
+#pragma unroll
+  for (int i = 0; i < N; ++i) w[i] = s == 1u ? a[i + 1] : (s == 2u ? a[i + 2] : a[i + 3]);
+}
+
 // ---- element encoding --------------------------------------------------------------------------
 
-// Pack 16 scaled values v[i] * f into 8 E2M1 bytes (two uint32), RNE or stochastic.
+// Pack 16 scaled values v[i] * f into 8 E2M1 bytes (two uint32), RNE or stochastic (element i of
+// the run has index idx0 + i).
 __device__ __forceinline__ uint2 encode_e2m1x16(const float v[16], float f, const SrParams& sr, uint64_t idx0) {
   uint32_t w[2] = {0, 0};
+  if (!sr.on) {
 #pragma unroll
-  for (int i = 0; i < 16; i += 2) {
-    const float a = num::mul_rn(v[i], f), b = num::mul_rn(v[i + 1], f);
-    uint32_t byte;
-    if (!sr.on) {
-      byte = num::encode_e2m1x2_fast(a, b);
-    } else {
-      const uint32_t lo = num::encode_minifloat_stochastic(kFmtE2M1, a, num::philox_element_word(sr.seed, sr.stream, idx0 + i));
-      const uint32_t hi = num::encode_minifloat_stochastic(kFmtE2M1, b, num::philox_element_word(sr.seed, sr.stream, idx0 + i + 1));
-      byte = lo | (hi << 4);
-    }
-    w[i / 8] |= byte << (8 * ((i / 2) % 4));
+    for (int i = 0; i < 16; i += 2)
+      w[i / 8] |= uint32_t(num::encode_e2m1x2_fast(num::mul_rn(v[i], f), num::mul_rn(v[i + 1], f))) << (8 * ((i / 2) % 4));
+    return make_uint2(w[0], w[1]);
   }
+  uint32_t r[16];
+  sr_words(sr, idx0, r);
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+    w[i / 8] |= uint32_t(num::encode_minifloat_stochastic(kFmtE2M1, num::mul_rn(v[i], f), r[i])) << (4 * (i % 8));
   return make_uint2(w[0], w[1]);
 }
 
-// 16 scaled values to 16 E4M3 or E5M2 bytes.
+// 16 scaled values to 16 E4M3 or E5M2 bytes (RNE or stochastic, as encode_e2m1x16).
 __device__ __forceinline__ uint4 encode_fp8x16(const float v[16], float f, bool e5m2, const SrParams& sr, uint64_t idx0) {
   uint32_t w[4] = {0, 0, 0, 0};
+  if (!sr.on) {
 #pragma unroll
-  for (int i = 0; i < 16; i += 2) {
-    const float a = num::mul_rn(v[i], f), b = num::mul_rn(v[i + 1], f);
-    uint32_t pair;
-    if (!sr.on) {
-      pair = e5m2 ? num::encode_e5m2x2_fast(a, b) : num::encode_e4m3x2_fast(a, b);
-    } else {
-      const num::MiniFloat m = e5m2 ? num::MiniFloat(kFmtE5M2) : num::MiniFloat(kFmtE4M3);
-      pair = num::encode_minifloat_stochastic(m, a, num::philox_element_word(sr.seed, sr.stream, idx0 + i)) |
-             (uint32_t(num::encode_minifloat_stochastic(m, b, num::philox_element_word(sr.seed, sr.stream, idx0 + i + 1))) << 8);
+    for (int i = 0; i < 16; i += 2) {
+      const float a = num::mul_rn(v[i], f), b = num::mul_rn(v[i + 1], f);
+      const uint32_t pair = e5m2 ? num::encode_e5m2x2_fast(a, b) : num::encode_e4m3x2_fast(a, b);
+      w[i / 4] |= pair << (16 * ((i / 2) % 2));
     }
-    w[i / 4] |= pair << (16 * ((i / 2) % 2));
+    return make_uint4(w[0], w[1], w[2], w[3]);
   }
+  uint32_t r[16];
+  sr_words(sr, idx0, r);
+  const num::MiniFloat m = e5m2 ? num::MiniFloat(kFmtE5M2) : num::MiniFloat(kFmtE4M3);
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+    w[i / 4] |= uint32_t(num::encode_minifloat_stochastic(m, num::mul_rn(v[i], f), r[i])) << (8 * (i % 4));
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 

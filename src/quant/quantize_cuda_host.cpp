@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "lockstep/numerics/block_rules.h"
 #include "lockstep/quant/layout.h"
@@ -48,30 +49,58 @@ Ctx::Ctx(Device d, Stream s, std::span<const int64_t> offsets, int64_t rows)
 }
 
 const int64_t* Ctx::d_off() {
-  if (!d_off_.defined()) d_off_ = upload_i64(off, dev, st);
-  return d_off_.ptr<int64_t>();
+  if (!d_off_p_) {
+    d_off_ = upload_i64(off, dev, st);
+    d_off_p_ = d_off_.ptr<int64_t>();
+  }
+  return d_off_p_;
 }
 
 int64_t Ctx::nbands() {
   if (!bands_made_) {
-    for (int64_t g = 0; g < groups(); ++g)
-      for (int64_t r = off[size_t(g)]; r < off[size_t(g + 1)]; r += kColTileRows)
-        bands_.push_back(RowBand{
-            r, int32_t(std::min<int64_t>(kColTileRows, off[size_t(g + 1)] - r)), int32_t(g)});
+    sbase_.assign(size_t(groups() + 1), 0);
+    for (int64_t g = 0; g < groups(); ++g) {
+      const int64_t r0 = off[size_t(g)], r1 = off[size_t(g + 1)];
+      for (int64_t r = r0; r < r1; r += kColTileRows)
+        bands_.push_back(RowBand{r, int32_t(std::min<int64_t>(kColTileRows, r1 - r)), int32_t(g)});
+      sbase_[size_t(g + 1)] = sbase_[size_t(g)] + (r1 - r0 + 127) / 128;
+    }
     bands_made_ = true;
   }
   return int64_t(bands_.size());
 }
 
+const std::vector<int64_t>& Ctx::sbase() {
+  nbands();
+  return sbase_;
+}
+
+// One device buffer: [offsets (groups + 1 int64) | sbase (groups + 1 int64) | bands], one launch
+// instead of one per table (each launch is host time a single call waits for).
+void Ctx::upload_tile_meta() {
+  nbands();
+  static_assert(sizeof(RowBand) == 16, "two 64-bit words");
+  const size_t n_off = off.size() * 2, n_sb = sbase_.size() * 2, n_b = bands_.size() * 4;
+  std::vector<uint32_t> words(n_off + n_sb + n_b);
+  std::memcpy(words.data(), off.data(), n_off * 4);
+  std::memcpy(words.data() + n_off, sbase_.data(), n_sb * 4);
+  std::memcpy(words.data() + n_off + n_sb, bands_.data(), n_b * 4);
+  d_meta_ = Tensor::empty(DType::kU8, {int64_t(words.size() * 4)}, dev, st);
+  upload_words(words.data(), words.size(), d_meta_.raw(), cs);
+  const auto* base = static_cast<const uint32_t*>(d_meta_.raw());
+  if (!d_off_p_) d_off_p_ = reinterpret_cast<const int64_t*>(base);
+  d_sbase_p_ = reinterpret_cast<const int64_t*>(base + n_off);
+  d_bands_p_ = reinterpret_cast<const RowBand*>(base + n_off + n_sb);
+}
+
 const RowBand* Ctx::bands() {
-  if (!d_bands_.defined()) {
-    nbands();
-    static_assert(sizeof(RowBand) == 16, "two 64-bit words");
-    d_bands_ = Tensor::empty(DType::kU8, {int64_t(bands_.size() * sizeof(RowBand)) + 1}, dev, st);
-    upload_words(reinterpret_cast<const uint32_t*>(bands_.data()),
-                 bands_.size() * sizeof(RowBand) / 4, d_bands_.raw(), cs);
-  }
-  return static_cast<const RowBand*>(d_bands_.raw());
+  if (!d_bands_p_) upload_tile_meta();
+  return d_bands_p_;
+}
+
+const int64_t* Ctx::d_sbase() {
+  if (!d_sbase_p_) upload_tile_meta();
+  return d_sbase_p_;
 }
 
 uint32_t* Ctx::zero_keys(int64_t n) {
@@ -158,9 +187,12 @@ int64_t nvfp4_domains(const Ctx& c, const QuantConfig& cfg, int64_t rows) {
 }
 
 // NVFP4 rowwise copy of xr (x after the optional Hadamard transform). joint_keys: the shared key of
-// a joint quantization. Returns the A per domain for per tensor / per group scaling.
+// a joint quantization. col2d (2-D blocks with a columnwise copy, its parts allocated): the kernel
+// may write the columnwise copy from the same read, and then sets *col2d_written. Returns the A per
+// domain for per tensor / per group scaling.
 const float* nvfp4_rowwise(Ctx& c, const Input& xr, const QuantConfig& cfg, QData& out,
-                           const uint32_t* joint_keys, bool joint_nonempty) {
+                           const uint32_t* joint_keys, bool joint_nonempty, QData* col2d = nullptr,
+                           bool* col2d_written = nullptr) {
   const int64_t rows = xr.rows, cols = xr.cols, ndom = nvfp4_domains(c, cfg, rows);
   out.data = c.u8({rows, cols / 2});
   out.block_scale = plan::alloc_scales(c, rows, cols / 16, cfg.scale_layout);
@@ -188,6 +220,16 @@ const float* nvfp4_rowwise(Ctx& c, const Input& xr, const QuantConfig& cfg, QDat
     p.rows = rows, p.cols = cols, p.nchunks = int(cols / 16), p.dom_kind = kind;
     p.dom_val = dom, p.offsets = kind == kDomGroup ? c.d_off() : nullptr, p.groups = c.groups();
     p.data = out.data.ptr<uint8_t>(), p.scale = sc, p.sr = plan::sr_of(cfg);
+    if (col2d) {
+      Nvfp4TileParams b = p;
+      b.offsets = c.d_off(), b.bands = c.bands(), b.nbands = c.nbands();
+      b.data_col = col2d->data.ptr<uint8_t>(), b.scale_col = col2d->block_scale.ptr<uint8_t>();
+      b.scale_col_swizzled = !c.grouped && cfg.scale_layout == ScaleLayout::kSwizzled;
+      if (launch_nvfp4_2d_both(xr.ref, b, c.cs)) {
+        *col2d_written = true;
+        return dom;
+      }
+    }
     launch_nvfp4_2d(xr.ref, p, c.cs);
     return dom;
   }
@@ -212,7 +254,10 @@ void quantize_nvfp4(Ctx& c, const Input& x, const QuantConfig& cfg, QTensor& q,
   plan::RowwiseInfo ri;
   if (cfg.rowwise || (cfg.colwise && cfg.block2d)) {
     const Input xr = cfg.hadamard && x.rows * x.cols > 0 ? plan::hadamard_rows_into(c, x) : x;
-    ri.dom_amax = nvfp4_rowwise(c, xr, cfg, q.rowwise, joint_row, joint_nonempty);
+    QData* col2d = cfg.colwise && cfg.block2d ? &q.colwise : nullptr;  // (no Hadamard with 2-D)
+    if (col2d) plan::alloc_nvfp4_colwise(c, x.rows, x.cols, cfg, *col2d);
+    ri.dom_amax =
+        nvfp4_rowwise(c, xr, cfg, q.rowwise, joint_row, joint_nonempty, col2d, &ri.col2d_written);
     ri.same_values = !cfg.hadamard;
   }
   if (cfg.colwise) plan::nvfp4_colwise(c, x, cfg, q, ri, joint_col, joint_nonempty);
@@ -320,6 +365,8 @@ QTensor quantize(const Tensor& x, std::span<const int64_t> offsets, const QuantC
   const Input in = plan::input_of(x, name);
   DeviceGuard guard(x.device());
   Ctx c(x.device(), cfg.stream, offsets, in.rows);
+  // The columnwise tile kernels read the bands, the offsets and the block bases: one upload first.
+  if (cfg.colwise && cfg.format != Format::kMxfp8 && in.rows * in.cols > 0) c.bands();
   QTensor q = quantized_meta(cfg, in.rows, in.cols, offsets);
   switch (cfg.format) {
     case Format::kNvfp4:

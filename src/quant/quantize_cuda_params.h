@@ -172,6 +172,13 @@ struct Nvfp4TileParams {
   uint8_t* data = nullptr;
   ScaleOut scale;
   SrParams sr;
+  // Both copies from one read (launch_nvfp4_2d_both): the row bands (offsets set) and the
+  // columnwise copy, laid out as Nvfp4TransposeParams' outputs.
+  const RowBand* bands = nullptr;
+  int64_t nbands = 0;
+  uint8_t* data_col = nullptr;
+  uint8_t* scale_col = nullptr;
+  bool scale_col_swizzled = false;
 };
 
 struct MxTileParams {
@@ -236,5 +243,13 @@ void launch_nvfp4_transpose(const Nvfp4TransposeParams& p, int64_t nbands, cudaS
 void launch_fp8_tile_scale_transpose(const float* scale_inv, int64_t rows, int64_t nbc, const int64_t* offsets,
                                      int64_t groups, float* out, cudaStream_t st);
 void launch_dequantize_colwise(const DequantColParams& p, cudaStream_t st);
+// The bf16 kernels of quantize_colwise_fast_cuda.cu (bf16 rows 16-byte aligned, cols % 8 == 0,
+// round to nearest); false (nothing launched) where they do not apply.
+bool launch_col_tiles_bf16(const InputRef& in, ColMode mode, const ColTileParams& p, int64_t nbands,
+                           cudaStream_t st);
+bool launch_col_amax_bf16(const InputRef& in, const ColAmaxParams& p, cudaStream_t st);
+// NVFP4 16x16 blocks, both copies from one read of bf16 rows (quantize_nvfp4_2d_cuda.cu); false
+// (nothing launched) where it does not apply.
+bool launch_nvfp4_2d_both(const InputRef& in, const Nvfp4TileParams& p, cudaStream_t st);
 
 }  // namespace lockstep::cuda::detail

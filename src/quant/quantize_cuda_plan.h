@@ -40,9 +40,13 @@ class Ctx {
   int64_t groups() const { return int64_t(off.size()) - 1; }
   // The offsets on the device (uploaded on first use).
   const int64_t* d_off();
-  // The row bands of the columnwise tile kernels (uploaded on first use) and their count.
+  // The row bands of the columnwise tile kernels and their count, and the 128-row blocks before
+  // each group (groups + 1 entries; FP8 1x128 column scales), on the device and on the host. The
+  // first of these uploads them with the offsets in one launch (upload_words).
   const detail::RowBand* bands();
   int64_t nbands();
+  const int64_t* d_sbase();
+  const std::vector<int64_t>& sbase();
 
   Tensor u8(std::vector<int64_t> shape) const {
     return Tensor::empty(DType::kU8, std::move(shape), dev, st);
@@ -53,8 +57,13 @@ class Ctx {
   uint32_t* zero_keys(int64_t n);  // scratch amax keys, zeroed
 
  private:
-  Tensor d_off_, d_bands_;
+  void upload_tile_meta();
+  Tensor d_off_, d_meta_;
+  const int64_t* d_off_p_ = nullptr;
+  const int64_t* d_sbase_p_ = nullptr;
+  const detail::RowBand* d_bands_p_ = nullptr;
   std::vector<detail::RowBand> bands_;
+  std::vector<int64_t> sbase_;
   bool bands_made_ = false;
 };
 
@@ -82,7 +91,11 @@ float* column_pass(Ctx& c, const Input& x, detail::FinishParams f);
 struct RowwiseInfo {
   const float* dom_amax = nullptr;  // NVFP4 per tensor / per group: the rowwise A per domain
   bool same_values = false;         // the rowwise A was taken over x itself (no Hadamard)
+  bool col2d_written = false;       // NVFP4 2-D: the rowwise kernel wrote the columnwise copy too
 };
+// The parts of an NVFP4 transposed columnwise copy (CONTRACT.md section 12), allocated: data
+// [cols, rows / 2] and block scales [cols, rows / 16] (per-group pieces, 1-D, when grouped).
+void alloc_nvfp4_colwise(Ctx& c, int64_t rows, int64_t cols, const QuantConfig& cfg, QData& o);
 // NVFP4 columnwise copy (1-D: the quantization of each X_g^T; 2-D: the transpose of q.rowwise,
 // which holds the rowwise copy already). joint_keys: the shared key of a joint quantization.
 void nvfp4_colwise(Ctx& c, const Input& x, const QuantConfig& cfg, QTensor& q,

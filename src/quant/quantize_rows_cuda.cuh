@@ -55,12 +55,14 @@ __device__ __forceinline__ void row_process_chunk(const RowParams& p, int64_t r,
     if (n == 16 && (p.cols & 15) == 0) {
       *reinterpret_cast<uint4*>(p.data + r * p.cols + c0) = encode_fp8x16(v, scale, p.e5m2, p.sr, idx0);
     } else {
-      for (int i = 0; i < n; ++i) {
+      uint32_t rw[16] = {};
+      if (p.sr.on) sr_words(p.sr, idx0, rw);
+      const num::MiniFloat m = p.e5m2 ? num::MiniFloat(kFmtE5M2) : num::MiniFloat(kFmtE4M3);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        if (i >= n) break;
         const float x = num::mul_rn(v[i], scale);
-        const num::MiniFloat m = p.e5m2 ? num::MiniFloat(kFmtE5M2) : num::MiniFloat(kFmtE4M3);
-        p.data[r * p.cols + c0 + i] =
-            p.sr.on ? num::encode_minifloat_stochastic(m, x, num::philox_element_word(p.sr.seed, p.sr.stream, idx0 + i))
-                    : num::encode_minifloat(m, x);
+        p.data[r * p.cols + c0 + i] = p.sr.on ? num::encode_minifloat_stochastic(m, x, rw[i]) : num::encode_minifloat(m, x);
       }
     }
   }
@@ -205,6 +207,29 @@ __device__ __forceinline__ uint2 encode_e2m1x16_bf16(const RawChunk& x, float f)
   return make_uint2(encode_e2m1x8_bf16(x.a.x, x.a.y, x.a.z, x.a.w, f), encode_e2m1x8_bf16(x.b.x, x.b.y, x.b.z, x.b.w, f));
 }
 
+// encode_e2m1x16_bf16 with stochastic rounding (CONTRACT.md section 5): element i of the chunk has
+// index idx0 + i with idx0 % 4 == 0, so the chunk takes four Philox calls (one per quad, contract
+// 1.1); the magnitude codes by num::e2m1_sr_code_magic (0x4B000001 + code), packed by shift-adds
+// whose constant parts sum to kBase8 modulo 2^32; the sign bits from the inputs. No NaN among the
+// 16 values.
+__device__ __forceinline__ uint2 encode_e2m1x16_bf16_sr(const RawChunk& x, float f, const num::PhiloxKeys& keys,
+                                                       uint32_t stream, uint64_t idx0) {
+  constexpr uint32_t kBase8 = uint32_t(0x4B000001ull * 0x11111111ull);
+  const uint32_t w[8] = {x.a.x, x.a.y, x.a.z, x.a.w, x.b.x, x.b.y, x.b.z, x.b.w};
+  uint32_t acc[2] = {0, 0};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const num::Philox4x32 r = num::philox_quad_words_keyed(keys, stream, (idx0 >> 2) + uint64_t(q));
+    const float e[4] = {__uint_as_float(w[2 * q] << 16), __uint_as_float(w[2 * q] & 0xFFFF0000u),
+                        __uint_as_float(w[2 * q + 1] << 16), __uint_as_float(w[2 * q + 1] & 0xFFFF0000u)};
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      acc[q >> 1] += num::e2m1_sr_code_magic(num::mul_rn(e[j], f), r.v[j]) << (4 * (4 * (q & 1) + j));
+  }
+  return make_uint2(acc[0] - kBase8 + e2m1_signs8(w[0], w[1], w[2], w[3]),
+                    acc[1] - kBase8 + e2m1_signs8(w[4], w[5], w[6], w[7]));
+}
+
 // 16 scaled values v[i] * f to 8 E2M1 bytes, RNE (encode_e2m1_arith per element).
 __device__ __forceinline__ uint2 encode_e2m1x16_rn(const float v[16], float f) {
   uint32_t w[2] = {0, 0};
@@ -343,7 +368,8 @@ __global__ void __launch_bounds__(256, 4) quantize_rows_fast_kernel(Loader ld, R
 // - chunk amax on packed bf16 (absmax_bits16); a chunk holding a NaN takes the fp32 path (amax16,
 //   encode_e2m1_arith), the rest encode 8 elements at a time with encode_e2m1x8_bf16;
 // - the encode factor of each scale code from a per-row table, the block scale without NaN checks;
-template <int Mode, bool Swz, class Loader>
+// SR: stochastic rounding (p.sr), one Philox call per 4 elements (encode_e2m1x16_bf16_sr).
+template <int Mode, bool Swz, bool SR, class Loader>
 __device__ __forceinline__ void nvfp4_row(const Loader& ld, const RowParams& p, int64_t r) {
   __shared__ float red[34];
   __shared__ float enc_of[128];
@@ -420,26 +446,35 @@ __device__ __forceinline__ void nvfp4_row(const Loader& ld, const RowParams& p, 
       const uint8_t s = num::two_level_block_scale_fast(cam[i], outer);
       float v[16];
       unpack16(x[i], v);
-      *reinterpret_cast<uint2*>(drow + int64_t(b) * 8) = encode_e2m1x16_rn(v, num::two_level_encode_factor(s, outer));
+      const float f = num::two_level_encode_factor(s, outer);
+      *reinterpret_cast<uint2*>(drow + int64_t(b) * 8) =
+          SR ? encode_e2m1x16(v, f, p.sr, uint64_t(r * p.cols + int64_t(b) * 16)) : encode_e2m1x16_rn(v, f);
       store_scale<Swz>(p.scale, r, b, s);
     }
   } else {
     num::TwoLevelOuter outer{};
     outer.s_enc_x_inv_max = red[33];
+    [[maybe_unused]] num::PhiloxKeys keys{};
+    if constexpr (SR) keys = num::philox_keys(p.sr.seed);
 #pragma unroll
     for (int i = 0; i < kRegChunks; ++i) {
       const int b = t + i * T;
       if (b >= p.nchunks) continue;
       const uint8_t s = num::two_level_block_scale_nonan(cam[i], outer);
-      *reinterpret_cast<uint2*>(drow + int64_t(b) * 8) = encode_e2m1x16_bf16(x[i], enc_of[s]);
+      if constexpr (SR)
+        *reinterpret_cast<uint2*>(drow + int64_t(b) * 8) =
+            encode_e2m1x16_bf16_sr(x[i], enc_of[s], keys, p.sr.stream, uint64_t(r * p.cols + int64_t(b) * 16));
+      else
+        *reinterpret_cast<uint2*>(drow + int64_t(b) * 8) = encode_e2m1x16_bf16(x[i], enc_of[s]);
       store_scale<Swz>(p.scale, r, b, s);
     }
   }
 }
 
-template <class Loader, int Mode, bool Swz>
-__global__ void __launch_bounds__(256, 4) quantize_rows_nvfp4_kernel(Loader ld, RowParams p) {
-  nvfp4_row<Mode, Swz>(ld, p, blockIdx.x);
+// Stochastic rounding holds the round keys and Philox state beside the row: 128 registers, no spills.
+template <class Loader, int Mode, bool Swz, bool SR>
+__global__ void __launch_bounds__(256, SR ? 2 : 4) quantize_rows_nvfp4_kernel(Loader ld, RowParams p) {
+  nvfp4_row<Mode, Swz, SR>(ld, p, blockIdx.x);
 }
 
 }  // namespace lockstep::cuda::detail

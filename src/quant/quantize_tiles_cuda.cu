@@ -40,8 +40,12 @@ int resident_ctas(int threads, size_t smem) {
 __global__ void finish_domains_kernel(FinishParams p) {
   const int64_t d = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (d >= p.ndom) return;
-  bool nonempty = p.offsets ? (p.offsets[d + 1] > p.offsets[d] && p.cols > 0) : p.tensor_nonempty;
-  if (p.dom_cols > 0) nonempty = p.offsets[d / p.dom_cols + 1] > p.offsets[d / p.dom_cols];
+  // Column domains (dom_cols > 0): d = group * dom_cols + column; otherwise d is the group.
+  bool nonempty = p.tensor_nonempty;
+  if (p.dom_cols > 0)
+    nonempty = p.offsets[d / p.dom_cols + 1] > p.offsets[d / p.dom_cols];
+  else if (p.offsets)
+    nonempty = p.offsets[d + 1] > p.offsets[d] && p.cols > 0;
   const float a = amax_from_key(p.keys[d], nonempty);
   if (p.fp8) {
     const float s = num::fp8_scale(a, p.elem_max, p.eps, p.type_max, p.pow2);

@@ -136,33 +136,50 @@ __global__ void __launch_bounds__(256) quantize_mxfp8_tile_kernel(Loader ld, MxT
   for (int j = 0; j < 32; ++j) sm[rr * kMxRowStride + cb * 33 + j] = c0 < p.cols ? v[j] : 0.0f;
   __syncthreads();
   const int64_t c = int64_t(blockIdx.x) * 256 + t;
-  if (c >= p.cols) return;
-  float col[32];
-  float a = num::amax_empty();
-#pragma unroll
-  for (int i = 0; i < 32; ++i) {
-    col[i] = sm[i * kMxRowStride + (t >> 5) * 33 + (t & 31)];
-    a = num::amax_fold_fast(a, col[i]);
-  }
-  const uint8_t e = num::mx_block_exponent(a, p.elem_max);
-  const float f = num::mx_encode_factor(e);
   const int64_t rbase = int64_t(blockIdx.y) * 32;
   const num::MiniFloat m = p.e5m2 ? num::MiniFloat(kFmtE5M2) : num::MiniFloat(kFmtE4M3);
+  float a = num::amax_empty();
+  if (c < p.cols)
+    for (int i = 0; i < 32; ++i)
+      a = num::amax_fold_fast(a, sm[i * kMxRowStride + (t >> 5) * 33 + (t & 31)]);
+  const uint8_t e = num::mx_block_exponent(a, p.elem_max);
+  const float f = num::mx_encode_factor(e);
+  if (c < p.cols) p.scale_col[int64_t(blockIdx.y) * p.cols + c] = e;
+  if (p.sr.on) {
+    // Stochastic rounding: elements 4q .. 4q + 3 of one Philox call are 4 adjacent columns of a row
+    // (cols % 32 == 0), so thread (column quad t % 64, rows 8 (t / 64) ..) takes one call per row.
+    __shared__ float s_fac[256];
+    s_fac[t] = f;
+    __syncthreads();
+    const int cq = t & 63;
+    const int64_t cc = int64_t(blockIdx.x) * 256 + 4 * cq;
+    if (cc >= p.cols) return;
+    for (int i = 0; i < 8; ++i) {
+      const int row = 8 * (t >> 6) + i;
+      const int64_t r = rbase + row;
+      const num::Philox4x32 w =
+          num::philox_quad_words(p.sr.seed, p.sr.stream, uint64_t(r * p.cols + cc) >> 2);
+      uint32_t out = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int cl = 4 * cq + j;
+        const float x = num::mul_rn(sm[row * kMxRowStride + (cl >> 5) * 33 + (cl & 31)], s_fac[cl]);
+        out |= uint32_t(num::encode_minifloat_stochastic(m, x, w.v[j])) << (8 * j);
+      }
+      *reinterpret_cast<uint32_t*>(p.data_col + r * p.cols + cc) = out;
+    }
+    return;
+  }
+  if (c >= p.cols) return;
 #pragma unroll
   for (int i = 0; i < 32; i += 2) {
-    const float x0 = num::mul_rn(col[i], f), x1 = num::mul_rn(col[i + 1], f);
-    uint32_t pair;
-    if (!p.sr.on) {
-      pair = p.e5m2 ? num::encode_e5m2x2_fast(x0, x1) : num::encode_e4m3x2_fast(x0, x1);
-    } else {
-      const uint64_t i0 = uint64_t((rbase + i) * p.cols + c), i1 = uint64_t((rbase + i + 1) * p.cols + c);
-      pair = num::encode_minifloat_stochastic(m, x0, num::philox_element_word(p.sr.seed, p.sr.stream, i0)) |
-             (uint32_t(num::encode_minifloat_stochastic(m, x1, num::philox_element_word(p.sr.seed, p.sr.stream, i1))) << 8);
-    }
+    const float x0 = num::mul_rn(sm[i * kMxRowStride + (t >> 5) * 33 + (t & 31)], f);
+    const float x1 = num::mul_rn(sm[(i + 1) * kMxRowStride + (t >> 5) * 33 + (t & 31)], f);
+    const uint32_t pair =
+        p.e5m2 ? num::encode_e5m2x2_fast(x0, x1) : num::encode_e4m3x2_fast(x0, x1);
     p.data_col[(rbase + i) * p.cols + c] = uint8_t(pair);
     p.data_col[(rbase + i + 1) * p.cols + c] = uint8_t(pair >> 8);
   }
-  p.scale_col[int64_t(blockIdx.y) * p.cols + c] = e;
 }
 
 // =================================================================================================
@@ -347,18 +364,15 @@ __global__ void __launch_bounds__(256) domain_amax_bf16_kernel(const uint16_t* _
 // walks it back to front, so it starts on the part still in L2.
 constexpr int kNvfp4TileWarps = 4;
 
+// One warp unit: rows r0 .. r0 + 15 x columns c0 .. c0 + 255 (lane l: columns c0 + 8 l .. + 7) in
+// the domain of amax dom_amax. Writes the rowwise codes and tile scales and returns the tile's
+// scale code; q16[i] is the lane's code word of row r0 + i (the columnwise kernel transposes them).
 template <bool Swz>
-__global__ void __launch_bounds__(kNvfp4TileWarps * 32) quantize_nvfp4_2d_bf16_kernel(const uint16_t* __restrict__ x,
-                                                                                      Nvfp4TileParams p) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const uint32_t nspans = uint32_t((p.cols + 255) / 256);
-  const uint32_t nunits = nspans * uint32_t(p.rows / 16);
-  const uint32_t w_id = blockIdx.x * uint32_t(kNvfp4TileWarps) + uint32_t(warp);
-  if (w_id >= nunits) return;  // warp-uniform; no barrier below
-  // Units in reverse order: the amax pass just before ended on the last rows, which may still be in L2.
-  const uint32_t u = nunits - 1 - w_id;
-  const uint32_t span = u % nspans, band = u / nspans;
-  const int64_t r0 = int64_t(band) * 16, c0 = int64_t(span) * 256, c = c0 + lane * 8;
+__device__ __forceinline__ uint8_t nvfp4_2d_unit(const uint16_t* __restrict__ x,
+                                                 const Nvfp4TileParams& p, int64_t r0, int64_t c0,
+                                                 float dom_amax, uint32_t (&q16)[16]) {
+  const int lane = threadIdx.x & 31;
+  const int64_t c = c0 + lane * 8;
   const bool valid = c < p.cols;
   uint4 v[16];
   const uint16_t* q = x + r0 * p.cols + c;
@@ -377,29 +391,30 @@ __global__ void __launch_bounds__(kNvfp4TileWarps * 32) quantize_nvfp4_2d_bf16_k
   }
   if (!valid) la = num::amax_empty();
   const float ta = fmaxf(la, __shfl_xor_sync(0xFFFFFFFFu, la, 1));  // maxNum: NaN ignored
-  const int64_t d = p.dom_kind == kDomGroup ? group_of_row(p.offsets, p.groups, r0) : 0;
-  const num::TwoLevelOuter outer = num::two_level_outer_e2m1(p.dom_val[d]);
+  const num::TwoLevelOuter outer = num::two_level_outer_e2m1(dom_amax);
   const uint8_t s = num::two_level_block_scale_fast(ta, outer);
   const float enc = num::two_level_encode_factor_fast(s, outer);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    if (__builtin_expect(!nan_lane, 1)) {
+      q16[i] = encode_e2m1x8_bf16(v[i].x, v[i].y, v[i].z, v[i].w, enc);
+    } else {
+      const uint32_t w[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+      uint32_t o = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        o |= num::encode_e2m1_arith(num::mul_rn(__uint_as_float(w[j] << 16), enc)) << (8 * j);
+        o |= num::encode_e2m1_arith(num::mul_rn(__uint_as_float(w[j] & 0xFFFF0000u), enc))
+             << (8 * j + 4);
+      }
+      q16[i] = o;
+    }
+  }
   if (valid) {
     uint32_t* dst = reinterpret_cast<uint32_t*>(p.data + (r0 * p.cols + c) / 2);
     const int64_t stride = p.cols / 8;  // one row in uint32
-    if (__builtin_expect(!nan_lane, 1)) {
 #pragma unroll
-      for (int i = 0; i < 16; ++i) __stcs(dst + i * stride, encode_e2m1x8_bf16(v[i].x, v[i].y, v[i].z, v[i].w, enc));
-    } else {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const uint32_t w[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
-        uint32_t o = 0;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          o |= num::encode_e2m1_arith(num::mul_rn(__uint_as_float(w[j] << 16), enc)) << (8 * j);
-          o |= num::encode_e2m1_arith(num::mul_rn(__uint_as_float(w[j] & 0xFFFF0000u), enc)) << (8 * j + 4);
-        }
-        dst[i * stride] = o;
-      }
-    }
+    for (int i = 0; i < 16; ++i) __stcs(dst + i * stride, q16[i]);
   }
   if (!Swz && p.cols % 256 == 0) {
     // Lane 2j holds tile j's code: gather the 16 codes into one 16-byte row of scales.
@@ -412,6 +427,24 @@ __global__ void __launch_bounds__(kNvfp4TileWarps * 32) quantize_nvfp4_2d_bf16_k
   } else if (valid && (lane & 1) == 0) {
     for (int i = 0; i < 16; ++i) store_scale<Swz>(p.scale, r0 + i, c / 16, s);
   }
+  return s;
+}
+
+template <bool Swz>
+__global__ void __launch_bounds__(kNvfp4TileWarps * 32)
+    quantize_nvfp4_2d_bf16_kernel(const uint16_t* __restrict__ x, Nvfp4TileParams p) {
+  const int warp = threadIdx.x >> 5;
+  const uint32_t nspans = uint32_t((p.cols + 255) / 256);
+  const uint32_t nunits = nspans * uint32_t(p.rows / 16);
+  const uint32_t w_id = blockIdx.x * uint32_t(kNvfp4TileWarps) + uint32_t(warp);
+  if (w_id >= nunits) return;  // warp-uniform; no barrier below
+  // Units in reverse order: the amax pass just before ended on the last rows, maybe still in L2.
+  const uint32_t u = nunits - 1 - w_id;
+  const uint32_t span = u % nspans, band = u / nspans;
+  const int64_t r0 = int64_t(band) * 16;
+  const int64_t d = p.dom_kind == kDomGroup ? group_of_row(p.offsets, p.groups, r0) : 0;
+  uint32_t q16[16];
+  nvfp4_2d_unit<Swz>(x, p, r0, int64_t(span) * 256, p.dom_val[d], q16);
 }
 
 // ---- MXFP8 rowwise + columnwise, bf16 input, cols % 32 == 0, rows % 32 == 0 -------------------

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -303,28 +304,52 @@ void open_and_read_header(const std::string& path, OpenedFile& f) {
   f.header = parse_header(prefix, size, path);
 }
 
+// One tensor read (pread) into its own storage.
+Tensor read_tensor(const OpenedFile& f, const TensorInfo& info, const std::string& path) {
+  Tensor t = make_tensor(info, path);
+  pread_all(f.fd.get(), t.bytes().data(), t.nbytes(), 8 + f.header.header_bytes + info.begin, path);
+  return t;
+}
+
+// Bytes of a tensor of `spec` (dtype size x every dimension), refusing a shape that overflows.
+uint64_t spec_bytes(const TensorSpec& spec, const std::string& origin) {
+  uint64_t n = dtype_size(spec.dtype);
+  for (int64_t d : spec.shape) {
+    if (d < 0)
+      fail_tensor(origin, spec.name,
+                  fmt::format("negative dimension in {}", shape_string(spec.shape)));
+    if (d != 0 && n > uint64_t(std::numeric_limits<int64_t>::max()) / uint64_t(d))
+      fail_tensor(origin, spec.name, fmt::format("shape {} overflows", shape_string(spec.shape)));
+    n *= uint64_t(d);
+  }
+  return n;
+}
+
 // The 8-byte length plus the JSON header padded with spaces to a multiple of 8, for tensors laid
-// out contiguously in the given order.
-std::vector<std::byte> build_header(const SafetensorsFile& file, const std::string& origin) {
+// out contiguously in the given order; `sizes` receives each tensor's byte count.
+std::vector<std::byte> build_header(std::span<const TensorSpec> specs,
+                                    const std::map<std::string, std::string>& metadata,
+                                    const std::string& origin, std::vector<uint64_t>& sizes) {
   // Entries are dumped one by one and joined, keeping the given order in linear time (an
   // ordered_json object looks keys up linearly, which is quadratic for big MoE checkpoints).
   std::string text = "{";
   std::set<std::string_view> names;
+  sizes.clear();
   try {
-    if (!file.metadata.empty())
-      text += fmt::format("\"{}\":{}", kMetadataKey, json(file.metadata).dump());
+    if (!metadata.empty()) text += fmt::format("\"{}\":{}", kMetadataKey, json(metadata).dump());
     uint64_t offset = 0;
-    for (const NamedTensor& nt : file.tensors) {
-      if (nt.name == kMetadataKey) fail(origin, "a tensor may not be named __metadata__");
-      if (nt.name.empty())
+    for (const TensorSpec& spec : specs) {
+      if (spec.name == kMetadataKey) fail(origin, "a tensor may not be named __metadata__");
+      if (spec.name.empty())
         fail(origin, "a tensor has an empty name; tensor names must be non-empty");
-      if (!names.insert(nt.name).second) fail_tensor(origin, nt.name, "duplicate tensor name");
-      uint64_t end = offset + nt.tensor.nbytes();
-      nlohmann::ordered_json entry = {{"dtype", std::string(dtype_name(nt.tensor.dtype()))},
-                                      {"shape", nt.tensor.shape()},
+      if (!names.insert(spec.name).second) fail_tensor(origin, spec.name, "duplicate tensor name");
+      sizes.push_back(spec_bytes(spec, origin));
+      const uint64_t end = offset + sizes.back();
+      nlohmann::ordered_json entry = {{"dtype", std::string(dtype_name(spec.dtype))},
+                                      {"shape", spec.shape},
                                       {"data_offsets", {offset, end}}};
       if (text.size() > 1) text += ',';
-      text += json(nt.name).dump();
+      text += json(spec.name).dump();
       text += ':';
       text += entry.dump();
       offset = end;
@@ -341,10 +366,18 @@ std::vector<std::byte> build_header(const SafetensorsFile& file, const std::stri
   return out;
 }
 
-void write_tensors(AtomicFile& out, std::span<const std::byte> header,
-                   const SafetensorsFile& file) {
-  out.write(header);
-  for (const auto& nt : file.tensors) out.write(nt.tensor.bytes());
+std::vector<TensorSpec> specs_of(const SafetensorsFile& file) {
+  std::vector<TensorSpec> specs;
+  specs.reserve(file.tensors.size());
+  for (const NamedTensor& nt : file.tensors)
+    specs.push_back({nt.name, nt.tensor.dtype(), nt.tensor.shape()});
+  return specs;
+}
+
+void write_tensors(SafetensorsStreamWriter& w, AtomicFile& out, const SafetensorsFile& file) {
+  w.start(out);
+  for (const NamedTensor& nt : file.tensors) w.write(nt.name, nt.tensor);
+  w.finish();
 }
 
 }  // namespace
@@ -384,20 +417,92 @@ SafetensorsFile read_safetensors(const std::string& path) {
   // Reads the header, then each tensor straight into its own storage (no whole-file copy).
   OpenedFile f;
   open_and_read_header(path, f);
-  const uint64_t data_start = 8 + f.header.header_bytes;
+  SafetensorsFile out;
+  out.metadata = std::move(f.header.metadata);
+  out.tensors.reserve(f.header.tensors.size());
+  for (const TensorInfo& info : f.header.tensors)
+    out.tensors.push_back({info.name, read_tensor(f, info, path)});
+  return out;
+}
+
+SafetensorsFile map_safetensors(const std::string& path) {
+  OpenedFile f;
+  open_and_read_header(path, f);
+  const uint64_t file_size = 8 + f.header.header_bytes + f.header.data_bytes;
+  // One private read-only mapping of the whole file, unmapped when the last tensor viewing it
+  // goes. Without it (mmap refused: a file system that cannot map, an address-space limit) every
+  // tensor is read into its own storage instead.
+  std::shared_ptr<const void> mapping;
+  if (f.header.data_bytes > 0) {
+    void* p = ::mmap(nullptr, size_t(file_size), PROT_READ, MAP_PRIVATE, f.fd.get(), 0);
+    if (p != MAP_FAILED)
+      mapping = std::shared_ptr<const void>(
+          p, [len = size_t(file_size)](const void* q) { ::munmap(const_cast<void*>(q), len); });
+  }
+  const auto* data = static_cast<const std::byte*>(mapping.get()) + 8 + f.header.header_bytes;
   SafetensorsFile out;
   out.metadata = std::move(f.header.metadata);
   out.tensors.reserve(f.header.tensors.size());
   for (const TensorInfo& info : f.header.tensors) {
-    Tensor t = make_tensor(info, path);
-    pread_all(f.fd.get(), t.bytes().data(), t.nbytes(), data_start + info.begin, path);
-    out.tensors.push_back({info.name, std::move(t)});
+    const std::byte* at = data + info.begin;
+    // A view only where the bytes are aligned to the element size (the reader's typed pointers
+    // need it; files from the safetensors library always are); otherwise an owned copy.
+    if (mapping && reinterpret_cast<uintptr_t>(at) % dtype_size(info.dtype) == 0) {
+      auto storage =
+          Storage::wrap_host(const_cast<std::byte*>(at), size_t(info.end - info.begin), mapping);
+      out.tensors.push_back({info.name, Tensor::wrap(std::move(storage), info.dtype, info.shape)});
+    } else {
+      out.tensors.push_back({info.name, read_tensor(f, info, path)});
+    }
   }
   return out;
 }
 
+SafetensorsStreamWriter::SafetensorsStreamWriter(std::vector<TensorSpec> specs,
+                                                 const std::map<std::string, std::string>& metadata,
+                                                 const std::string& origin)
+    : specs_(std::move(specs)), origin_(origin) {
+  header_ = build_header(specs_, metadata, origin_, sizes_);
+}
+
+void SafetensorsStreamWriter::start(AtomicFile& out) {
+  if (out_) throw std::logic_error(fmt::format("{}: the header is already written", origin_));
+  out_ = &out;
+  out_->write(header_);
+}
+
+void SafetensorsStreamWriter::write(std::string_view name, std::span<const std::byte> bytes) {
+  if (!out_)
+    throw std::logic_error(fmt::format("{}: tensor '{}' written before start()", origin_, name));
+  if (next_ >= specs_.size() || specs_[next_].name != name || sizes_[next_] != bytes.size())
+    throw std::logic_error(fmt::format(
+        "{}: tensor '{}' ({} bytes) does not match the planned tensor {} of the header ({})",
+        origin_, name, bytes.size(), next_,
+        next_ < specs_.size() ? fmt::format("'{}', {} bytes", specs_[next_].name, sizes_[next_])
+                              : std::string("none left")));
+  out_->write(bytes);
+  ++next_;
+}
+
+void SafetensorsStreamWriter::write(std::string_view name, const Tensor& t) {
+  if (next_ < specs_.size() && specs_[next_].name == name &&
+      (t.dtype() != specs_[next_].dtype || t.shape() != specs_[next_].shape))
+    throw std::logic_error(fmt::format("{}: tensor '{}' is {}, the header says {} {}", origin_,
+                                       name, t.describe(), shape_string(specs_[next_].shape),
+                                       dtype_name(specs_[next_].dtype)));
+  write(name, t.bytes());
+}
+
+void SafetensorsStreamWriter::finish() const {
+  if (next_ != specs_.size())
+    throw std::logic_error(
+        fmt::format("{}: {} of {} planned tensors written", origin_, next_, specs_.size()));
+}
+
 std::vector<std::byte> serialize_safetensors(const SafetensorsFile& file) {
-  std::vector<std::byte> out = build_header(file, "serialize_safetensors");
+  std::vector<uint64_t> sizes;
+  std::vector<std::byte> out =
+      build_header(specs_of(file), file.metadata, "serialize_safetensors", sizes);
   size_t total = out.size();
   for (const auto& nt : file.tensors) total += nt.tensor.nbytes();
   out.reserve(total);
@@ -407,14 +512,15 @@ std::vector<std::byte> serialize_safetensors(const SafetensorsFile& file) {
 }
 
 void write_safetensors(AtomicFile& out, const SafetensorsFile& file) {
-  write_tensors(out, build_header(file, out.path()), file);
+  SafetensorsStreamWriter w(specs_of(file), file.metadata, out.path());
+  write_tensors(w, out, file);
 }
 
 void write_safetensors(const std::string& path, const SafetensorsFile& file) {
   // Everything that can be checked is checked before a file is created.
-  const std::vector<std::byte> header = build_header(file, path);
+  SafetensorsStreamWriter w(specs_of(file), file.metadata, path);
   AtomicFile out(path);
-  write_tensors(out, header, file);
+  write_tensors(w, out, file);
   out.commit();
 }
 

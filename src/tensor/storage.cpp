@@ -95,8 +95,18 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device, Stream s
 #endif
 }
 
+std::shared_ptr<Storage> Storage::wrap_host(void* ptr, size_t bytes,
+                                            std::shared_ptr<const void> owner) {
+  if (bytes != 0 && (ptr == nullptr || owner == nullptr))
+    throw std::invalid_argument(
+        fmt::format("Storage::wrap_host: {} bytes need a non-null pointer and owner", bytes));
+  auto s = std::shared_ptr<Storage>(new Storage(ptr, bytes, Device::cpu(), {}));
+  s->owner_ = std::move(owner);
+  return s;
+}
+
 Storage::~Storage() {
-  if (!ptr_) return;
+  if (!ptr_ || owner_) return;  // wrapped memory is released by its owner
   if (device_.is_cpu()) {
     ::operator delete(ptr_, kHostAlign);
     return;

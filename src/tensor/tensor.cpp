@@ -73,6 +73,21 @@ Tensor Tensor::empty(DType dtype, std::vector<int64_t> shape, Device device, Str
   return allocate(dtype, std::move(shape), device, stream);
 }
 
+Tensor Tensor::wrap(std::shared_ptr<Storage> storage, DType dtype, std::vector<int64_t> shape) {
+  Tensor t;
+  t.numel_ = checked_numel(shape, dtype_size(dtype));
+  t.dtype_ = dtype;
+  if (!storage || storage->size() < t.nbytes())
+    throw std::invalid_argument(
+        fmt::format("Tensor::wrap: {} {} needs {} bytes, the storage holds {}", shape_string(shape),
+                    dtype_name(dtype), t.nbytes(), storage ? storage->size() : 0));
+  t.device_ = storage->device();
+  t.strides_ = contiguous_strides(shape);
+  t.shape_ = std::move(shape);
+  t.storage_ = std::move(storage);
+  return t;
+}
+
 int64_t Tensor::size(int64_t d) const {
   const int64_t nd = dim();
   if (d < 0) d += nd;

@@ -152,8 +152,11 @@ void dense_backward() {
 // Grouped: dgrad with W colwise per expert (the fprop weight stack [E * N, K] read as the groups'
 // [K, N] transposes), wgrad with groups along K (token rows per expert).
 void grouped_backward() {
-  const int64_t E = 4, K = 128, N = 64;
+  const int64_t E = 4, K = 128;
   for (const Recipe& r : recipes()) {
+    // Expert e's weight rows [e N, (e + 1) N) are one group of the weight stack, so N is a
+    // multiple of the recipe's row blocks (128 for FP8 128x128 weights).
+    const int64_t N = std::max<int64_t>(64, r.row_multiple);
     const std::string base = "backward grouped " + r.name;
     const uint64_t seed = case_seed(base);
     std::mt19937_64 g(seed);

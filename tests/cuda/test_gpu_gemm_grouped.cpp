@@ -25,6 +25,20 @@ Tensor f32v(const std::vector<float>& v) {
   return Tensor::from_vector<float>(v, {int64_t(v.size())}, DType::kF32);
 }
 
+// Rows [r0, r1) of a held operand on the device, as the grouped GEMM reads them: the bf16 rows,
+// or the group view of its QTensor (the same codes and block scales, and the outer scale of the
+// rows' domain: per row its rows, per tensor the one shared scale).
+DevHeld expert_rows(const Held& h, int64_t r0, int64_t r1) {
+  DevHeld d;
+  d.t = h.t.slice_rows(r0, r1).to(gpu());
+  if (h.q) {
+    QTensor g = *h.q;
+    g.group_offsets = {0, r0, r1, h.rows};
+    d.q = group_view(g, 1).to(gpu());
+  }
+  return d;
+}
+
 void grouped_cases() {
   const int64_t E = 4, N = 256, K = 256;
   const std::vector<std::vector<int64_t>> row_sets = {
@@ -84,6 +98,9 @@ void grouped_cases() {
           });
         }
         // Random values: each group equals the dense CUDA GEMM of its rows on the same kernel.
+        // The dense operands are row slices of the grouped ones (expert_rows), never quantized
+        // again: a per_tensor W has one scale for all experts, which re-quantizing one expert's
+        // rows alone would not reproduce.
         if (place != 0) continue;
         const Held ar = make(p.a, random_values(off.back() * K, seed + 2, 1.0f), off.back(), K);
         const Held wr = make(p.w, random_values(E * N * K, seed + 3, 0.05f), E * N, K);
@@ -98,14 +115,8 @@ void grouped_cases() {
                 to_f32(gpu_grouped(dar.op(), i64(off), dwr.op(), c).d);
             for (int64_t e = 0; e < E; ++e) {
               if (rows[size_t(e)] == 0) continue;
-              const Held ae = make(p.a,
-                                   std::vector<float>(ar.x.begin() + off[size_t(e)] * K,
-                                                      ar.x.begin() + off[size_t(e + 1)] * K),
-                                   rows[size_t(e)], K);
-              const Held we = make(
-                  p.w, std::vector<float>(wr.x.begin() + e * N * K, wr.x.begin() + (e + 1) * N * K),
-                  N, K);
-              const DevHeld dae = dev(ae), dwe = dev(we);
+              const DevHeld dae = expert_rows(ar, off[size_t(e)], off[size_t(e + 1)]),
+                            dwe = expert_rows(wr, e * N, (e + 1) * N);
               if (!applicable(k, false, p.w.bf16, rows[size_t(e)], K, true)) continue;
               const std::vector<float> dense = to_f32(gpu_qgemm(dae.op(), dwe.op(), c).d);
               for (size_t i = 0; i < dense.size(); ++i)

@@ -309,6 +309,112 @@ def fp8_dequantize(q, scale_inv, scaling):
         return _f32(e4m3_decode(q) * _expand(np.asarray(scale_inv, dtype=np.float32), scaling, rows, cols))
 
 
+# ---------------------------------------------------------------- stochastic rounding (section 5)
+# Philox4x32-10 (Salmon, Moraes, Dror, Shaw, SC'11): 10 rounds of two 32 x 32 -> 64-bit products;
+# the key is bumped by the Weyl constants before every round but the first. Contract 1.1: element
+# i (row-major index) takes word i % 4 of the call with counter (i // 4 low, i // 4 high, stream,
+# 0) and key (seed low, seed high).
+PHILOX_M0, PHILOX_M1 = 0xD2511F53, 0xCD9E8D57
+PHILOX_W0, PHILOX_W1 = 0x9E3779B9, 0xBB67AE85
+U32 = np.uint32
+MASK32 = np.uint64(0xFFFFFFFF)
+
+
+def philox4x32_10(ctr, key):
+    """ctr: uint32 [n, 4]; key: (k0, k1) Python ints. Returns uint32 [n, 4]."""
+    c = [np.asarray(ctr[:, k], dtype=np.uint64) for k in range(4)]
+    k0, k1 = np.uint64(key[0] & 0xFFFFFFFF), np.uint64(key[1] & 0xFFFFFFFF)
+    for rnd in range(10):
+        if rnd > 0:
+            k0 = (k0 + np.uint64(PHILOX_W0)) & MASK32
+            k1 = (k1 + np.uint64(PHILOX_W1)) & MASK32
+        p0 = np.uint64(PHILOX_M0) * c[0]
+        p1 = np.uint64(PHILOX_M1) * c[2]
+        hi0, lo0 = p0 >> np.uint64(32), p0 & MASK32
+        hi1, lo1 = p1 >> np.uint64(32), p1 & MASK32
+        c = [hi1 ^ c[1] ^ k0, lo1, hi0 ^ c[3] ^ k1, lo0]
+    return np.stack([x.astype(np.uint32) for x in c], axis=1)
+
+
+def sr_words(n, seed, stream, base=0):
+    """The random word of elements base .. base + n - 1 (contract 1.1)."""
+    idx = np.arange(base, base + n, dtype=np.uint64)
+    quads = np.unique(idx // np.uint64(4))
+    ctr = np.zeros((quads.size, 4), dtype=np.uint32)
+    ctr[:, 0] = (quads & MASK32).astype(np.uint32)
+    ctr[:, 1] = (quads >> np.uint64(32)).astype(np.uint32)
+    ctr[:, 2] = U32(stream)
+    words = philox4x32_10(ctr, (seed & 0xFFFFFFFF, seed >> 32))
+    row = np.searchsorted(quads, idx // np.uint64(4))
+    return words[row, (idx % np.uint64(4)).astype(np.int64)]
+
+
+def _magnitudes(fmt):
+    """Sorted representable magnitudes of e2m1 / e4m3 / e5m2 (finite), as float32."""
+    if fmt == "e2m1":
+        return E2M1_VALUES.copy()
+    dec = e4m3_decode if fmt == "e4m3" else e5m2_decode
+    v = dec(np.arange(0, 0x80, dtype=np.uint8))
+    return np.unique(v[np.isfinite(v)]).astype(np.float32)
+
+
+def sr_encode(v, words, fmt):
+    """Section 5: stochastic rounding of scaled values v (float32) with their random words.
+    Between adjacent magnitudes lo < |v| < hi, away from zero when (r >> 8) * 2^-24 <
+    RN(RN(|v| - lo) / RN(hi - lo)); exact values keep their code; saturation and NaN as RNE."""
+    v = _f32(np.asarray(v, dtype=np.float32).reshape(-1))
+    words = np.asarray(words, dtype=np.uint32).reshape(-1)
+    mags = _magnitudes(fmt)
+    mx = mags[-1]
+    a = np.abs(v)
+    finite_below = a < mx                                   # False for NaN, inf and >= max
+    lo_i = np.clip(np.searchsorted(mags, np.where(finite_below, a, F32(0)), side="right") - 1, 0, mags.size - 2)
+    lo = mags[lo_i]
+    hi = mags[lo_i + 1]
+    with np.errstate(invalid="ignore"):
+        frac = _f32(_f32(a - lo) / _f32(hi - lo))
+    u = _f32((words >> U32(8)).astype(np.float32) * F32(2.0 ** -24))
+    mag = np.where(u < frac, hi, lo).astype(np.float32)
+    mag = np.where(a == lo, lo, mag).astype(np.float32)
+    mag = np.where(finite_below, mag, mx).astype(np.float32)
+    signed = np.where(np.signbit(v), -mag, mag).astype(np.float32)
+    enc = {"e2m1": e2m1_encode, "e4m3": e4m3_encode, "e5m2": e5m2_encode}[fmt]
+    code = enc(signed)                                      # exact values: RNE is the identity
+    nan_code = {"e2m1": 0x7, "e4m3": 0x7F, "e5m2": 0x7F}[fmt]
+    return np.where(np.isnan(v), np.uint8(nan_code), code).astype(np.uint8)
+
+
+def nvfp4_quantize_sr(x, scaling, seed, stream):
+    """nvfp4_quantize with stochastic element rounding (section 5); block scales as section 2."""
+    r = nvfp4_quantize(x, scaling)
+    x = widen(x)
+    rows, cols = x.shape
+    if scaling == "per_tensor":
+        A_row = np.full((rows, 1), amax(x), dtype=np.float32)
+    else:
+        A_row = amax(x, axis=1).reshape(rows, 1)
+    S_dec = _f32(F32(1.0) / nvfp4_s_enc(A_row))
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        enc = fminf_flt_max(_f32(F32(1.0) / _f32(e4m3_decode(r["block_scale"]) * S_dec)))
+        scaled = _f32(x * np.repeat(enc, 16, axis=1))
+    q = sr_encode(scaled, sr_words(rows * cols, seed, stream), "e2m1").reshape(rows, cols)
+    r["qdata"] = (q[:, 0::2] | (q[:, 1::2] << 4)).astype(np.uint8)
+    return r
+
+
+def fp8_quantize_sr(x, scaling, seed, stream):
+    """fp8_quantize (E4M3) with stochastic element rounding (section 5)."""
+    r = fp8_quantize(x, scaling)
+    input_is_bf16 = np.asarray(x).dtype == ml_dtypes.bfloat16
+    x = widen(x)
+    rows, cols = x.shape
+    s = fp8_scale(fp8_domain_amax(x, scaling), input_is_bf16)
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = _f32(x * _expand(s, scaling, rows, cols))
+    r["qdata"] = sr_encode(scaled, sr_words(rows * cols, seed, stream), "e4m3").reshape(rows, cols)
+    return r
+
+
 # ---------------------------------------------------------------- scale layouts (section 7)
 
 def swizzle_scales(compact):
@@ -368,6 +474,21 @@ def selftest(n=200000, seed=0):
     assert e8.tolist() == [0, 0, 1, 127, 128, 254, 254, 254, 255, 1, 0], e8.tolist()
     assert pow2_f32(np.array([-127, -126, 0, 127])).tolist() == [2.0 ** -127, 2.0 ** -126, 1.0, 2.0 ** 127]
     assert float(BF16_MAX_AS_F32) == 3.3895313892515355e38
+    # Philox4x32-10 known-answer vectors of the Random123 distribution (counter, key -> words).
+    kat = [([0, 0, 0, 0], (0, 0), [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]),
+           ([0xFFFFFFFF] * 4, (0xFFFFFFFF, 0xFFFFFFFF), [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD]),
+           ([0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344], (0xA4093822, 0x299F31D0),
+            [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1])]
+    for ctr, key, want in kat:
+        assert philox4x32_10(np.array([ctr], dtype=np.uint32), key)[0].tolist() == want, "Philox KAT"
+    # Section 5 by hand: |v| = 1.2 lies in [1, 1.5], frac = RN(0.2 / 0.5) = 0.4 (as float32).
+    frac = F32(F32(F32(1.2) - F32(1.0)) / F32(0.5))
+    k = int(np.ceil(float(frac) * 2 ** 24)) - 1     # the largest k with u = k 2^-24 < frac
+    w = np.array([k << 8, (k + 1) << 8, 0, 0xFFFFFFFF], dtype=np.uint32)
+    got = sr_encode(np.array([1.2, 1.2, -1.2, -1.2], np.float32), w, "e2m1").tolist()
+    assert got == [0x3, 0x2, 0xB, 0xA], got          # up, down, up (u = 0), down (u near 1)
+    assert sr_encode(np.array([np.nan, 6.5, -np.inf, 1.0, -0.0], np.float32), np.zeros(5, np.uint32),
+                     "e2m1").tolist() == [0x7, 0x7, 0xF, 0x2, 0x8]
     return True
 
 

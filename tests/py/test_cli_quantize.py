@@ -577,6 +577,70 @@ class Fp8Test(CliCase):
                     self.quantize_and_check({"nf": as_dtype(x, dt)}, "fp8", scaling, allow_nonfinite=True)
 
 
+# ------------------------------------------------------------------------------------- stochastic rounding
+
+class StochasticTest(CliCase):
+    """`lockstep quantize --stochastic` (contract 1.1: one Philox4x32-10 call per four consecutive
+    elements, section 5's rule) against contract_ref's own Philox and rule, byte for byte."""
+
+    def sr_check(self, tensors, fmt, scaling, seed, stream):
+        inp, outp = self.path("in.safetensors"), self.path("out.safetensors")
+        save_file(tensors, inp)
+        run("quantize", inp, "-o", outp, "--format", fmt, "--scaling", scaling, "--stochastic",
+            "--seed", seed, "--stream", stream, "--allow-nonfinite", check=True)
+        got, _ = read_st(outp)
+        for name, x in tensors.items():
+            ctx = f"[base {BASE_SEED}] {fmt} {scaling} seed {seed} stream {stream} {name} {x.shape} {x.dtype}"
+            if fmt == "nvfp4":
+                r = ref.nvfp4_quantize_sr(x, scaling, seed, stream)
+                parts = {"qdata": r["qdata"], "block_scale": r["block_scale"], "amax": r["amax"]}
+            else:
+                r = ref.fp8_quantize_sr(x, scaling, seed, stream)
+                parts = {"qdata": r["qdata"], "scale_inv": r["scale_inv"]}
+            for key, arr in parts.items():
+                want = np.ascontiguousarray(arr).tobytes()
+                have = got[f"{name}.{key}"][2]
+                if np.asarray(arr).dtype == np.float32:
+                    ok, bad = f32_bits_equal(want, have)
+                    self.assertTrue(ok, f"{ctx}: {key} differs at {None if bad is None else bad[:5]}")
+                else:
+                    e, g = np.frombuffer(want, np.uint8), np.frombuffer(have, np.uint8)
+                    bad = np.flatnonzero(e != g) if e.size == g.size else None
+                    self.assertEqual(have, want, f"{ctx}: {key} bytes differ at {None if bad is None else bad[:8]}")
+
+    def fixed_tensors(self):
+        """Known inputs: grid fractions at several scales, signed zeros, a NaN, an inf, and rows whose
+        length is not a multiple of 4 (FP8), so calls straddle rows."""
+        g = np.random.default_rng(12345)
+        a = np.concatenate([np.linspace(-7.0, 7.0, 29), [0.0, -0.0, 448.0]]).astype(np.float32)
+        nv = np.stack([a, a * np.float32(0.013), g.standard_normal(32).astype(np.float32)])
+        nv[2, 5] = np.nan
+        nv[1, 9] = np.inf
+        f8 = (g.standard_normal((3, 130)) * 3.0).astype(np.float32)
+        f8[0, :29] = np.linspace(-500.0, 500.0, 29)
+        f8[1, 7] = -np.inf
+        return nv, f8
+
+    def test_known_answers(self):
+        nv, f8 = self.fixed_tensors()
+        for seed, stream in ((0, 0), (1, 7), (0x1234567890ABCDEF, 0xFFFFFFFF), (2**64 - 1, 3)):
+            for dt in ("f32", "bf16"):
+                with self.subTest(seed=seed, stream=stream, dt=dt):
+                    for scaling in ("per_tensor", "per_row"):
+                        self.sr_check({"nv": as_dtype(nv, dt)}, "nvfp4", scaling, seed, stream)
+                    for scaling in ("per_tensor", "per_row", "block_1x128"):
+                        self.sr_check({"f8": as_dtype(f8, dt)}, "fp8", scaling, seed, stream)
+
+    def test_random(self):
+        seed = fresh_seed()
+        rng = np.random.default_rng(seed)
+        t = {"a": as_dtype(heavy(rng, (64, 256)), "bf16"), "b": heavy(rng, (33, 48))}
+        stream = int(rng.integers(0, 2**32))
+        with self.subTest(seed=seed):
+            self.sr_check(t, "nvfp4", "per_row", seed, stream)
+            self.sr_check({"c": heavy(rng, (40, 100))}, "fp8", "per_tensor", seed, stream)
+
+
 # ------------------------------------------------------------------------------------- errors, dequantize dtype, sweep
 
 class SwizzledLayoutTest(CliCase):

@@ -79,6 +79,39 @@ LOCKSTEP_HD inline uint32_t e2m1_code_magic(float v) {
   return m < m3 ? m : m3;
 }
 
+// Stochastic rounding to E2M1 (CONTRACT.md section 5) of a non-NaN value v with the element's random
+// word r, as 0x4B000001 + the magnitude code: eight FMA-pipe operations, an int-to-float conversion
+// and three integer mins. With u = (r >> 8) 2^-24 and g the concave piecewise-linear map of
+// e2m1_code_magic (g(|v|) = min(2t, t + 2, t/2 + 4), which is lo_code + frac on the bracket
+// [lo, hi] of section 5), the section 5 code is ceil(g(t) - u) = min over the three lines of
+// ceil(line(t) - u), saturated at 7 (u < frac rounds up; frac = 0 keeps lo). Each term is exact:
+// D = RU(t 2^s - k) (s = 25, 24, 23 for the lines 2t, t, t/2; k = r >> 8) has the ceiling of the
+// exact D / 2^24 because every multiple of 2^24 is a float, and RU(D 2^-24 + 2^23 + 1 + base) is
+// then 2^23 + 1 + base + that ceiling (an integer of [2^23, 2^24), where the fp32 step is 1; the
+// + 1 keeps a ceiling of 0 out of the finer binade below 2^23). Too large a t gives +inf or a value
+// past 2^24, which the min drops; t >= 6 gives at least 7.
+LOCKSTEP_HD inline uint32_t e2m1_sr_code_magic(float v, uint32_t r) {
+#if defined(__CUDA_ARCH__)
+  const float t = fabsf(v);
+  const float k = float(r >> 8);  // exact: 24 bits
+  const uint32_t c1 = f32_bits(__fmaf_ru(__fmaf_ru(t, 0x1p25f, -k), 0x1p-24f, 0x1p23f + 1.0f));
+  const uint32_t c2 = f32_bits(__fmaf_ru(__fmaf_ru(t, 0x1p24f, -k), 0x1p-24f, 0x1p23f + 3.0f));
+  const uint32_t c3 = f32_bits(__fmaf_ru(__fmaf_ru(t, 0x1p23f, -k), 0x1p-24f, 0x1p23f + 5.0f));
+  const uint32_t m = c1 < c2 ? c1 : c2, m3 = c3 < 0x4B000008u ? c3 : 0x4B000008u;
+  return m < m3 ? m : m3;
+#else
+  constexpr MiniFloat f = kE2M1;
+  return 0x4B000001u + (encode_minifloat_stochastic(f, abs_f32(v), r) & 0x7u);
+#endif
+}
+
+// encode_minifloat_stochastic(kE2M1, v, r) through e2m1_sr_code_magic (the kernels apply sign and
+// NaN to 8 codes at a time instead).
+LOCKSTEP_HD inline uint32_t encode_e2m1_sr_fma(float v, uint32_t r) {
+  if (is_nan(v)) return 0x7u;
+  return (e2m1_sr_code_magic(v, r) - 0x4B000001u) | ((f32_bits(v) >> 28) & 8u);
+}
+
 // encode_e2m1 through e2m1_code_magic (the kernels apply sign and NaN to 8 codes at a time instead).
 LOCKSTEP_HD inline uint32_t encode_e2m1_fma(float v) {
   if (is_nan(v)) return 0x7u;

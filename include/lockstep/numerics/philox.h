@@ -43,6 +43,34 @@ LOCKSTEP_HD inline Philox4x32 philox_quad_words(uint64_t seed, uint32_t stream, 
   return philox4x32_10(c, uint32_t(seed), uint32_t(seed >> 32));
 }
 
+// The round keys of philox4x32_10 for one seed, computed once: a kernel that makes many calls with
+// one seed keeps them in registers instead of adding the Weyl constants again in every call.
+struct PhiloxKeys {
+  uint32_t k0[10], k1[10];
+};
+LOCKSTEP_HD inline PhiloxKeys philox_keys(uint64_t seed) {
+  PhiloxKeys k{};
+  for (int round = 0; round < 10; ++round) {
+    k.k0[round] = uint32_t(seed) + uint32_t(round) * 0x9E3779B9u;
+    k.k1[round] = uint32_t(seed >> 32) + uint32_t(round) * 0xBB67AE85u;
+  }
+  return k;
+}
+
+// philox_quad_words with the round keys of philox_keys(seed): the same four words.
+LOCKSTEP_HD inline Philox4x32 philox_quad_words_keyed(const PhiloxKeys& k, uint32_t stream,
+                                                       uint64_t quad) {
+  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
+  Philox4x32 c{{uint32_t(quad), uint32_t(quad >> 32), stream, 0u}};
+  for (int round = 0; round < 10; ++round) {
+    uint32_t hi0, lo0, hi1, lo1;
+    philox_mulhilo(kM0, c.v[0], hi0, lo0);
+    philox_mulhilo(kM1, c.v[2], hi1, lo1);
+    c = Philox4x32{{hi1 ^ c.v[1] ^ k.k0[round], lo1, hi0 ^ c.v[3] ^ k.k1[round], lo0}};
+  }
+  return c;
+}
+
 // The random word of one element (row-major index `index` in the tensor). Callers that handle four
 // consecutive elements call philox_quad_words once instead.
 LOCKSTEP_HD inline uint32_t philox_element_word(uint64_t seed, uint32_t stream, uint64_t index) {

@@ -41,14 +41,23 @@ struct QuantConfig {
   Stream stream;                      // CUDA stream the work is ordered on (ignored on the CPU)
 };
 
+// What a quantizer learns about its input on the way, for callers that would otherwise read the
+// input again (the CLI refuses non-finite inputs). The CPU quantizer gathers it in the same pass;
+// for a CUDA input it costs a host copy.
+struct QuantStats {
+  int64_t nonfinite = 0;  // NaN and +-inf elements
+};
+
 // Quantize a 2-D F32 / BF16 (/ F16 on the CPU) tensor. Scaling::kPerGroup needs quantize_grouped.
-QTensor quantize(const Tensor& x, const QuantConfig& cfg, std::string_view name = "tensor");
+// `stats`, when given, receives the input's statistics.
+QTensor quantize(const Tensor& x, const QuantConfig& cfg, std::string_view name = "tensor",
+                 QuantStats* stats = nullptr);
 
 // Quantize a grouped (MoE) buffer: rows offsets[g]..offsets[g+1] form group g. Scaling kPerGroup
 // gives one domain per group; the other scalings behave as for an ungrouped tensor, so a group
 // quantized alone gives the same bytes as inside the buffer (CONTRACT.md section 8).
 QTensor quantize_grouped(const Tensor& x, std::span<const int64_t> offsets, const QuantConfig& cfg,
-                         std::string_view name = "tensor");
+                         std::string_view name = "tensor", QuantStats* stats = nullptr);
 
 // NVFP4 joint quantization: all tensors share one amax A (the max of theirs), e.g. an expert's
 // gate and up projections. cfg.scaling must be kPerTensor. names: one per tensor, or empty.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -43,8 +44,12 @@ class AtomicFile {
   AtomicFile& operator=(const AtomicFile&) = delete;
   ~AtomicFile();
 
+  // Appends bytes. Every kWritebackBytes written, writeback of the new range to disk starts in
+  // the background (Linux sync_file_range), so that commit()'s fsync waits for little more than
+  // the last range while the caller was producing the rest.
   void write(std::span<const std::byte> bytes);
   void write(std::string_view text);
+  static constexpr uint64_t kWritebackBytes = 16ull << 20;
   // fsync, close, rename over the target (which keeps its permission bits; new files get
   // rw-r--r--), then fsync the folder. FileWriteError on failure, the temporary removed.
   void commit();
@@ -60,6 +65,8 @@ class AtomicFile {
   std::string temp_;
   int fd_ = -1;
   int slot_ = -1;  // signal-cleanup registry slot, -1 when none was free
+  uint64_t written_ = 0;         // bytes written so far
+  uint64_t writeback_from_ = 0;  // start of the range whose writeback has not been started
   bool committed_ = false;
 };
 

@@ -7,6 +7,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lockstep/tensor/file_io.h"
@@ -59,9 +60,56 @@ SafetensorsHeader read_safetensors_header(const std::string& path);
 // Parse a whole file held in memory; `origin` names it in error messages.
 SafetensorsFile parse_safetensors(std::span<const std::byte> bytes, const std::string& origin);
 SafetensorsFile read_safetensors(const std::string& path);
+// The same validated file with every tensor a read-only view of one private memory mapping of it
+// (mmap MAP_PRIVATE, PROT_READ): no copy, the bytes stay in the page cache and are unmapped when
+// the last tensor viewing them goes. Writing through such a tensor faults. Where the file cannot
+// be mapped, or a tensor's bytes are not aligned to its element size, that tensor is read into
+// its own storage as read_safetensors does. For short-lived readers (the CLI's file commands):
+// another process truncating the file while it is mapped makes reading the lost pages raise
+// SIGBUS, so long-lived tensors of files others may rewrite in place use read_safetensors.
+SafetensorsFile map_safetensors(const std::string& path);
 
 // Serialize (header padded with spaces to a multiple of 8 bytes, tensors in the given order).
 std::vector<std::byte> serialize_safetensors(const SafetensorsFile& file);
+// Name, dtype and shape of one tensor of a file to be written, known before its bytes are.
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+};
+
+// Writes a safetensors file tensor by tensor, so that the whole file never sits in memory: the
+// header is computed from the specs alone (names, dtypes, shapes), then each tensor's bytes are
+// appended in spec order as they are produced. Usage: construct (checks the specs, creates
+// nothing), start(out) once the AtomicFile exists, write() each tensor, finish(), out.commit().
+class SafetensorsStreamWriter {
+ public:
+  // SafetensorsError naming `origin` when the specs cannot form a file (empty, duplicate or
+  // reserved names, a shape whose byte count overflows).
+  SafetensorsStreamWriter(std::vector<TensorSpec> specs,
+                          const std::map<std::string, std::string>& metadata,
+                          const std::string& origin);
+  // Writes the 8-byte length and the header.
+  void start(AtomicFile& out);
+  // Appends the next tensor's bytes. `name` and the byte count (and for a Tensor its dtype and
+  // shape, which must be host-contiguous) must be the next spec's: std::logic_error otherwise,
+  // since the caller's plan and its data disagree.
+  void write(std::string_view name, std::span<const std::byte> bytes);
+  void write(std::string_view name, const Tensor& t);
+  // std::logic_error unless every spec was written.
+  void finish() const;
+
+  uint64_t header_bytes() const { return header_.size(); }  // the 8-byte length included
+
+ private:
+  std::vector<TensorSpec> specs_;
+  std::vector<uint64_t> sizes_;  // bytes of each spec
+  std::vector<std::byte> header_;
+  std::string origin_;
+  AtomicFile* out_ = nullptr;
+  size_t next_ = 0;
+};
+
 // Write atomically: a temporary file beside `path`, flushed, then renamed over it (AtomicFile).
 // On any failure the temporary file is removed and `path` is left as it was: SafetensorsError
 // when the tensors cannot be written (before anything is created), OutputPathError for a bad

@@ -1,7 +1,8 @@
 // Storage: one allocation on one device, shared by every Tensor view of it. Host memory is
 // 64-byte aligned; CUDA memory comes from the device's stream-ordered memory pool
 // (cudaMallocAsync with the pool kept, so steady-state allocations never reach cudaMalloc) and is
-// returned with cudaFreeAsync on the stream it was allocated on.
+// returned with cudaFreeAsync on the stream it was allocated on. A Storage can also wrap host
+// memory lockstep did not allocate (a memory-mapped file), kept alive by an owner object.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +19,11 @@ class Storage {
   // std::runtime_error naming the device and size when the allocation fails or the device is not
   // available in this build.
   static std::shared_ptr<Storage> allocate(size_t bytes, Device device, Stream stream = {});
+  // `bytes` of host memory at `ptr` that this Storage does not allocate or free: `owner` keeps
+  // them valid (e.g. a memory-mapped file whose deleter unmaps it) and is released with the last
+  // Storage sharing it. Several Storages may share one owner (one per tensor of a mapped file).
+  static std::shared_ptr<Storage> wrap_host(void* ptr, size_t bytes,
+                                            std::shared_ptr<const void> owner);
 
   ~Storage();
   Storage(const Storage&) = delete;
@@ -35,6 +41,7 @@ class Storage {
   Storage(void* ptr, size_t bytes, Device device, Stream stream)
       : ptr_(ptr), bytes_(bytes), device_(device), stream_(stream) {}
   void* ptr_ = nullptr;
+  std::shared_ptr<const void> owner_;  // set for wrapped memory, which ~Storage does not free
   size_t bytes_ = 0;
   Device device_;
   Stream stream_;

@@ -27,6 +27,10 @@ class Tensor {
   // Uninitialised contiguous tensor (for outputs every element of which an op writes).
   static Tensor empty(DType dtype, std::vector<int64_t> shape, Device device = Device::cpu(),
                       Stream stream = {});
+  // A contiguous tensor of `dtype` x `shape` over the first bytes of `storage` (no copy; the
+  // storage is shared, e.g. a memory-mapped file region). Throws std::invalid_argument when the
+  // storage holds fewer bytes than the shape needs.
+  static Tensor wrap(std::shared_ptr<Storage> storage, DType dtype, std::vector<int64_t> shape);
   // A host tensor holding a copy of `values` (element type T must match dtype's size).
   template <class T>
   static Tensor from_vector(std::span<const T> values, std::vector<int64_t> shape,
