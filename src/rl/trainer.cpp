@@ -81,6 +81,54 @@ void add_eval(diag::MetricsRow& row, const EvalResult& e) {
   row["eval_response_len_mean"] = e.response_len_mean;
 }
 
+void add_update_stats(diag::MetricsRow& row, const UpdateStats& us) {
+  row["loss"] = us.loss / us.n;
+  row["policy_loss"] = us.policy_loss / us.n;
+  row["kl"] = us.kl / us.n;
+  row["repair_loss"] = us.repair_loss / us.n;
+  row["ratio_mean"] = us.ratio_mean / us.n;
+  row["ratio_min"] = us.ratio_min;
+  row["ratio_max"] = us.ratio_max;
+  row["clip_frac_low"] = us.clip_low / us.n;
+  row["clip_frac_high"] = us.clip_high / us.n;
+  row["grad_norm"] = us.grad_norm / us.n;
+  row["grad_clipped"] = us.clipped;
+  row["update_skipped"] = us.skipped;
+}
+
+// What TIS and TRIAGE do with this batch's gap, computed for every guard (a `none` run shows what
+// a guard would have done), and the mismatch statistics. logp_*: [T] per response token in the
+// offsets layout; adv: [R].
+void add_guard_stats(diag::MetricsRow& row, std::span<const int64_t> offsets,
+                     std::span<const float> logp_old, std::span<const float> logp_sampler,
+                     std::span<const float> adv, const TrainOptions& o) {
+  const size_t T = logp_old.size();
+  const std::vector<uint8_t> mask(T, 1);
+  std::vector<float> delta(T);
+  for (size_t t = 0; t < T; ++t) delta[t] = logp_old[t] - logp_sampler[t];
+  TisStats tis;
+  tis_weights<float>(logp_old, logp_sampler, mask, o.tis_cap, &tis);
+  TriageGateStats gate;
+  triage_gate_weights<float>(offsets, delta, mask, adv, &gate);
+  RepairStats rep;
+  int64_t responses = 0;  // non-empty responses: the repair term's normaliser
+  for (size_t i = 0; i + 1 < offsets.size(); ++i) responses += offsets[i + 1] > offsets[i];
+  std::vector<float> grad(T, 0.0f);
+  triage_repair<float>(offsets, logp_old, logp_sampler, mask, adv, o.repair, responses, grad, &rep);
+  diag::add_mismatch_metrics(diag::mismatch_stats(offsets, delta, mask, adv), row);
+  row["tis_weight_mean"] = tis.weight_mean;
+  row["tis_weight_max"] = tis.weight_max;
+  row["tis_clip_frac"] = tis.clip_frac;
+  row["triage_gate_segments"] = gate.segments;
+  row["triage_gated_segments"] = gate.gated_segments;
+  row["triage_tail_segments"] = gate.tail_segments;
+  row["triage_gated_tokens"] = gate.gated_tokens;
+  row["triage_gate_weight_mean"] = gate.weight_mean;
+  row["triage_repair_segments"] = rep.segments;
+  row["triage_repair_active_segments"] = rep.active_segments;
+  row["triage_repair_loss"] = rep.loss;
+}
+
 }  // namespace
 
 TrainResult Trainer::run(const TrainCallbacks& cb) {
@@ -167,7 +215,6 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
     if (o.temperature != 1.0) ref_logits = ops::scale(ref_logits, 1.0 / o.temperature);
     const std::vector<float> logp_ref =
         gather(ops::token_logprobs(ref_logits, targets).logp, all.rows);
-    const std::vector<uint8_t> mask(size_t(T), 1);
     const double t_logprob = seconds_since(t0);
 
     // 3. Objective, backward, AdamW: K minibatches of whole groups, in order.
@@ -226,59 +273,22 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
     const auto [t_sync, t_bf16] = m.sync_policy();
     m.step = k;
 
-    // 5. Diagnostics of the batch (the guards' weights as diagnostics for every guard).
-    std::vector<float> delta(static_cast<size_t>(T));
-    for (int64_t t = 0; t < T; ++t)
-      delta[size_t(t)] = logp_old[size_t(t)] - logp_sampler[size_t(t)];
-    TisStats tis;
-    tis_weights<float>(logp_old, logp_sampler, mask, o.tis_cap, &tis);
-    TriageGateStats gate;
-    triage_gate_weights<float>(all.offsets, delta, mask, adv, &gate);
-    RepairStats rep;
-    int64_t r_valid = 0;
-    for (size_t i = 0; i + 1 < all.offsets.size(); ++i)
-      r_valid += all.offsets[i + 1] > all.offsets[i];
-    std::vector<float> scratch(static_cast<size_t>(T), 0.0f);
-    triage_repair<float>(all.offsets, logp_old, logp_sampler, mask, adv, o.repair, r_valid, scratch,
-                         &rep);
-    int64_t equal_groups = 0;
+    // 5. Diagnostics of the batch.
+    int64_t equal_groups = 0;  // groups whose G rewards are all equal (no gradient)
     for (int64_t p = 0; p < P; ++p) {
       bool same = true;
       for (int64_t g = 1; g < G; ++g)
         same = same && rb.rewards[size_t(p * G + g)] == rb.rewards[size_t(p * G)];
       equal_groups += same;
     }
-
     row["policy_version"] = m.learner->version();
     row["reward_mean"] = mean_of(rb.rewards);
     row["accuracy"] = double(rb.correct) / double(rb.samples.size());
     row["groups_all_equal"] = double(equal_groups) / double(P);
     row["response_len_mean"] = double(T) / double(rb.samples.size());
     row["entropy"] = mean_of(entropy);
-    diag::add_mismatch_metrics(diag::mismatch_stats(all.offsets, delta, mask, adv), row);
-    row["loss"] = us.loss / us.n;
-    row["policy_loss"] = us.policy_loss / us.n;
-    row["kl"] = us.kl / us.n;
-    row["repair_loss"] = us.repair_loss / us.n;
-    row["ratio_mean"] = us.ratio_mean / us.n;
-    row["ratio_min"] = us.ratio_min;
-    row["ratio_max"] = us.ratio_max;
-    row["clip_frac_low"] = us.clip_low / us.n;
-    row["clip_frac_high"] = us.clip_high / us.n;
-    row["grad_norm"] = us.grad_norm / us.n;
-    row["grad_clipped"] = us.clipped;
-    row["update_skipped"] = us.skipped;
-    row["tis_weight_mean"] = tis.weight_mean;
-    row["tis_weight_max"] = tis.weight_max;
-    row["tis_clip_frac"] = tis.clip_frac;
-    row["triage_gate_segments"] = gate.segments;
-    row["triage_gated_segments"] = gate.gated_segments;
-    row["triage_tail_segments"] = gate.tail_segments;
-    row["triage_gated_tokens"] = gate.gated_tokens;
-    row["triage_gate_weight_mean"] = gate.weight_mean;
-    row["triage_repair_segments"] = rep.segments;
-    row["triage_repair_active_segments"] = rep.active_segments;
-    row["triage_repair_loss"] = rep.loss;
+    add_guard_stats(row, all.offsets, logp_old, logp_sampler, adv, o);
+    add_update_stats(row, us);
     row["tokens"] = n;
     row["response_tokens"] = T;
     if (k % o.eval_every == 0 || k == o.steps) {

@@ -27,12 +27,12 @@ struct TrainOptions {
   std::string guard = "tis";   // none, tis, triage, tis+triage
   bool deterministic = false;  // the learner's forward uses the sampler's per-row functions
   uint64_t seed = 0;           // task prompts, sampling (Philox per step), stochastic rounding
-  int64_t steps = 60;          // RL updates (optimizer steps when minibatches = 1)
-  int64_t prompts = 16;        // P prompts per step
+  int64_t steps = 100;         // RL updates (optimizer steps when minibatches = 1)
+  int64_t prompts = 32;        // P prompts per step
   int64_t group = 8;           // G samples per prompt
   int64_t max_new = 8;         // tokens per response at most
   double temperature = 1.0;    // sampling temperature; the learner's log-probs use the same
-  double lr = 3e-3;
+  double lr = 2e-3;
   double beta1 = 0.9, beta2 = 0.999, adam_eps = 1e-8;
   double weight_decay = 0.0;
   double max_grad_norm = 1.0;
