@@ -109,13 +109,6 @@ model::ModelConfig source_config(const TrainArgs& a) {
   }
 }
 
-model::ModelWeights clone(const model::ModelWeights& w) {
-  model::ModelWeights c;
-  c.config = w.config;
-  for (const auto& [name, t] : w.tensors) c.tensors[name] = t.clone();
-  return c;
-}
-
 }  // namespace
 
 void check_model_source(const TrainArgs& a, bool preset_given) {
@@ -141,7 +134,7 @@ InitialPolicy initial_policy(const TrainArgs& a, const Recipe& recipe, bool pres
             "--model {}: the checkpoint was trained with recipe '{}', this run uses '{}' (pass "
             "--recipe {}, or start from a model directory)",
             a.model_dir, l->recipe().name, recipe.name, l->recipe().name));
-      ip.weights = clone(l->weights());
+      ip.weights = rl::clone_weights(l->weights());
       ip.meta["model"] = {{"source", "checkpoint"}, {"path", a.model_dir}};
     } else {
       try {

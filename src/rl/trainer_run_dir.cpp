@@ -48,7 +48,7 @@ std::unique_ptr<model::Decoder> reference_decoder(const model::ModelWeights& w, 
   model::DecoderWeights dw;
   dw.config = w.config;
   dw.plan = model::plan_for(w.config, r);
-  for (const auto& [name, t] : w.tensors) dw.tensors[name] = t.clone();
+  dw.tensors = clone_weights(w).tensors;
   return std::make_unique<model::Decoder>(std::move(dw));
 }
 

@@ -25,14 +25,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// A deep copy (Tensor copies share storage).
-model::ModelWeights clone_weights(const model::ModelWeights& w) {
-  model::ModelWeights c;
-  c.config = w.config;
-  for (const auto& [name, t] : w.tensors) c.tensors[name] = t.clone();
-  return c;
-}
-
 EvalResult eval_policy(const model::ModelWeights& w, const Recipe& recipe, int64_t version,
                        const Task& task, const PretrainOptions& o) {
   model::Sampler s;
@@ -41,6 +33,13 @@ EvalResult eval_policy(const model::ModelWeights& w, const Recipe& recipe, int64
 }
 
 }  // namespace
+
+model::ModelWeights clone_weights(const model::ModelWeights& w) {
+  model::ModelWeights c;
+  c.config = w.config;
+  for (const auto& [name, t] : w.tensors) c.tensors[name] = t.clone();
+  return c;
+}
 
 void check_task_model(const model::ModelConfig& c, int64_t min_context, const std::string& where) {
   if (c.vocab_size != kVocabSize)

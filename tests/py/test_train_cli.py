@@ -244,6 +244,16 @@ class Train(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("recipe 'bf16'", r.stderr)
         self.assertFalse(os.path.exists(self.path("x")))
+        # A model whose vocabulary is not the tasks' 32 tokens.
+        big_vocab = self.path("vocab64")
+        cfg = dict(micro_config(), vocab_size=64)
+        with open(big_vocab + ".json", "w") as f:
+            json.dump(cfg, f)
+        run("init", "--config", big_vocab + ".json", "-o", big_vocab)
+        r = run("train", "--model", big_vocab, "--out", self.path("x"), check=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("vocab_size is 64", r.stderr)
+        self.assertFalse(os.path.exists(self.path("x")))
         before = tree_digest(self.ref)
         r = run("train", "--model", self.model, "--out", self.ref, check=False)
         self.assertEqual(r.returncode, 2)

@@ -92,6 +92,10 @@ WarmStart cached_warm_start(const std::filesystem::path& cache_root,
                             uint64_t init_seed, const PretrainOptions& options,
                             const std::function<void(const PretrainProgress&)>& on_step = {});
 
+// A deep copy of the weights (copies of a Tensor share its storage): the run's reference policy
+// and the warm start's result must not alias the learner's masters.
+model::ModelWeights clone_weights(const model::ModelWeights& w);
+
 // Writes a model directory (config.json, model.safetensors) plus warm_start.json = info into
 // `dir` through a temporary folder renamed into place. `dir` must not exist.
 void save_warm_start(const std::filesystem::path& dir, const model::ModelWeights& weights,
