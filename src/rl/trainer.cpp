@@ -11,15 +11,14 @@
 #include "lockstep/model/policy.h"
 #include "lockstep/ops/tensor_ops.h"
 #include "lockstep/rl/rollout.h"
+#include "stopwatch.h"
 #include "trainer_impl.h"
 
 namespace lockstep::rl {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+using detail::Clock;
+using detail::seconds_since;
 
 Tensor i32_tensor(const std::vector<int32_t>& v) {
   return Tensor::from_vector<int32_t>(v, {int64_t(v.size())}, DType::kI32);

@@ -14,16 +14,15 @@
 #include "lockstep/quant/qtensor_io.h"
 #include "lockstep/recipe/registry.h"
 #include "lockstep/tensor/file_io.h"
+#include "stopwatch.h"
 
 namespace lockstep::rl {
 namespace fs = std::filesystem;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+using detail::Clock;
+using detail::seconds_since;
 
 EvalResult eval_policy(const model::ModelWeights& w, const Recipe& recipe, int64_t version,
                        const Task& task, const PretrainOptions& o) {
