@@ -15,6 +15,7 @@
 
 #include "lockstep/tensor/file_io.h"
 #include "lockstep/tensor/safetensors.h"
+#include "safetensors_test_util.h"
 #include "temp_dir.h"
 
 namespace lockstep {
@@ -56,48 +57,11 @@ void expect_parse_error(const std::vector<std::byte>& bytes,
   }
 }
 
-// Fills a tensor with a byte pattern that depends on its position, so swaps and shifts show.
-Tensor patterned(DType dtype, std::vector<int64_t> shape, uint8_t salt) {
-  Tensor t(dtype, std::move(shape));
-  auto b = t.bytes();
-  for (size_t i = 0; i < b.size(); ++i) b[i] = std::byte(uint8_t(i * 37 + salt));
-  return t;
-}
-
-void expect_same(const SafetensorsFile& a, const SafetensorsFile& b) {
-  ASSERT_EQ(a.tensors.size(), b.tensors.size());
-  for (size_t i = 0; i < a.tensors.size(); ++i) {
-    const auto& x = a.tensors[i];
-    const auto& y = b.tensors[i];
-    EXPECT_EQ(x.name, y.name);
-    EXPECT_EQ(x.tensor.dtype(), y.tensor.dtype()) << x.name;
-    EXPECT_EQ(x.tensor.shape(), y.tensor.shape()) << x.name;
-    ASSERT_EQ(x.tensor.nbytes(), y.tensor.nbytes()) << x.name;
-    EXPECT_TRUE(
-        std::equal(x.tensor.bytes().begin(), x.tensor.bytes().end(), y.tensor.bytes().begin()))
-        << x.name;
-  }
-  EXPECT_EQ(a.metadata, b.metadata);
-}
-
-using lockstep::test_util::TempDir;
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-SafetensorsFile every_dtype_file() {
-  SafetensorsFile f;
-  uint8_t salt = 1;
-  for (const auto& row : kDTypes) {
-    std::string n(row.name);
-    f.tensors.push_back({n + ".matrix", patterned(row.dtype, {3, 5}, salt++)});
-    f.tensors.push_back({n + ".empty", patterned(row.dtype, {0, 4}, salt++)});
-    f.tensors.push_back({n + ".scalar", patterned(row.dtype, {}, salt++)});
-  }
-  return f;
-}
+using test_util::every_dtype_file;
+using test_util::expect_same;
+using test_util::patterned;
+using test_util::slurp;
+using test_util::TempDir;
 
 // ---- round trips ------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@
 #include "lockstep/quant/quantize.h"
 #include "lockstep/tensor/file_io.h"
 #include "lockstep/tensor/safetensors.h"
+#include "safetensors_test_util.h"
 #include "temp_dir.h"
 #include "test_util.h"
 
@@ -24,46 +25,19 @@ namespace {
 namespace fs = std::filesystem;
 using test_util::TempDir;
 
-Tensor patterned(DType dtype, std::vector<int64_t> shape, uint8_t salt) {
-  Tensor t(dtype, std::move(shape));
-  auto b = t.bytes();
-  for (size_t i = 0; i < b.size(); ++i) b[i] = std::byte(uint8_t(i * 41 + salt));
-  return t;
-}
-
-void expect_same(const SafetensorsFile& a, const SafetensorsFile& b) {
-  ASSERT_EQ(a.tensors.size(), b.tensors.size());
-  for (size_t i = 0; i < a.tensors.size(); ++i) {
-    const Tensor& x = a.tensors[i].tensor;
-    const Tensor& y = b.tensors[i].tensor;
-    EXPECT_EQ(a.tensors[i].name, b.tensors[i].name);
-    EXPECT_EQ(x.dtype(), y.dtype()) << a.tensors[i].name;
-    EXPECT_EQ(x.shape(), y.shape()) << a.tensors[i].name;
-    ASSERT_EQ(x.nbytes(), y.nbytes()) << a.tensors[i].name;
-    EXPECT_TRUE(std::equal(x.bytes().begin(), x.bytes().end(), y.bytes().begin()))
-        << a.tensors[i].name;
-  }
-  EXPECT_EQ(a.metadata, b.metadata);
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using test_util::every_dtype_file;
+using test_util::expect_same;
+using test_util::patterned;
+using test_util::slurp;
 
 void spit(const std::string& p, std::string_view bytes) {
   std::ofstream(p, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
 }
 
-SafetensorsFile every_dtype_file() {
-  SafetensorsFile f;
-  uint8_t salt = 3;
-  for (const auto& row : kDTypes) {
-    const std::string n(row.name);
-    f.tensors.push_back({n + ".matrix", patterned(row.dtype, {3, 7}, salt++)});
-    f.tensors.push_back({n + ".empty", patterned(row.dtype, {0, 4}, salt++)});
-    f.tensors.push_back({n + ".scalar", patterned(row.dtype, {}, salt++)});
-  }
+// every_dtype_file with 7 columns (tensor offsets that are and are not multiples of the element
+// size) and metadata, so that the writers' metadata handling is covered too.
+SafetensorsFile every_dtype_file_with_metadata() {
+  SafetensorsFile f = every_dtype_file(7);
   f.metadata = {{"format", "pt"}, {"k", "v"}};
   return f;
 }
@@ -73,7 +47,7 @@ SafetensorsFile every_dtype_file() {
 TEST(SafetensorsMap, EqualsReadAndViewsOneMapping) {
   TempDir dir;
   const std::string path = (dir / "all.safetensors").string();
-  const SafetensorsFile f = every_dtype_file();
+  const SafetensorsFile f = every_dtype_file_with_metadata();
   write_safetensors(path, f);
   const SafetensorsFile mapped = map_safetensors(path);
   expect_same(read_safetensors(path), mapped);
@@ -189,7 +163,7 @@ std::vector<TensorSpec> specs_of(const SafetensorsFile& f) {
 
 TEST(SafetensorsStream, SameBytesAsWriteSafetensors) {
   TempDir dir;
-  const SafetensorsFile f = every_dtype_file();
+  const SafetensorsFile f = every_dtype_file_with_metadata();
   const std::string whole = (dir / "whole.safetensors").string();
   const std::string streamed = (dir / "streamed.safetensors").string();
   write_safetensors(whole, f);
