@@ -16,6 +16,13 @@ namespace lockstep::rl {
 
 uint32_t split_stream(Split split) { return split == Split::kTrain ? kTrainStream : kEvalStream; }
 
+bool is_eval_prompt(std::span<const int32_t> prompt) {
+  uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a over the tokens' little-endian bytes
+  for (int32_t t : prompt)
+    for (int b = 0; b < 4; ++b) h = (h ^ ((uint32_t(t) >> (8 * b)) & 0xFFu)) * 0x100000001B3ull;
+  return h % kEvalShare == 0;
+}
+
 ExampleRng::ExampleRng(uint64_t seed, uint32_t stream, uint64_t index)
     : seed_(seed), stream_(stream), index_(index) {}
 
@@ -46,8 +53,19 @@ Example Task::make(uint64_t seed, uint64_t index, int difficulty, Split split) c
   if (difficulty < min_difficulty() || difficulty > max_difficulty())
     throw std::invalid_argument(fmt::format("task '{}': difficulty {} is outside [{}, {}]", name(),
                                             difficulty, min_difficulty(), max_difficulty()));
+  // Draws until the prompt falls in the requested part of the held-out partition; the words of
+  // one example's stream are consumed in order, so the result depends on (seed, split, index).
   ExampleRng rng(seed, split_stream(split), index);
-  Example ex = generate(rng, difficulty);
+  Example ex;
+  for (int attempt = 0;; ++attempt) {
+    ex = generate(rng, difficulty);
+    if (is_eval_prompt(ex.prompt) == (split == Split::kEval)) break;
+    if (attempt == kMaxSplitDraws)
+      throw std::invalid_argument(fmt::format(
+          "task '{}' at difficulty {}: no {} prompt in {} draws (the prompt space is too small "
+          "for a held-out part; use a larger difficulty)",
+          name(), difficulty, split == Split::kEval ? "held-out" : "training", kMaxSplitDraws));
+  }
   ex.index = index;
   ex.difficulty = difficulty;
   const auto fail = [&](const std::string& rule) {

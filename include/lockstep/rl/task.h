@@ -15,14 +15,18 @@
 namespace lockstep::rl {
 
 // Which example stream: training prompts and the held-out evaluation prompts come from two
-// different Philox stream ids (kTrainStream, kEvalStream) under the same seed, so the two
-// streams are statistically independent. They are not guaranteed disjoint: a task with few
-// distinct prompts at a small difficulty (add with 1 digit has 100) repeats prompts across them;
-// count_prompt_overlap() measures it, and tests/test_rl_tasks.cpp records how often.
+// different Philox stream ids (kTrainStream, kEvalStream) under the same seed, and from two
+// disjoint parts of the prompt space: a prompt is held out iff is_eval_prompt() (a hash of its
+// tokens, 1 in kEvalShare), whatever the seed. Task::make draws until the prompt falls in its
+// part, so no held-out prompt is ever a training prompt, even where the space is small (add with
+// 1 digit has 100 prompts: about 20 are held out).
 enum class Split { kTrain, kEval };
 constexpr uint32_t kTrainStream = 0x524C0001u;  // "RL" 1
 constexpr uint32_t kEvalStream = 0x524C0002u;   // "RL" 2
+constexpr uint64_t kEvalShare = 5;               // 1 prompt in 5 is held out
+constexpr int kMaxSplitDraws = 4096;             // draws before a too-small space is refused
 uint32_t split_stream(Split split);
+bool is_eval_prompt(std::span<const int32_t> prompt);
 
 // One prompt and its reference answer.
 struct Example {
