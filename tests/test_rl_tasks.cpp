@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 
 #include "lockstep/rl/task.h"
@@ -131,7 +132,7 @@ TEST(RlTasks, PinnedExamples) {
   EXPECT_EQ(decode(find_task("add").make(1234, 0, 4).prompt), "<bos><add>3330+1725=");
   EXPECT_EQ(decode(find_task("sort").make(1234, 7, 6).prompt), "<bos><sort>198158=");
   EXPECT_EQ(decode(find_task("reverse").make(1234, 7, 6, Split::kEval).prompt),
-            "<bos><reverse>140796=");
+            "<bos><reverse>161802=");
   EXPECT_EQ(decode(find_task("count").make(99, 3, 8).prompt), "<bos><count>4:26099696=");
 }
 
@@ -249,20 +250,24 @@ TEST(RlTasks, ExampleRngUniformIsUnbiasedEnough) {
   for (int c : counts) EXPECT_NEAR(c, 1000, 150);
 }
 
-// Train and eval streams are independent draws, not disjoint sets: measured overlap.
-TEST(RlTasks, TrainEvalOverlapMeasured) {
+// The held-out prompts are a disjoint part of the prompt space: no overlap at any difficulty, even
+// where the training stream covers the whole training part (add with 1 digit: 100 prompts).
+TEST(RlTasks, HeldOutPromptsAreNeverTrainingPrompts) {
   const Task& add = find_task("add");
-  // 1 digit: only 100 distinct prompts, so 1000 train prompts cover nearly all of them.
-  const int64_t tiny = count_prompt_overlap(add, 2024, 1, 1000, 200);
-  EXPECT_GE(tiny, 190);
-  // 2 digits: N = 10^4 prompts. Independent streams put an eval prompt among 10^4 train draws
-  // with probability 1 - (1 - 1/N)^10^4 = 0.632; 1000 eval prompts: 632 +- 15 (binomial sd),
-  // accepted within 5 sd. Correlated streams would move it far off (identical ones give 1000).
-  const int64_t two = count_prompt_overlap(add, 2024, 2, 10000, 1000);
-  EXPECT_NEAR(double(two), 632.0, 5 * 15.2);
-  // 6 digits: 10^12 prompts; 2000 x 500 draws collide with probability ~1e-6.
-  EXPECT_EQ(count_prompt_overlap(add, 2024, 6, 2000, 500), 0);
+  EXPECT_EQ(count_prompt_overlap(add, 2024, 1, 1000, 200), 0);
+  EXPECT_EQ(count_prompt_overlap(add, 2024, 2, 10000, 1000), 0);
   EXPECT_EQ(count_prompt_overlap(find_task("sort"), 2024, 16, 2000, 500), 0);
-  std::printf("train/eval prompt overlap: add d=1 %lld/200, d=2 %lld/1000, d=6 0/500\n",
-              (long long)tiny, (long long)two);
+  // Each split's prompts are in its part; both parts of the 1-digit space are non-empty and
+  // together hold all 100 prompts.
+  std::set<std::vector<int32_t>> train, eval;
+  for (uint64_t i = 0; i < 2000; ++i) {
+    const Example t = add.make(7, i, 1, Split::kTrain), e = add.make(7, i, 1, Split::kEval);
+    EXPECT_FALSE(is_eval_prompt(t.prompt)) << decode(t.prompt);
+    EXPECT_TRUE(is_eval_prompt(e.prompt)) << decode(e.prompt);
+    train.insert(t.prompt);
+    eval.insert(e.prompt);
+  }
+  EXPECT_GT(eval.size(), 5u);
+  EXPECT_EQ(train.size() + eval.size(), 100u);
+  std::printf("add d=1: %zu training and %zu held-out prompts\n", train.size(), eval.size());
 }

@@ -105,7 +105,7 @@ TEST(RlWarmStart, CacheKeyCoversTheTrainingInputs) {
   x.steps += 1;
   all.insert(warm_start_hash(warm_start_key(c, "preset:tiny-dense", 0, x)));
   x = o;
-  x.difficulty = 2;
+  x.difficulty = o.difficulty + 1;
   all.insert(warm_start_hash(warm_start_key(c, "preset:tiny-dense", 0, x)));
   x = o;
   x.lr *= 2;

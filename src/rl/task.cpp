@@ -49,25 +49,9 @@ uint32_t ExampleRng::uniform(uint32_t n) {
   }
 }
 
-Example Task::make(uint64_t seed, uint64_t index, int difficulty, Split split) const {
-  if (difficulty < min_difficulty() || difficulty > max_difficulty())
-    throw std::invalid_argument(fmt::format("task '{}': difficulty {} is outside [{}, {}]", name(),
-                                            difficulty, min_difficulty(), max_difficulty()));
-  // Draws until the prompt falls in the requested part of the held-out partition; the words of
-  // one example's stream are consumed in order, so the result depends on (seed, split, index).
-  ExampleRng rng(seed, split_stream(split), index);
-  Example ex;
-  for (int attempt = 0;; ++attempt) {
-    ex = generate(rng, difficulty);
-    if (is_eval_prompt(ex.prompt) == (split == Split::kEval)) break;
-    if (attempt == kMaxSplitDraws)
-      throw std::invalid_argument(fmt::format(
-          "task '{}' at difficulty {}: no {} prompt in {} draws (the prompt space is too small "
-          "for a held-out part; use a larger difficulty)",
-          name(), difficulty, split == Split::kEval ? "held-out" : "training", kMaxSplitDraws));
-  }
-  ex.index = index;
-  ex.difficulty = difficulty;
+void Task::check_example(const Example& ex, uint64_t seed) const {
+  const uint64_t index = ex.index;
+  const int difficulty = ex.difficulty;
   const auto fail = [&](const std::string& rule) {
     throw std::invalid_argument(
         fmt::format("task '{}' generated a bad example (seed {}, index {}, "
@@ -84,6 +68,29 @@ Example Task::make(uint64_t seed, uint64_t index, int difficulty, Split split) c
     fail("the prompt must start with <bos> and the task marker");
   if (ex.prompt.back() != kSep) fail("the prompt must end with '='");
   if (ex.answer.empty()) fail("the answer is empty");
+}
+
+Example Task::make(uint64_t seed, uint64_t index, int difficulty, Split split) const {
+  if (difficulty < min_difficulty() || difficulty > max_difficulty())
+    throw std::invalid_argument(fmt::format("task '{}': difficulty {} is outside [{}, {}]", name(),
+                                            difficulty, min_difficulty(), max_difficulty()));
+  // Draws until the prompt falls in the requested part of the held-out partition; the words of
+  // one example's stream are consumed in order, so the result depends on (seed, split, index).
+  // Every draw is checked, so a broken generate() is named whichever part it lands in.
+  ExampleRng rng(seed, split_stream(split), index);
+  Example ex;
+  for (int attempt = 0;; ++attempt) {
+    ex = generate(rng, difficulty);
+    ex.index = index;
+    ex.difficulty = difficulty;
+    check_example(ex, seed);
+    if (is_eval_prompt(ex.prompt) == (split == Split::kEval)) break;
+    if (attempt == kMaxSplitDraws)
+      throw std::invalid_argument(fmt::format(
+          "task '{}' at difficulty {}: no {} prompt in {} draws (the prompt space is too small "
+          "for a held-out part; use a larger difficulty)",
+          name(), difficulty, split == Split::kEval ? "held-out" : "training", kMaxSplitDraws));
+  }
   return ex;
 }
 

@@ -26,7 +26,8 @@ LOCKSTEP = os.path.abspath(sys.argv.pop(1))
 TIMING = ("time_", "elapsed_s", "tokens_per_s")
 # A micro run: rewards vary (format bonus), so the policy moves every step.
 SMALL = ["--steps", "6", "--prompts", "4", "--group", "4", "--max-new", "4", "--eval-prompts", "8",
-         "--eval-every", "3", "--checkpoint-every", "2", "--format-bonus", "0.5", "--lr", "0.01"]
+         "--eval-every", "3", "--checkpoint-every", "2", "--format-bonus", "0.5", "--lr", "0.01",
+         "--difficulty", "1"]
 
 
 def run(*args, env=None, check=True, timeout=300):

@@ -91,6 +91,11 @@ class Task {
  protected:
   // Fills prompt and answer from rng; difficulty is already range-checked.
   virtual Example generate(ExampleRng& rng, int difficulty) const = 0;
+
+ private:
+  // Throws std::invalid_argument naming the task, seed, index and rule for an example whose
+  // tokens or shape break the vocabulary's rules.
+  void check_example(const Example& ex, uint64_t seed) const;
 };
 
 // Optional format shaping, off by default: reward() when it is 1, else format_bonus when the

@@ -23,7 +23,7 @@ namespace lockstep::rl {
 // run_meta.json ("options"), so --resume continues with exactly these.
 struct TrainOptions {
   std::string task = "add";
-  int difficulty = 1;
+  int difficulty = 2;
   std::string guard = "tis";   // none, tis, triage, tis+triage
   bool deterministic = false;  // the learner's forward uses the sampler's per-row functions
   uint64_t seed = 0;           // task prompts, sampling (Philox per step), stochastic rounding

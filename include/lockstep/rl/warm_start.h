@@ -21,13 +21,13 @@ constexpr uint64_t kPretrainIndexBase = uint64_t(1) << 40;
 
 struct PretrainOptions {
   std::string task = "add";
-  int difficulty = 1;
+  int difficulty = 2;
   // Examples cycle through difficulties min_difficulty .. difficulty (example index modulo the
   // count), so short problems teach the pieces longer ones are made of; 0: difficulty only.
   int min_difficulty = 0;
   uint64_t seed = 0;    // the task stream's seed
-  int64_t steps = 300;  // AdamW steps (0: no training, the weights as given)
-  int64_t batch = 32;   // examples per step
+  int64_t steps = 1000;  // AdamW steps (0: no training, the weights as given)
+  int64_t batch = 64;    // examples per step
   double lr = 1e-2;
   double weight_decay = 0.0;
   double max_grad_norm = 1.0;
