@@ -164,14 +164,20 @@ AtomicFile::AtomicFile(const std::string& path) : path_(path), target_(resolve_o
   const std::string base = t.filename().string().substr(0, 200);
   for (int attempt = 0; attempt < 64 && fd_ < 0; ++attempt) {
     const std::string name = (dir / ("." + base + ".tmp." + random_suffix())).string();
+    // Registered before it exists, so a cleanup signal that any thread receives while the file
+    // is being created still removes it (unlinking a name not yet created is harmless).
+    const int slot = register_temp(name);
     fd_ = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    const int open_errno = errno;
     if (fd_ >= 0) {
       temp_ = name;
-      slot_ = register_temp(temp_);
-    } else if (const int err = errno; err != EEXIST) {
-      throw FileWriteError(fmt::format("{}: cannot create a temporary file in '{}': {}", path_,
-                                       dir.string(), errno_text(err)));
+      slot_ = slot;
+    } else {
+      unregister_temp(slot);
     }
+    if (fd_ < 0 && open_errno != EEXIST)
+      throw FileWriteError(fmt::format("{}: cannot create a temporary file in '{}': {}", path_,
+                                       dir.string(), errno_text(open_errno)));
   }
   if (fd_ < 0)
     throw FileWriteError(
