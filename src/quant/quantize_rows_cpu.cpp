@@ -78,6 +78,29 @@ void store_scale_row(const ScaleView& sc, ScaleLayout layout, int64_t r, const u
   for (int64_t j = 0; j < cols; ++j) sc.store(r, j, codes[j]);
 }
 
+// Encodes x in units of `unit` consecutive rows, in parallel over units with a fixed split: each
+// thread keeps a widening buffer and nb scale codes per row; encode(first_row, rows_ptr, codes)
+// writes the unit's data and its codes and returns its non-finite count, then the codes go to
+// every row of the unit in the copy's scale layout. Returns the total non-finite count.
+template <class Encode>
+int64_t encode_units(const Tensor& x, int64_t unit, int64_t nb, const ScaleView& sc,
+                     ScaleLayout layout, Encode encode) {
+  int64_t nonfinite = 0;
+#pragma omp parallel reduction(+ : nonfinite)
+  {
+    std::vector<float> buf;
+    std::vector<uint8_t> codes(static_cast<size_t>(nb));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < x.rows() / unit; ++t) {
+      const int64_t r0 = t * unit;
+      nonfinite += int64_t(
+          with_rows(x, r0, unit, buf, [&](const auto* p) { return encode(r0, p, codes.data()); }));
+      for (int64_t r = r0; r < r0 + unit; ++r) store_scale_row(sc, layout, r, codes.data(), nb);
+    }
+  }
+  return nonfinite;
+}
+
 int64_t nvfp4(const Tensor& x, std::span<const int64_t> offsets, const QuantConfig& cfg, QData& q) {
   const int64_t rows = x.rows(), cols = x.cols(), nb = cols / 16;
   const bool per_row = cfg.scaling == Scaling::kPerRow;
@@ -93,29 +116,15 @@ int64_t nvfp4(const Tensor& x, std::span<const int64_t> offsets, const QuantConf
   uint8_t* data = q.data.ptr<uint8_t>();
   int64_t nonfinite = 0;
   if (cfg.block2d) {
-#pragma omp parallel reduction(+ : nonfinite)
-    {
-      std::vector<float> buf;
-      std::vector<uint8_t> codes(static_cast<size_t>(nb));
-#pragma omp for schedule(static)
-      for (int64_t t = 0; t < rows / 16; ++t) {
-        const num::TwoLevelOuter& o = outer[size_t(dom[size_t(t * 16)])];
-        nonfinite += int64_t(with_rows(x, t * 16, 16, buf, [&](const auto* p) {
-          return rows::nvfp4_tile_rows(p, cols, o.s_enc_x_inv_max, o.s_dec, codes.data(),
-                                       data + t * 16 * (cols / 2));
-        }));
-        for (int64_t r = t * 16; r < t * 16 + 16; ++r)
-          store_scale_row(sc, cfg.scale_layout, r, codes.data(), nb);
-      }
-    }
+    nonfinite = encode_units(x, 16, nb, sc, cfg.scale_layout,
+                             [&](int64_t r0, const auto* p, uint8_t* codes) {
+                               const num::TwoLevelOuter& o = outer[size_t(dom[size_t(r0)])];
+                               return rows::nvfp4_tile_rows(p, cols, o.s_enc_x_inv_max, o.s_dec,
+                                                            codes, data + r0 * (cols / 2));
+                             });
   } else {
-#pragma omp parallel reduction(+ : nonfinite)
-    {
-      std::vector<float> buf;
-      std::vector<uint8_t> codes(static_cast<size_t>(nb));
-#pragma omp for schedule(static)
-      for (int64_t r = 0; r < rows; ++r) {
-        nonfinite += int64_t(with_rows(x, r, 1, buf, [&](const auto* p) {
+    nonfinite =
+        encode_units(x, 1, nb, sc, cfg.scale_layout, [&](int64_t r, const auto* p, uint8_t* codes) {
           num::TwoLevelOuter o;
           if (per_row) {
             amax[size_t(r)] = amax_from_key(x, rows::row_amax_key(p, cols), r, r + 1, true);
@@ -123,12 +132,8 @@ int64_t nvfp4(const Tensor& x, std::span<const int64_t> offsets, const QuantConf
           } else {
             o = outer[size_t(dom[size_t(r)])];
           }
-          return rows::nvfp4_row(p, cols, o.s_enc_x_inv_max, o.s_dec, codes.data(),
-                                 data + r * (cols / 2));
-        }));
-        store_scale_row(sc, cfg.scale_layout, r, codes.data(), nb);
-      }
-    }
+          return rows::nvfp4_row(p, cols, o.s_enc_x_inv_max, o.s_dec, codes, data + r * (cols / 2));
+        });
   }
   q.amax = host_f32(amax, {int64_t(amax.size())});
   return nonfinite;
@@ -142,20 +147,10 @@ int64_t mxfp8(const Tensor& x, const QuantConfig& cfg, QData& q) {
   alloc_scales(q, rows, nb, cfg.scale_layout);
   const ScaleView sc = scale_access(q, cfg.scale_layout);
   uint8_t* data = q.data.ptr<uint8_t>();
-  int64_t nonfinite = 0;
-#pragma omp parallel reduction(+ : nonfinite)
-  {
-    std::vector<float> buf;
-    std::vector<uint8_t> codes(static_cast<size_t>(nb));
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      nonfinite += int64_t(with_rows(x, r, 1, buf, [&](const auto* p) {
-        return rows::mxfp8_row(p, cols, e5m2, inv_max, codes.data(), data + r * cols);
-      }));
-      store_scale_row(sc, cfg.scale_layout, r, codes.data(), nb);
-    }
-  }
-  return nonfinite;
+  return encode_units(x, 1, nb, sc, cfg.scale_layout,
+                      [&](int64_t r, const auto* p, uint8_t* codes) {
+                        return rows::mxfp8_row(p, cols, e5m2, inv_max, codes, data + r * cols);
+                      });
 }
 
 int64_t fp8(const Tensor& x, std::span<const int64_t> offsets, const QuantConfig& cfg, QData& q) {
