@@ -196,7 +196,7 @@ void bind_model(nb::module_& m) {
       .def_prop_ro("version", &model::Learner::version)
       .def(
           "weights", [](const model::Learner& l) { return l.weights(); },
-          "A copy of the current masters (ModelWeights)")
+          "The current masters (ModelWeights sharing the learner's memory)")
       .def(
           "export_policy",
           [](const model::Learner& l, bool force_bf16) {
