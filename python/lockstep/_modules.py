@@ -29,13 +29,13 @@ class LinearCall:
         self.module.set_grad_seed(grad_seed)
         self.grad = grad
 
-    def forward(self, x2: Any, save: bool) -> Any:
-        """x2 [T, K] float32 -> y [T, N] float32 (a DLPack array)."""
-        return self.module.forward(x2, save)
+    def forward(self, x2: Any, save: bool, stream: int = 0) -> Any:
+        """x2 [T, K] float32 -> y [T, N] float32 (a DLPack array), on `stream` (a CUDA handle)."""
+        return self.module.forward(x2, save, stream)
 
-    def backward(self, dy2: Any) -> Any:
+    def backward(self, dy2: Any, stream: int = 0) -> Any:
         """dy2 [T, N] float32 -> dx [T, K]; dW added into self.grad."""
-        return self.module.backward(dy2)
+        return self.module.backward(dy2, stream)
 
 
 class GroupedLinearCall:
@@ -52,17 +52,17 @@ class GroupedLinearCall:
         self.grad = grad
         self.offsets: List[int] = []
 
-    def forward(self, x2: Any, m_splits: Sequence[int], save: bool) -> Any:
+    def forward(self, x2: Any, m_splits: Sequence[int], save: bool, stream: int = 0) -> Any:
         offsets = [0]
         for m in m_splits:
             if int(m) < 0:
                 raise _lockstep.Error(f"grouped linear: m_splits has a negative count {m}")
             offsets.append(offsets[-1] + int(m))
         self.offsets = offsets
-        return self.module.forward(x2, offsets, save)
+        return self.module.forward(x2, offsets, save, stream)
 
-    def backward(self, dy2: Any) -> Any:
-        return self.module.backward(dy2)
+    def backward(self, dy2: Any, stream: int = 0) -> Any:
+        return self.module.backward(dy2, stream)
 
 
 def splits_from(m_splits: Sequence[int], groups: int, rows: int) -> Tuple[int, ...]:

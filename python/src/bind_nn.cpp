@@ -1,6 +1,7 @@
 // Python bindings of the nn modules: handles over nn::Linear and nn::GroupedLinear, built from
 // arrays the Python side owns (weight, gradient accumulator; no copies) and a recipe, so that
-// lockstep.torch's autograd functions run exactly the C++ modules' forward and backward.
+// lockstep.torch's autograd functions run exactly the C++ modules' forward and backward, on the
+// caller's stream.
 #include <fmt/format.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -45,6 +46,20 @@ Tensor activation(nb::handle h, const std::string& what) {
   return x;
 }
 
+// Runs f (a module's forward or backward) without the GIL with `stream` as the thread's current
+// lockstep stream, so every op, GEMM and allocation underneath is ordered on the caller's stream.
+template <class F>
+nb::object on_stream(const Tensor& t, uint64_t stream, const std::string& what, F&& f) {
+  const Stream s = stream_for(stream, t.device(), what);
+  Tensor out;
+  {
+    nb::gil_scoped_release nogil;
+    StreamGuard on(s);
+    out = f();
+  }
+  return to_array(out);
+}
+
 nb::object operand_part(const nn::Operand& o) {
   if (o.quantized()) return nb::cast(o.q);
   return to_array(o.t);
@@ -80,28 +95,18 @@ void bind_nn(nb::module_& m) {
           "A forward-only module over the weight prepared once (the master is not kept)")
       .def(
           "forward",
-          [](nn::Linear& l, nb::handle x, bool save) {
+          [](nn::Linear& l, nb::handle x, bool save, uint64_t stream) {
             const Tensor t = activation(x, l.name() + ".input");
-            Tensor y;
-            {
-              nb::gil_scoped_release nogil;
-              y = l.forward(t, save);
-            }
-            return to_array(y);
+            return on_stream(t, stream, l.name() + ".input", [&] { return l.forward(t, save); });
           },
-          nb::arg("x"), nb::arg("save") = true)
+          nb::arg("x"), nb::arg("save") = true, nb::arg("stream") = 0)
       .def(
           "backward",
-          [](nn::Linear& l, nb::handle dy) {
+          [](nn::Linear& l, nb::handle dy, uint64_t stream) {
             const Tensor t = activation(dy, l.name() + ".grad_output");
-            Tensor dx;
-            {
-              nb::gil_scoped_release nogil;
-              dx = l.backward(t);
-            }
-            return to_array(dx);
+            return on_stream(t, stream, l.name() + ".grad_output", [&] { return l.backward(t); });
           },
-          nb::arg("dy"))
+          nb::arg("dy"), nb::arg("stream") = 0)
       .def("set_grad_seed", &nn::Linear::set_grad_seed, nb::arg("seed"))
       .def("weights_changed", &nn::Linear::weights_changed)
       .def("saved_bytes", &nn::Linear::saved_bytes)
@@ -132,28 +137,21 @@ void bind_nn(nb::module_& m) {
           nb::arg("layers") = 1, nb::arg("rng_stream") = 0)
       .def(
           "forward",
-          [](nn::GroupedLinear& l, nb::handle x, const std::vector<int64_t>& offsets, bool save) {
+          [](nn::GroupedLinear& l, nb::handle x, const std::vector<int64_t>& offsets, bool save,
+             uint64_t stream) {
             const Tensor t = activation(x, "grouped_linear.input");
-            Tensor y;
-            {
-              nb::gil_scoped_release nogil;
-              y = l.forward(t, offsets, save);
-            }
-            return to_array(y);
+            return on_stream(t, stream, "grouped_linear.input",
+                             [&] { return l.forward(t, offsets, save); });
           },
-          nb::arg("x"), nb::arg("offsets"), nb::arg("save") = true)
+          nb::arg("x"), nb::arg("offsets"), nb::arg("save") = true, nb::arg("stream") = 0)
       .def(
           "backward",
-          [](nn::GroupedLinear& l, nb::handle dy) {
+          [](nn::GroupedLinear& l, nb::handle dy, uint64_t stream) {
             const Tensor t = activation(dy, "grouped_linear.grad_output");
-            Tensor dx;
-            {
-              nb::gil_scoped_release nogil;
-              dx = l.backward(t);
-            }
-            return to_array(dx);
+            return on_stream(t, stream, "grouped_linear.grad_output",
+                             [&] { return l.backward(t); });
           },
-          nb::arg("dy"))
+          nb::arg("dy"), nb::arg("stream") = 0)
       .def("set_grad_seed", &nn::GroupedLinear::set_grad_seed, nb::arg("seed"))
       .def("saved_bytes", &nn::GroupedLinear::saved_bytes)
       .def("clear_saved", &nn::GroupedLinear::clear_saved)

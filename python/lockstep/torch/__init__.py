@@ -76,6 +76,11 @@ def _f32_2d(x: torch.Tensor, cols: int) -> torch.Tensor:
     return x.detach().reshape(-1, cols).to(torch.float32).contiguous()
 
 
+def _stream(t: torch.Tensor) -> int:
+    """The caller's current stream on t's device (0 on the CPU)."""
+    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
+
+
 class _LinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, mod):  # type: ignore[override]
@@ -86,7 +91,7 @@ class _LinearFunction(torch.autograd.Function):
         grad = torch.zeros_like(weight, dtype=torch.float32) if need_w else None
         call = LinearCall(mod._lockstep_name, weight.detach(), grad, mod._recipe_now(),
                           mod.module_class, mod.layer, mod.layers, mod.rng_stream, mod.grad_seed)
-        y = torch.from_dlpack(call.forward(x2, save))
+        y = torch.from_dlpack(call.forward(x2, save, _stream(x2)))
         ctx.call = call if save else None
         ctx.x_shape, ctx.x_dtype = x.shape, x.dtype
         return y.reshape(*x.shape[:-1], weight.shape[0]).to(x.dtype)
@@ -94,7 +99,8 @@ class _LinearFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):  # type: ignore[override]
         call = ctx.call
-        dx = torch.from_dlpack(call.backward(_f32_2d(dy, dy.shape[-1])))
+        dy2 = _f32_2d(dy, dy.shape[-1])
+        dx = torch.from_dlpack(call.backward(dy2, _stream(dy2)))
         dx = dx.reshape(ctx.x_shape).to(ctx.x_dtype) if ctx.needs_input_grad[0] else None
         return dx, call.grad, None
 
@@ -151,7 +157,8 @@ class Linear(torch.nn.Module):
             if torch.is_grad_enabled() and x.requires_grad:
                 raise _lockstep.Error(f"{self._lockstep_name}: made under quantized_model_init, "
                                       "this module is forward-only (run it under torch.no_grad())")
-            y2 = torch.from_dlpack(self._inference.forward(_f32_2d(x, self.in_features), False))
+            x2 = _f32_2d(x, self.in_features)
+            y2 = torch.from_dlpack(self._inference.forward(x2, False, _stream(x2)))
             y = y2.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
         else:
             y = _LinearFunction.apply(x, self.weight, self)
@@ -174,7 +181,7 @@ class _GroupedFunction(torch.autograd.Function):
         call = GroupedLinearCall(mod._lockstep_name, weight.detach(), grad, mod.num_gemms,
                                  mod._recipe_now(), mod.module_class, mod.layer, mod.layers,
                                  mod.rng_stream, mod.grad_seed)
-        y = torch.from_dlpack(call.forward(x2, splits, save))
+        y = torch.from_dlpack(call.forward(x2, splits, save, _stream(x2)))
         ctx.call = call if save else None
         ctx.x_shape, ctx.x_dtype = x.shape, x.dtype
         return y.reshape(*x.shape[:-1], mod.out_features).to(x.dtype)
@@ -182,7 +189,8 @@ class _GroupedFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):  # type: ignore[override]
         call = ctx.call
-        dx = torch.from_dlpack(call.backward(_f32_2d(dy, dy.shape[-1])))
+        dy2 = _f32_2d(dy, dy.shape[-1])
+        dx = torch.from_dlpack(call.backward(dy2, _stream(dy2)))
         dx = dx.reshape(ctx.x_shape).to(ctx.x_dtype) if ctx.needs_input_grad[0] else None
         return dx, call.grad, None, None
 
