@@ -99,8 +99,8 @@ def default_stream(device: str, framework: str, stream: Any = None) -> int:
 
 
 def wrap(arr: Any, framework: str, bf16: bool = False) -> Any:
-    """A DLPack array from the extension as the framework's array (None stays None). bf16: the
-    array holds bfloat16, which NumPy gets as ml_dtypes.bfloat16 (uint16 without ml_dtypes)."""
+    """A DLPack array from the extension as the framework's array (None stays None). NumPy, which
+    has no bfloat16, gets bfloat16 arrays as ml_dtypes.bfloat16 (uint16 without ml_dtypes)."""
     if arr is None:
         return None
     if framework == "torch":
@@ -110,7 +110,7 @@ def wrap(arr: Any, framework: str, bf16: bool = False) -> Any:
     if framework == "numpy":
         import numpy as np
 
-        if bf16:
+        if bf16 or _lockstep._dtype_name(arr) == "BF16":
             u16 = np.from_dlpack(_lockstep._view_as(arr, "u16"))
             try:
                 import ml_dtypes

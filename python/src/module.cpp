@@ -63,6 +63,12 @@ NB_MODULE(_lockstep, m) {
       "_roundtrip", [](nb::handle x) { return py::to_array(py::tensor_from(x, "_roundtrip: x")); },
       "x through the bridge and back (test hook: the same memory)");
   m.def(
+      "_dtype_name",
+      [](nb::handle x) {
+        return std::string(dtype_name(py::tensor_from(x, "_dtype_name: x").dtype()));
+      },
+      "The lockstep dtype of an array (safetensors spelling)");
+  m.def(
       "_view_as",
       [](nb::handle x, const std::string& dtype) {
         return py::to_array(py::tensor_from(x, "_view_as: x", dtype));

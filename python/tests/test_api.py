@@ -69,6 +69,10 @@ class Gemm(unittest.TestCase):
         want = 2.0 * (a @ w.T) + bias
         np.testing.assert_array_equal(r2.d, want)
         np.testing.assert_array_equal(r2.row_amax, np.abs(want).max(axis=1))
+        r3 = lockstep.qgemm(a, w, lockstep.GemmConfig(out_dtype="bf16"))
+        self.assertEqual(r3.d.dtype, ml_dtypes.bfloat16)  # NumPy gets bf16 as ml_dtypes
+        # the exact fp32 result rounded once to bf16 (nearest even)
+        self.assertEqual(r3.d.tobytes(), (a @ w.T).astype(ml_dtypes.bfloat16).tobytes())
 
     def test_grouped_equals_per_group(self):
         rng = np.random.default_rng(SEED + 2)

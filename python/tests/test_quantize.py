@@ -179,8 +179,11 @@ class QuantizeMatchesCli(Common):
         for name, arr in q.parts().items():
             self.assertEqual(back.part(name).tobytes(), arr.tobytes(), name)
         self.assertEqual((back.format, back.scaling, back.has_colwise), ("mxfp8", "block_1x32", True))
+        lockstep.save_file(p, {"w": q, "b": x[:2].astype(ml_dtypes.bfloat16)})
         tensors, meta = lockstep.load_file(p)
         self.assertIsInstance(tensors["w"], lockstep.QTensor)
+        self.assertEqual(tensors["b"].dtype, ml_dtypes.bfloat16)  # a dense bf16 tensor
+        self.assertEqual(tensors["b"].tobytes(), x[:2].astype(ml_dtypes.bfloat16).tobytes())
         self.assertEqual(meta["lockstep.contract"], "1")
 
 
