@@ -12,7 +12,8 @@ from .recipes import Recipe
 
 
 class LinearCall:
-    """One forward (and its backward) of nn::Linear over a weight W [N, K] float32.
+    """One forward (and its backward) of nn::Linear over a weight W [N, K] float32. gemm_order:
+    'batch_invariant' (the default) or 'fast' (docs/gemm.md).
 
     grad: a zero float32 array of W's shape (on W's device) that the backward adds dW into, or
     None when no weight gradient is wanted. The C++ module is made per call, so calls can
@@ -23,10 +24,11 @@ class LinearCall:
 
     def __init__(self, name: str, weight: Any, grad: Optional[Any], recipe: Recipe,
                  module_class: Optional[str] = None, layer: int = -1, layers: int = 1,
-                 rng_stream: int = 0, grad_seed: int = 0):
+                 rng_stream: int = 0, grad_seed: int = 0, gemm_order: str = "batch_invariant"):
         self.module = _lockstep.Linear(name, weight, grad, recipe.handle, module_class or "",
                                        layer, layers, rng_stream)
         self.module.set_grad_seed(grad_seed)
+        self.module.set_gemm_order(gemm_order)
         self.grad = grad
 
     def forward(self, x2: Any, save: bool, stream: int = 0) -> Any:
@@ -45,10 +47,11 @@ class GroupedLinearCall:
 
     def __init__(self, name: str, weight: Any, grad: Optional[Any], groups: int, recipe: Recipe,
                  module_class: Optional[str] = "experts_fc1", layer: int = -1, layers: int = 1,
-                 rng_stream: int = 0, grad_seed: int = 0):
+                 rng_stream: int = 0, grad_seed: int = 0, gemm_order: str = "batch_invariant"):
         self.module = _lockstep.GroupedLinear(name, weight, grad, groups, recipe.handle,
                                               module_class or "", layer, layers, rng_stream)
         self.module.set_grad_seed(grad_seed)
+        self.module.set_gemm_order(gemm_order)
         self.grad = grad
         self.offsets: List[int] = []
 

@@ -46,6 +46,26 @@ Tensor activation(nb::handle h, const std::string& what) {
   return x;
 }
 
+// Group offsets I64 [groups + 1]: a list of ints (a host tensor) or an int64 array on the host or
+// the activations' device (no host round trip where the module does not need one).
+Tensor group_offsets(nb::handle h, const std::string& what) {
+  if (nb::isinstance<nb::list>(h) || nb::isinstance<nb::tuple>(h)) {
+    std::vector<int64_t> v;
+    for (nb::handle e : h) v.push_back(nb::cast<int64_t>(e));
+    return Tensor::from_vector<int64_t>(v, {int64_t(v.size())}, DType::kI64);
+  }
+  Tensor t = tensor_from(h, what);
+  if (t.dim() != 1 || t.dtype() != DType::kI64)
+    throw ArgError(fmt::format("{}: {} must be 1-D int64 [groups + 1]", what, t.describe()));
+  return t;
+}
+
+GemmOrder parse_order(const std::string& s) {
+  if (s == "batch_invariant") return GemmOrder::kBatchInvariant;
+  if (s == "fast") return GemmOrder::kFast;
+  throw ArgError(fmt::format("gemm order must be 'batch_invariant' or 'fast', not '{}'", s));
+}
+
 // Runs f (a module's forward or backward) without the GIL with `stream` as the thread's current
 // lockstep stream, so every op, GEMM and allocation underneath is ordered on the caller's stream.
 template <class F>
@@ -108,6 +128,10 @@ void bind_nn(nb::module_& m) {
           },
           nb::arg("dy"), nb::arg("stream") = 0)
       .def("set_grad_seed", &nn::Linear::set_grad_seed, nb::arg("seed"))
+      .def(
+          "set_gemm_order",
+          [](nn::Linear& l, const std::string& o) { l.set_gemm_order(parse_order(o)); },
+          nb::arg("order"))
       .def("weights_changed", &nn::Linear::weights_changed)
       .def("saved_bytes", &nn::Linear::saved_bytes)
       .def("clear_saved", &nn::Linear::clear_saved)
@@ -137,11 +161,11 @@ void bind_nn(nb::module_& m) {
           nb::arg("layers") = 1, nb::arg("rng_stream") = 0)
       .def(
           "forward",
-          [](nn::GroupedLinear& l, nb::handle x, const std::vector<int64_t>& offsets, bool save,
-             uint64_t stream) {
+          [](nn::GroupedLinear& l, nb::handle x, nb::handle offsets, bool save, uint64_t stream) {
             const Tensor t = activation(x, "grouped_linear.input");
+            const Tensor offs = group_offsets(offsets, "grouped_linear.offsets");
             return on_stream(t, stream, "grouped_linear.input",
-                             [&] { return l.forward(t, offsets, save); });
+                             [&] { return l.forward(t, offs, save); });
           },
           nb::arg("x"), nb::arg("offsets"), nb::arg("save") = true, nb::arg("stream") = 0)
       .def(
@@ -153,6 +177,10 @@ void bind_nn(nb::module_& m) {
           },
           nb::arg("dy"), nb::arg("stream") = 0)
       .def("set_grad_seed", &nn::GroupedLinear::set_grad_seed, nb::arg("seed"))
+      .def(
+          "set_gemm_order",
+          [](nn::GroupedLinear& l, const std::string& o) { l.set_gemm_order(parse_order(o)); },
+          nb::arg("order"))
       .def("saved_bytes", &nn::GroupedLinear::saved_bytes)
       .def("clear_saved", &nn::GroupedLinear::clear_saved)
       .def_prop_ro("groups", &nn::GroupedLinear::groups)

@@ -90,7 +90,8 @@ class _LinearFunction(torch.autograd.Function):
         save = ctx.needs_input_grad[0] or need_w
         grad = torch.zeros_like(weight, dtype=torch.float32) if need_w else None
         call = LinearCall(mod._lockstep_name, weight.detach(), grad, mod._recipe_now(),
-                          mod.module_class, mod.layer, mod.layers, mod.rng_stream, mod.grad_seed)
+                          mod.module_class, mod.layer, mod.layers, mod.rng_stream, mod.grad_seed,
+                          mod.gemm_order)
         y = torch.from_dlpack(call.forward(x2, save, _stream(x2)))
         ctx.call = call if save else None
         ctx.x_shape, ctx.x_dtype = x.shape, x.dtype
@@ -109,7 +110,8 @@ class Linear(torch.nn.Module):
     """y = x W^T (+ bias) with W [out, in] a float32 master; fprop, dgrad and wgrad in the formats
     the recipe gives the module (module_class / layer / layers select the coverage rules; none:
     the recipe's spec for quantized modules). bias is added in float32 outside the contract's
-    GEMM. grad_seed: Philox key of stochastic rounding of gradient operands."""
+    GEMM. grad_seed: Philox key of stochastic rounding of gradient operands; gemm_order:
+    'batch_invariant' (default) or 'fast'."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False,
                  recipe: RecipeLike = None, module_class: Optional[str] = None, layer: int = -1,
@@ -118,7 +120,7 @@ class Linear(torch.nn.Module):
         self.in_features, self.out_features = in_features, out_features
         self.recipe = None if recipe is None else as_recipe(recipe)
         self.module_class, self.layer, self.layers = module_class, layer, layers
-        self.rng_stream, self.grad_seed = rng_stream, 0
+        self.rng_stream, self.grad_seed, self.gemm_order = rng_stream, 0, "batch_invariant"
         self._lockstep_name = name
         w = torch.empty(out_features, in_features, dtype=torch.float32, device=device)
         torch.nn.init.kaiming_uniform_(w, a=math.sqrt(5))
@@ -180,7 +182,7 @@ class _GroupedFunction(torch.autograd.Function):
         grad = torch.zeros_like(weight, dtype=torch.float32) if need_w else None
         call = GroupedLinearCall(mod._lockstep_name, weight.detach(), grad, mod.num_gemms,
                                  mod._recipe_now(), mod.module_class, mod.layer, mod.layers,
-                                 mod.rng_stream, mod.grad_seed)
+                                 mod.rng_stream, mod.grad_seed, mod.gemm_order)
         y = torch.from_dlpack(call.forward(x2, splits, save, _stream(x2)))
         ctx.call = call if save else None
         ctx.x_shape, ctx.x_dtype = x.shape, x.dtype
@@ -209,7 +211,7 @@ class GroupedLinear(torch.nn.Module):
         self.num_gemms, self.in_features, self.out_features = num_gemms, in_features, out_features
         self.recipe = None if recipe is None else as_recipe(recipe)
         self.module_class, self.layer, self.layers = module_class, layer, layers
-        self.rng_stream, self.grad_seed = rng_stream, 0
+        self.rng_stream, self.grad_seed, self.gemm_order = rng_stream, 0, "batch_invariant"
         self._lockstep_name = name
         w = torch.empty(num_gemms * out_features, in_features, dtype=torch.float32, device=device)
         for g in range(num_gemms):
