@@ -73,7 +73,7 @@ TEST_F(MetricsFileTest, RejectsBadRows) {
   EXPECT_THROW(w.append({{"step", 1.5}}), std::invalid_argument);                   // not integer
   EXPECT_THROW(w.append({{"step", 1}, {"rewardMean", 1}}), std::invalid_argument);  // camelCase
   EXPECT_THROW(w.append({{"step", 1}, {"2x", 1}}), std::invalid_argument);
-  EXPECT_THROW(w.append(nlohmann::ordered_json::array()), std::invalid_argument);
+  EXPECT_THROW(w.append(Json::array()), std::invalid_argument);
   EXPECT_EQ(text(), "");  // nothing half-written
   EXPECT_TRUE(is_snake_case("time_rollout_s"));
   EXPECT_FALSE(is_snake_case("Time"));

@@ -47,6 +47,16 @@ std::string QTensor::describe() const {
   return s;
 }
 
+QuantSpec quant_spec(const QTensor& q) {
+  QuantSpec s;
+  s.format = q.format;
+  s.scaling = q.scaling;
+  s.elem = q.elem;
+  s.block2d = q.block2d;
+  s.hadamard = q.hadamard;
+  return s;
+}
+
 int64_t rowwise_domains(const QTensor& q) {
   if (q.scaling == Scaling::kPerRow) return q.rows;
   if (q.scaling == Scaling::kPerGroup) return q.group_offsets.empty() ? 1 : int64_t(q.group_offsets.size()) - 1;
