@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "lockstep/quant/quantize.h"
 #include "lockstep/recipe/recipe.h"
 #include "lockstep/recipe/registry.h"
 #include "lockstep/recipe/selection.h"
