@@ -12,8 +12,7 @@
 using namespace lockstep::diag;
 namespace fs = std::filesystem;
 
-namespace {
-
+// Outside an anonymous namespace: the TEST_F classes derive from it and have external linkage.
 class MetricsFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -39,8 +38,6 @@ class MetricsFileTest : public ::testing::Test {
   }
   fs::path dir_, path_;
 };
-
-}  // namespace
 
 TEST_F(MetricsFileTest, WritesOneObjectPerLineStepFirst) {
   {

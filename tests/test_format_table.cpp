@@ -96,7 +96,9 @@ TEST(FormatTable, EveryPathGivesTheTablesVerdict) {
     // Recipes refuse exactly what the table refuses, with its reason.
     const std::string r = recipe_verdict(spec);
     EXPECT_EQ(r.empty(), ok) << what << ": recipe says '" << r << "', table '" << why << "'";
-    if (!ok) EXPECT_NE(r.find(why), std::string::npos) << what << ": " << r;
+    if (!ok) {
+      EXPECT_NE(r.find(why), std::string::npos) << what << ": " << r;
+    }
     if (!is_quantized(spec.format)) {
       // Dense formats: the defaults only; the quantizer takes none of them.
       EXPECT_EQ(ok, spec == QuantSpec{spec.format}) << what;
@@ -107,7 +109,9 @@ TEST(FormatTable, EveryPathGivesTheTablesVerdict) {
     const std::string q = test::error_of<QuantError>(
         [&] { validate_quant_input("x", 256, 256, kOffsets, QuantConfig{spec}); });
     EXPECT_EQ(q.empty(), ok) << what << ": quantizer says '" << q << "', table '" << why << "'";
-    if (!ok) EXPECT_NE(q.find(why), std::string::npos) << what << ": " << q;
+    if (!ok) {
+      EXPECT_NE(q.find(why), std::string::npos) << what << ": " << q;
+    }
     // The GEMM sees what a QTensor records. A legal record: the quantizer's output passes. An
     // illegal one (metadata relabelled on a legal tensor of the format): refused, for the
     // table's reason, before any size check.
@@ -124,7 +128,9 @@ TEST(FormatTable, EveryPathGivesTheTablesVerdict) {
     const std::string g =
         test::error_of<GemmError>([&] { gemm::check_operand(GemmArg(t), Copy::kRowwise, "x"); });
     EXPECT_EQ(g.empty(), rec_why.empty()) << what << ": GEMM says '" << g << "'";
-    if (!rec_why.empty()) EXPECT_NE(g.find(rec_why), std::string::npos) << what << ": " << g;
+    if (!rec_why.empty()) {
+      EXPECT_NE(g.find(rec_why), std::string::npos) << what << ": " << g;
+    }
   }
   // The table is not trivially permissive or strict: each quantized format takes its scalings.
   EXPECT_GT(legal, 0);
@@ -167,7 +173,9 @@ TEST(FormatTable, KMultiplesAgree) {
         const std::vector<int64_t> one{0, 128};
         const std::string qe = test::error_of<QuantError>(
             [&] { validate_quant_input("x", 128, k, one, QuantConfig{spec}); });
-        if (k % km == 0) EXPECT_EQ(qe, "") << what << " K " << k;
+        if (k % km == 0) {
+          EXPECT_EQ(qe, "") << what << " K " << k;
+        }
         if (!qe.empty()) continue;
         const QTensor q = quantize_grouped(input(128, k), one, QuantConfig{spec}, "x");
         const std::string ge = test::error_of<GemmError>(

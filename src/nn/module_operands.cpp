@@ -22,8 +22,11 @@ Operand dgrad_weight_operand(const Operand& w_fprop, const Tensor& wp, const Lin
     }
     case BackwardMode::kHighPrecision:
       return make_operand(wp, spec[Gemm::kDgrad].b, {}, name);
-    case BackwardMode::kDequantized:
-      return Operand{.t = w_fprop.dense(DType::kBF16)};
+    case BackwardMode::kDequantized: {
+      Operand op;
+      op.t = w_fprop.dense(DType::kBF16);
+      return op;
+    }
     default:
       throw std::logic_error("backward mode");
   }
@@ -65,9 +68,10 @@ ActivationOperands activation_operands(const Tensor& xp, const LinearSpec& spec,
 }
 
 Operand wgrad_activation(const Operand& saved, const LinearSpec& spec) {
-  if (spec.backward_mode == BackwardMode::kDequantized)
-    return Operand{.t = saved.dense(DType::kBF16)};
-  return saved;
+  if (spec.backward_mode != BackwardMode::kDequantized) return saved;
+  Operand op;
+  op.t = saved.dense(DType::kBF16);
+  return op;
 }
 
 GradOutputOperands grad_output_operands(const Tensor& dyp, const LinearSpec& spec, uint64_t seed,

@@ -43,7 +43,7 @@ std::string QTensor::describe() const {
   if (block2d) s += " 2d";
   if (!has_rowwise()) s += " colwise-only";
   else if (has_colwise()) s += " +colwise";
-  if (!device().is_cpu()) s += " " + device().str();
+  if (!device().is_cpu()) s += fmt::format(" {}", device().str());
   return s;
 }
 
