@@ -50,7 +50,7 @@ Tensor filled(size_t bytes, uint32_t seed, int kind) {
 // inside a graph capture its allocation and free are captured too).
 void call_qgemm(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
                 const DeviceGroupTable& t, const DeviceEpilogue& ep, GemmOutView out,
-                GemmKernel kernel, GemmOrder order, cudaStream_t s) {
+                GemmVariant kernel, GemmOrder order, cudaStream_t s) {
   cuda::Scratch scratch(kDev, Stream{s});
   cuda::qgemm_device(a, w, n, t, ep, out, scratch, kernel, order, s);
 }
@@ -160,7 +160,7 @@ void decode_rows(GemmBenchResult& res, const Tensor& act, Cublas& cb, cudaStream
         r.name = name;
         r.us = median_time_us(
             [&](int i) {
-              call_qgemm(a, w[i % copies].view, sh.n, t, {}, ov, GemmKernel::kCudaDecode,
+              call_qgemm(a, w[i % copies].view, sh.n, t, {}, ov, GemmVariant::kDecode,
                          GemmOrder::kBatchInvariant, s);
             },
             iters, s, kDecodeBatch);
@@ -218,9 +218,9 @@ void moe_decode_row(GemmBenchResult& res, Cublas& cb, cudaStream_t s, bool quick
   o2.d_f32 = y8.ptr<float>();
   auto body = [&] {
     for (int l = 0; l < layers; ++l) {
-      call_qgemm(a1, fc1[size_t(l)].view, 2 * I, t1, ep1, o1, GemmKernel::kCudaDecode,
+      call_qgemm(a1, fc1[size_t(l)].view, 2 * I, t1, ep1, o1, GemmVariant::kDecode,
                  GemmOrder::kBatchInvariant, s);
-      call_qgemm(a2, fc2[size_t(l)].view, H, t2, {}, o2, GemmKernel::kCudaDecode,
+      call_qgemm(a2, fc2[size_t(l)].view, H, t2, {}, o2, GemmVariant::kDecode,
                  GemmOrder::kBatchInvariant, s);
     }
   };
@@ -313,12 +313,12 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
     probe_a.cols = probe_w.cols = k;
     const DeviceGroupTable t = group_table(off, n, s);
     // The fast path names the kernel it picks for the call.
-    const GemmKernel fast_kernel =
-        cuda::choose_kernel(GemmKernel::kAuto, GemmOrder::kFast, probe_a, probe_w, t);
+    const GemmVariant fast_kernel =
+        cuda::choose_kernel(GemmVariant::kAuto, GemmOrder::kFast, probe_a, probe_w, t);
     const std::string det_name = label + " (deterministic tiled)",
                       wg_name = label + " (deterministic wgmma)",
                       fast_name =
-                          fmt::format("{} (fast: {})", label, gemm_kernel_name(fast_kernel));
+                          fmt::format("{} (fast: {})", label, gemm_variant_name(fast_kernel));
     const bool want_det = want(sec, det_name), want_fast = cb.ok() && want(sec, fast_name),
                want_wg = cuda::wgmma_available(k) && want(sec, wg_name);
     if (!want_det && !want_fast && !want_wg) return;
@@ -365,7 +365,7 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
         base = tg <= ts ? std::function<void(int)>(graph) : std::function<void(int)>(strided);
       }
     }
-    auto row = [&](const std::string& name, GemmKernel kernel, GemmOrder order, double target) {
+    auto row = [&](const std::string& name, GemmVariant kernel, GemmOrder order, double target) {
       GemmBenchRow r;
       r.section = sec;
       r.name = name;
@@ -391,9 +391,9 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
       r.ratio_baseline = base_us > 0 ? base_us / r.us : 0;
       res.rows.push_back(r);
     };
-    if (want_det) row(det_name, GemmKernel::kCudaTiled, GemmOrder::kBatchInvariant, 0.75);
-    if (want_wg) row(wg_name, GemmKernel::kCudaWgmma, GemmOrder::kBatchInvariant, 0.75);
-    if (want_fast) row(fast_name, GemmKernel::kAuto, GemmOrder::kFast, 0.9);
+    if (want_det) row(det_name, GemmVariant::kTiled, GemmOrder::kBatchInvariant, 0.75);
+    if (want_wg) row(wg_name, GemmVariant::kWgmma, GemmOrder::kBatchInvariant, 0.75);
+    if (want_fast) row(fast_name, GemmVariant::kAuto, GemmOrder::kFast, 0.9);
   };
   const std::vector<int64_t> dense =
       quick ? std::vector<int64_t>{4096} : std::vector<int64_t>{4096, 8192};

@@ -11,6 +11,7 @@
 
 #include "bench_fill.h"
 #include "cuda_timing.h"
+#include "gemm/qgemm_variant.h"
 #include "lockstep/gemm/qgemm.h"
 #include "lockstep/quant/quantize.h"
 
@@ -40,26 +41,26 @@ int main(int argc, char** argv) {
               format_name(*fmt).data());
   std::printf("%-24s %-24s %10s %9s %s\n", "asked", "ran", "us", "TFLOP/s", "bits vs tiled");
   std::vector<float> ref;
-  for (GemmKernel k :
-       {GemmKernel::kCudaTiled, GemmKernel::kCudaDecode, GemmKernel::kCudaDecodeBlockSplit,
-        GemmKernel::kCudaWgmma, GemmKernel::kCudaWgmmaInloop, GemmKernel::kCudaWgmmaStaged,
-        GemmKernel::kCudaWgmmaWreg128, GemmKernel::kCudaWgmmaWreg256, GemmKernel::kCudaCublas}) {
+  for (GemmVariant k :
+       {GemmVariant::kTiled, GemmVariant::kDecode, GemmVariant::kDecodeBlockSplit,
+        GemmVariant::kWgmma, GemmVariant::kWgmmaInloop, GemmVariant::kWgmmaStaged,
+        GemmVariant::kWgmmaWreg128, GemmVariant::kWgmmaWreg256, GemmVariant::kCublas}) {
     GemmConfig cfg;
-    cfg.kernel = k;
+    force_variant(cfg, k);
     try {
       const GemmResult r = qgemm(a, wa, cfg);
       const std::vector<float> d = to_f32(r.d.to(Device::cpu()));
       const double us = bench::median_time_us([&](int) { (void)qgemm(a, wa, cfg); }, 10);
       std::string same = "-";
-      if (k == GemmKernel::kCudaTiled)
+      if (k == GemmVariant::kTiled)
         ref = d;
       else
         same = d == ref ? "equal" : "differ (another chain)";
-      std::printf("%-24s %-24s %10.1f %9.1f %s\n", gemm_kernel_name(k).data(),
-                  gemm_kernel_name(r.kernel).data(), us,
+      std::printf("%-24s %-24s %10.1f %9.1f %s\n", gemm_variant_name(k).data(),
+                  std::string(r.variant).c_str(), us,
                   2.0 * double(M) * double(N) * double(K) / us * 1e-6, same.c_str());
     } catch (const GemmError& e) {
-      std::printf("%-24s refused: %s\n", gemm_kernel_name(k).data(), e.what());
+      std::printf("%-24s refused: %s\n", gemm_variant_name(k).data(), e.what());
     }
   }
   return 0;

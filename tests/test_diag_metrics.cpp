@@ -12,8 +12,7 @@
 using namespace lockstep::diag;
 namespace fs = std::filesystem;
 
-namespace {
-
+// Outside an anonymous namespace: the TEST_F classes derive from it and have external linkage.
 class MetricsFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -39,8 +38,6 @@ class MetricsFileTest : public ::testing::Test {
   }
   fs::path dir_, path_;
 };
-
-}  // namespace
 
 TEST_F(MetricsFileTest, WritesOneObjectPerLineStepFirst) {
   {
@@ -73,7 +70,7 @@ TEST_F(MetricsFileTest, RejectsBadRows) {
   EXPECT_THROW(w.append({{"step", 1.5}}), std::invalid_argument);                   // not integer
   EXPECT_THROW(w.append({{"step", 1}, {"rewardMean", 1}}), std::invalid_argument);  // camelCase
   EXPECT_THROW(w.append({{"step", 1}, {"2x", 1}}), std::invalid_argument);
-  EXPECT_THROW(w.append(nlohmann::ordered_json::array()), std::invalid_argument);
+  EXPECT_THROW(w.append(Json::array()), std::invalid_argument);
   EXPECT_EQ(text(), "");  // nothing half-written
   EXPECT_TRUE(is_snake_case("time_rollout_s"));
   EXPECT_FALSE(is_snake_case("Time"));

@@ -89,7 +89,7 @@ TEST(DiagMismatch, MasksAndExactMatches) {
   // No valid tokens: NaN statistics, written as null.
   const MismatchStats e = mismatch_stats(off, d, std::vector<uint8_t>(3, 0), std::vector<float>{1});
   EXPECT_TRUE(std::isnan(e.q05_delta));
-  nlohmann::ordered_json row;
+  Json row;
   add_mismatch_metrics(e, row);
   EXPECT_TRUE(row["q05_gap"].is_null());
   EXPECT_EQ(row["gap_tokens"], 0);
@@ -125,7 +125,7 @@ TEST(DiagMismatch, MetricsKeysAndRepeatability) {
   const std::vector<float> a = {0.5f, -1.0f, 0.0f};
   const MismatchStats s1 = mismatch_stats(off, d, m, a), s2 = mismatch_stats(off, d, m, a);
   EXPECT_EQ(std::memcmp(&s1, &s2, sizeof(s1)), 0);
-  nlohmann::ordered_json row;
+  Json row;
   add_mismatch_metrics(s1, row);
   std::vector<std::string> keys;
   for (const auto& [k, v] : row.items()) keys.push_back(k);

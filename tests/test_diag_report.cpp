@@ -181,7 +181,7 @@ TEST(DiagCompare, MarkdownAndJson) {
             "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n"
             "| bf16\\|ref | bf16 | none | yes | 81.2% | 85.0% | 0 | 0 | 0 | 62.1 min |\n"
             "| nvfp4 | nvfp4_per_token | - | - | - | - | 0.01235 | - | - | 90.0 s |\n");
-  const nlohmann::ordered_json j = compare_json(runs);
+  const Json j = compare_json(runs);
   ASSERT_EQ(j.size(), 2u);
   EXPECT_EQ(j[0]["final_eval_accuracy"], 0.8125);
   EXPECT_EQ(j[0]["deterministic"], true);

@@ -8,8 +8,6 @@
 
 namespace lockstep::model {
 namespace {
-
-using json = nlohmann::json;
 using test::expect_throw_naming;
 
 // What transformers 5.24 save_pretrained writes for Qwen3Config(vocab_size=32, hidden_size=64,
@@ -57,7 +55,7 @@ const char* kHf4Moe = R"({
   "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})";
 
 TEST(ModelConfig, ReadsTransformers5Dense) {
-  const ModelConfig c = config_from_json(json::parse(kHf5Dense), "hf5/config.json");
+  const ModelConfig c = config_from_json(Json::parse(kHf5Dense), "hf5/config.json");
   EXPECT_EQ(c.model_type, "qwen3");
   EXPECT_EQ(c.vocab_size, 32);
   EXPECT_EQ(c.hidden_size, 64);
@@ -76,7 +74,7 @@ TEST(ModelConfig, ReadsTransformers5Dense) {
 }
 
 TEST(ModelConfig, ReadsTransformers5Moe) {
-  const ModelConfig c = config_from_json(json::parse(kHf5Moe), "hf5moe/config.json");
+  const ModelConfig c = config_from_json(Json::parse(kHf5Moe), "hf5moe/config.json");
   EXPECT_TRUE(c.is_moe());
   EXPECT_EQ(c.num_experts, 4);  // from num_local_experts
   EXPECT_EQ(c.num_experts_per_tok, 2);
@@ -89,7 +87,7 @@ TEST(ModelConfig, ReadsTransformers5Moe) {
 }
 
 TEST(ModelConfig, ReadsTransformers4Moe) {
-  const ModelConfig c = config_from_json(json::parse(kHf4Moe), "hf4moe/config.json");
+  const ModelConfig c = config_from_json(Json::parse(kHf4Moe), "hf4moe/config.json");
   EXPECT_EQ(c.num_experts, 128);
   EXPECT_EQ(c.num_experts_per_tok, 8);
   EXPECT_EQ(c.head_dim, 128);
@@ -101,7 +99,7 @@ TEST(ModelConfig, ReadsTransformers4Moe) {
 }
 
 TEST(ModelConfig, DefaultsFollowTransformers) {
-  json j = json::parse(kHf5Dense);
+  Json j = Json::parse(kHf5Dense);
   for (const char* k : {"head_dim", "rope_parameters", "rms_norm_eps", "max_position_embeddings",
                         "tie_word_embeddings", "bos_token_id", "eos_token_id"})
     j.erase(k);
@@ -113,10 +111,10 @@ TEST(ModelConfig, DefaultsFollowTransformers) {
   EXPECT_FALSE(c.tie_word_embeddings);
   j["num_key_value_heads"] = nullptr;  // null means as many as the query heads
   EXPECT_EQ(config_from_json(j, "x").num_key_value_heads, 4);
-  j["eos_token_id"] = json::array({7, 9});  // several eos ids: the first is kept
+  j["eos_token_id"] = Json::array({7, 9});  // several eos ids: the first is kept
   EXPECT_EQ(config_from_json(j, "x").eos_token_id, 7);
 
-  json m = json::parse(kHf5Moe);
+  Json m = Json::parse(kHf5Moe);
   m.erase("norm_topk_prob");
   m.erase("decoder_sparse_step");
   m.erase("mlp_only_layers");
@@ -129,7 +127,7 @@ TEST(ModelConfig, DefaultsFollowTransformers) {
 }
 
 TEST(ModelConfig, RopeThetaBothSpellings) {
-  json j = json::parse(kHf5Dense);
+  Json j = Json::parse(kHf5Dense);
   j.erase("rope_parameters");
   j["rope_theta"] = 5e5;
   EXPECT_EQ(config_from_json(j, "x").rope_theta, 5e5);
@@ -171,26 +169,26 @@ TEST(ModelConfig, RoundTrips) {
   wide.head_dim = 40;  // heads x head_dim != hidden, as Qwen3-0.6B
   wide.num_key_value_heads = 4;
   configs.push_back(wide);
-  configs.push_back(config_from_json(json::parse(kHf4Moe), "x"));
+  configs.push_back(config_from_json(Json::parse(kHf4Moe), "x"));
   for (const ModelConfig& c : configs) {
-    const json j = config_to_json(c);
+    const Json j = config_to_json(c);
     EXPECT_TRUE(config_from_json(j, "roundtrip") == c) << j.dump();
-    EXPECT_TRUE(config_from_json(json::parse(j.dump()), "text") == c) << j.dump();
+    EXPECT_TRUE(config_from_json(Json::parse(j.dump()), "text") == c) << j.dump();
     EXPECT_NO_THROW(validate_config(c, "validate"));
   }
 }
 
 TEST(ModelConfig, WritesTransformersFieldNames) {
-  const json j = config_to_json(preset("tiny-moe"));
-  EXPECT_EQ(j.at("architectures"), json::array({"Qwen3MoeForCausalLM"}));
+  const Json j = config_to_json(preset("tiny-moe"));
+  EXPECT_EQ(j.at("architectures"), Json::array({"Qwen3MoeForCausalLM"}));
   EXPECT_EQ(j.at("num_experts"), 8);
   EXPECT_EQ(j.at("head_dim"), 16);
   EXPECT_EQ(j.at("rope_theta"), 1e6);
   EXPECT_EQ(j.at("rope_scaling"), nullptr);
   EXPECT_EQ(j.at("hidden_act"), "silu");
   EXPECT_FALSE(j.contains("shared_expert_intermediate_size"));  // not a Qwen3-MoE field
-  const json d = config_to_json(preset("tiny-dense"));
-  EXPECT_EQ(d.at("architectures"), json::array({"Qwen3ForCausalLM"}));
+  const Json d = config_to_json(preset("tiny-dense"));
+  EXPECT_EQ(d.at("architectures"), Json::array({"Qwen3ForCausalLM"}));
   EXPECT_FALSE(d.contains("num_experts"));
 }
 
@@ -244,13 +242,13 @@ TEST(ModelConfig, Presets) {
 // One refusal per rule: (name, mutation of a valid config, the field the message must name).
 struct Refusal {
   std::string what;
-  std::function<void(json&)> mutate;
+  std::function<void(Json&)> mutate;
   std::string field;
 };
 
 void run_refusals(const char* base, const std::vector<Refusal>& cases) {
   for (const Refusal& r : cases) {
-    json j = json::parse(base);
+    Json j = Json::parse(base);
     r.mutate(j);
     expect_throw_naming<ConfigError>([&] { config_from_json(j, "dir/config.json"); },
                                      {"dir/config.json", "field '" + r.field + "'"}, r.what);
@@ -261,89 +259,89 @@ TEST(ModelConfig, RefusalsNameTheField) {
   run_refusals(
       kHf5Dense,
       {
-          {"no model_type", [](json& j) { j.erase("model_type"); }, "model_type"},
-          {"llama", [](json& j) { j["model_type"] = "llama"; }, "model_type"},
-          {"no vocab", [](json& j) { j.erase("vocab_size"); }, "vocab_size"},
-          {"string vocab", [](json& j) { j["vocab_size"] = "32"; }, "vocab_size"},
-          {"zero vocab", [](json& j) { j["vocab_size"] = 0; }, "vocab_size"},
-          {"huge vocab", [](json& j) { j["vocab_size"] = uint64_t(1) << 63; }, "vocab_size"},
-          {"float hidden", [](json& j) { j["hidden_size"] = 64.5; }, "hidden_size"},
-          {"bool layers", [](json& j) { j["num_hidden_layers"] = true; }, "num_hidden_layers"},
-          {"no heads", [](json& j) { j.erase("num_attention_heads"); }, "num_attention_heads"},
-          {"no kv heads", [](json& j) { j.erase("num_key_value_heads"); }, "num_key_value_heads"},
-          {"kv 3 of 4", [](json& j) { j["num_key_value_heads"] = 3; }, "num_key_value_heads"},
-          {"odd head_dim", [](json& j) { j["head_dim"] = 15; }, "head_dim"},
-          {"negative eps", [](json& j) { j["rms_norm_eps"] = -1e-6; }, "rms_norm_eps"},
-          {"zero theta", [](json& j) { j["rope_theta"] = 0; }, "rope_theta"},
+          {"no model_type", [](Json& j) { j.erase("model_type"); }, "model_type"},
+          {"llama", [](Json& j) { j["model_type"] = "llama"; }, "model_type"},
+          {"no vocab", [](Json& j) { j.erase("vocab_size"); }, "vocab_size"},
+          {"string vocab", [](Json& j) { j["vocab_size"] = "32"; }, "vocab_size"},
+          {"zero vocab", [](Json& j) { j["vocab_size"] = 0; }, "vocab_size"},
+          {"huge vocab", [](Json& j) { j["vocab_size"] = uint64_t(1) << 63; }, "vocab_size"},
+          {"float hidden", [](Json& j) { j["hidden_size"] = 64.5; }, "hidden_size"},
+          {"bool layers", [](Json& j) { j["num_hidden_layers"] = true; }, "num_hidden_layers"},
+          {"no heads", [](Json& j) { j.erase("num_attention_heads"); }, "num_attention_heads"},
+          {"no kv heads", [](Json& j) { j.erase("num_key_value_heads"); }, "num_key_value_heads"},
+          {"kv 3 of 4", [](Json& j) { j["num_key_value_heads"] = 3; }, "num_key_value_heads"},
+          {"odd head_dim", [](Json& j) { j["head_dim"] = 15; }, "head_dim"},
+          {"negative eps", [](Json& j) { j["rms_norm_eps"] = -1e-6; }, "rms_norm_eps"},
+          {"zero theta", [](Json& j) { j["rope_theta"] = 0; }, "rope_theta"},
           {"rope scaling",
-           [](json& j) {
+           [](Json& j) {
              j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4}};
            },
            "rope_scaling"},
-          {"yarn", [](json& j) { j["rope_parameters"]["rope_type"] = "yarn"; },
+          {"yarn", [](Json& j) { j["rope_parameters"]["rope_type"] = "yarn"; },
            "rope_parameters.rope_type"},
-          {"rope factor", [](json& j) { j["rope_parameters"]["factor"] = 2.0; },
+          {"rope factor", [](Json& j) { j["rope_parameters"]["factor"] = 2.0; },
            "rope_parameters.factor"},
-          {"theta disagree", [](json& j) { j["rope_theta"] = 5.0; }, "rope_parameters.rope_theta"},
-          {"rope params list", [](json& j) { j["rope_parameters"] = json::array(); },
+          {"theta disagree", [](Json& j) { j["rope_theta"] = 5.0; }, "rope_parameters.rope_theta"},
+          {"rope params list", [](Json& j) { j["rope_parameters"] = Json::array(); },
            "rope_parameters"},
-          {"bias", [](json& j) { j["attention_bias"] = true; }, "attention_bias"},
-          {"mlp bias", [](json& j) { j["mlp_bias"] = true; }, "mlp_bias"},
-          {"gelu", [](json& j) { j["hidden_act"] = "gelu"; }, "hidden_act"},
-          {"sliding", [](json& j) { j["use_sliding_window"] = true; }, "use_sliding_window"},
-          {"dropout", [](json& j) { j["attention_dropout"] = 0.1; }, "attention_dropout"},
-          {"layer types", [](json& j) { j["layer_types"][1] = "sliding_attention"; },
+          {"bias", [](Json& j) { j["attention_bias"] = true; }, "attention_bias"},
+          {"mlp bias", [](Json& j) { j["mlp_bias"] = true; }, "mlp_bias"},
+          {"gelu", [](Json& j) { j["hidden_act"] = "gelu"; }, "hidden_act"},
+          {"sliding", [](Json& j) { j["use_sliding_window"] = true; }, "use_sliding_window"},
+          {"dropout", [](Json& j) { j["attention_dropout"] = 0.1; }, "attention_dropout"},
+          {"layer types", [](Json& j) { j["layer_types"][1] = "sliding_attention"; },
            "layer_types[1]"},
-          {"unknown", [](json& j) { j["foo_bar"] = 1; }, "foo_bar"},
+          {"unknown", [](Json& j) { j["foo_bar"] = 1; }, "foo_bar"},
           {"quantized",
-           [](json& j) {
+           [](Json& j) {
              j["quantization_config"] = {{"quant_method", "fp8"}};
            },
            "quantization_config"},
-          {"tie string", [](json& j) { j["tie_word_embeddings"] = "yes"; }, "tie_word_embeddings"},
-          {"max pos 0", [](json& j) { j["max_position_embeddings"] = 0; },
+          {"tie string", [](Json& j) { j["tie_word_embeddings"] = "yes"; }, "tie_word_embeddings"},
+          {"max pos 0", [](Json& j) { j["max_position_embeddings"] = 0; },
            "max_position_embeddings"},
-          {"eos -1", [](json& j) { j["eos_token_id"] = -1; }, "eos_token_id"},
+          {"eos -1", [](Json& j) { j["eos_token_id"] = -1; }, "eos_token_id"},
           {"eos list",
-           [](json& j) {
-             j["eos_token_id"] = json::array({2, "x"});
+           [](Json& j) {
+             j["eos_token_id"] = Json::array({2, "x"});
            },
            "eos_token_id[1]"},
-          {"no intermediate", [](json& j) { j.erase("intermediate_size"); }, "intermediate_size"},
-          {"experts in dense", [](json& j) { j["num_experts"] = 4; }, "num_experts"},
-          {"encoder-decoder", [](json& j) { j["is_encoder_decoder"] = true; },
+          {"no intermediate", [](Json& j) { j.erase("intermediate_size"); }, "intermediate_size"},
+          {"experts in dense", [](Json& j) { j["num_experts"] = 4; }, "num_experts"},
+          {"encoder-decoder", [](Json& j) { j["is_encoder_decoder"] = true; },
            "is_encoder_decoder"},
       });
   run_refusals(
       kHf5Moe,
       {
-          {"no experts", [](json& j) { j.erase("num_local_experts"); }, "num_experts"},
-          {"experts disagree", [](json& j) { j["num_experts"] = 8; }, "num_local_experts"},
-          {"top-k > experts", [](json& j) { j["num_experts_per_tok"] = 5; }, "num_experts_per_tok"},
-          {"top-k 0", [](json& j) { j["num_experts_per_tok"] = 0; }, "num_experts_per_tok"},
-          {"no moe size", [](json& j) { j.erase("moe_intermediate_size"); },
+          {"no experts", [](Json& j) { j.erase("num_local_experts"); }, "num_experts"},
+          {"experts disagree", [](Json& j) { j["num_experts"] = 8; }, "num_local_experts"},
+          {"top-k > experts", [](Json& j) { j["num_experts_per_tok"] = 5; }, "num_experts_per_tok"},
+          {"top-k 0", [](Json& j) { j["num_experts_per_tok"] = 0; }, "num_experts_per_tok"},
+          {"no moe size", [](Json& j) { j.erase("moe_intermediate_size"); },
            "moe_intermediate_size"},
-          {"sparse step 0", [](json& j) { j["decoder_sparse_step"] = 0; }, "decoder_sparse_step"},
-          {"mlp_only out of range", [](json& j) { j["mlp_only_layers"] = {2}; },
+          {"sparse step 0", [](Json& j) { j["decoder_sparse_step"] = 0; }, "decoder_sparse_step"},
+          {"mlp_only out of range", [](Json& j) { j["mlp_only_layers"] = {2}; },
            "mlp_only_layers[0]"},
           {"mlp_only twice",
-           [](json& j) {
+           [](Json& j) {
              j["mlp_only_layers"] = {1, 1};
            },
            "mlp_only_layers[1]"},
-          {"mlp_only not a list", [](json& j) { j["mlp_only_layers"] = 1; }, "mlp_only_layers"},
+          {"mlp_only not a list", [](Json& j) { j["mlp_only_layers"] = 1; }, "mlp_only_layers"},
           {"dense layer needs intermediate",
-           [](json& j) {
+           [](Json& j) {
              j["mlp_only_layers"] = {0};
              j.erase("intermediate_size");
            },
            "intermediate_size"},
-          {"head_dim not derivable", [](json& j) { j["hidden_size"] = 66; }, "head_dim"},
-          {"norm_topk int", [](json& j) { j["norm_topk_prob"] = 1; }, "norm_topk_prob"},
-          {"shared negative", [](json& j) { j["shared_expert_intermediate_size"] = -1; },
+          {"head_dim not derivable", [](Json& j) { j["hidden_size"] = 66; }, "head_dim"},
+          {"norm_topk int", [](Json& j) { j["norm_topk_prob"] = 1; }, "norm_topk_prob"},
+          {"shared negative", [](Json& j) { j["shared_expert_intermediate_size"] = -1; },
            "shared_expert_intermediate_size"},
       });
-  expect_throw_naming<ConfigError>([] { config_from_json(json::array(), "a.json"); },
+  expect_throw_naming<ConfigError>([] { config_from_json(Json::array(), "a.json"); },
                                    {"a.json", "object"});
 }
 

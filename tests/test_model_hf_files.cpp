@@ -77,8 +77,8 @@ TEST(ModelHfFiles, ResavedIndexListsTheSameTensors) {
   const fs::path dir = kData / "qwen3_moe_bf16_sharded";
   test::ScratchDir out;
   save_model_dir(load_model_dir(dir.string()), out.path().string(), DType::kBF16, 1000);
-  const auto theirs = nlohmann::json::parse(std::ifstream(dir / kIndexFile)).at("weight_map");
-  const auto mine = nlohmann::json::parse(std::ifstream(out.path() / kIndexFile)).at("weight_map");
+  const auto theirs = Json::parse(std::ifstream(dir / kIndexFile)).at("weight_map");
+  const auto mine = Json::parse(std::ifstream(out.path() / kIndexFile)).at("weight_map");
   std::set<std::string> a, b;
   for (const auto& [k, v] : theirs.items()) a.insert(k);
   for (const auto& [k, v] : mine.items()) b.insert(k);

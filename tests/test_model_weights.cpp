@@ -16,7 +16,6 @@ namespace lockstep::model {
 namespace {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
 using test::expect_throw_naming;
 
 std::vector<uint8_t> bytes_of(const Tensor& t) {
@@ -158,7 +157,7 @@ TEST(ModelWeights, DirectoryRoundTripIsBitExact) {
         for (const auto& [name, t] : hf)
           EXPECT_EQ(bytes_of(back.at(name)), bytes_of(t)) << context << " " << name;
         if (shard) {  // every shard within the limit unless it holds one larger tensor
-          const json index = json::parse(std::ifstream(dir.path() / kIndexFile));
+          const Json index = Json::parse(std::ifstream(dir.path() / kIndexFile));
           std::set<std::string> files;
           for (const auto& [t, f] : index.at("weight_map").items())
             files.insert(f.get<std::string>());
@@ -186,7 +185,7 @@ TEST(ModelWeights, SavedFilesFollowTransformers) {
   }
   EXPECT_EQ(h.metadata.at("format"), "pt");
   EXPECT_EQ(h.metadata.at("lockstep.seed"), "3");
-  const json cfg = json::parse(std::ifstream(dir.path() / kConfigFile));
+  const Json cfg = Json::parse(std::ifstream(dir.path() / kConfigFile));
   EXPECT_EQ(cfg.at("torch_dtype"), "bfloat16");
   EXPECT_TRUE(config_from_json(cfg, "saved") == c);
 }
@@ -341,7 +340,7 @@ class BrokenIndex : public ::testing::Test {
  protected:
   void SetUp() override {
     save_model_dir(init_weights(c, 5), dir.path().string(), DType::kF32, 400000);
-    index = json::parse(std::ifstream(dir.path() / kIndexFile));
+    index = Json::parse(std::ifstream(dir.path() / kIndexFile));
     for (const auto& [t, f] : index.at("weight_map").items()) shards.insert(f.get<std::string>());
     ASSERT_GE(shards.size(), 3u);
   }
@@ -353,7 +352,7 @@ class BrokenIndex : public ::testing::Test {
   }
   test::ScratchDir dir;
   ModelConfig c = preset("tiny-moe");
-  json index;
+  Json index;
   std::set<std::string> shards;
 };
 
@@ -427,7 +426,7 @@ TEST(ModelDir, MissingPieces) {
                                     {kSingleWeightsFile, kIndexFile});
   // A config that disagrees with the stored shapes names the tensor and the file.
   save_model_dir(init_weights(preset("tiny-dense"), 1), dir.path().string());
-  json cfg = json::parse(std::ifstream(dir.path() / kConfigFile));
+  Json cfg = Json::parse(std::ifstream(dir.path() / kConfigFile));
   cfg["intermediate_size"] = 96;
   std::ofstream(dir.path() / kConfigFile) << cfg.dump();
   expect_throw_naming<WeightsError>(

@@ -22,6 +22,7 @@ std::vector<float> randn(size_t n, uint64_t seed) {
 }
 QuantConfig per_row() {
   QuantConfig s;
+  s.format = Format::kNvfp4;
   s.scaling = Scaling::kPerRow;
   return s;
 }

@@ -36,12 +36,13 @@ struct Op {
   QTensor q;
   GemmArg arg() const { return q.has_rowwise() || q.has_colwise() ? GemmArg(q) : GemmArg(t); }
 };
-Op make(const Tensor& x, const OperandSpec& s, bool rowwise, bool colwise) {
+Op make(const Tensor& x, const QuantSpec& s, bool rowwise, bool colwise) {
   Op o;
-  if (auto qc = to_quant_spec(s)) {
-    qc->rowwise = rowwise;
-    qc->colwise = colwise;
-    o.q = quantize(x, *qc, "x");
+  if (is_quantized(s.format)) {
+    QuantConfig qc{s};
+    qc.rowwise = rowwise;
+    qc.colwise = colwise;
+    o.q = quantize(x, qc, "x");
   } else {
     o.t = cast(x, DType::kBF16);
   }
@@ -136,7 +137,7 @@ TEST(NnBackward, StraightThroughGradientIsTheGemmOfDequantizedOperands) {
   lin.forward(x, true);
   const std::vector<float> dx = floats(lin.backward(dy));
   // Reference: dequantize each operand (exact for MXFP8) and multiply in float64.
-  QuantConfig qd = *to_quant_spec(s[Gemm::kDgrad].a), qw = *to_quant_spec(s[Gemm::kDgrad].b);
+  QuantConfig qd{s[Gemm::kDgrad].a}, qw{s[Gemm::kDgrad].b};
   const std::vector<float> dyq = floats(dequantize(quantize(dy, qd)));
   qw.colwise = true;
   qw.rowwise = false;
@@ -159,11 +160,21 @@ TEST(NnBackward, StraightThroughGradientIsTheGemmOfDequantizedOperands) {
 
 TEST(NnBackward, GroupedModesEqualPerExpertCompositions) {
   const int64_t E = 3, N = 32, K = 64;
+  auto expert_spec = [](const char* recipe) {
+    return resolve_module(builtin_recipe_or_throw(recipe, "test").recipe, 0,
+                          ModuleClass::kExpertsFc1, 8)
+        .spec;
+  };
+  std::vector<std::pair<std::string, LinearSpec>> cases;
   for (const char* recipe :
-       {"mxfp8", "nvfp4_per_token", "nvfp4_per_token_bf16_bwd", "nvfp4_per_token_dequant_bwd"}) {
-    const LinearSpec s = resolve_module(builtin_recipe_or_throw(recipe, "test").recipe, 0,
-                                        ModuleClass::kExpertsFc1, 8)
-                             .spec;
+       {"mxfp8", "nvfp4_per_token", "nvfp4_per_token_bf16_bwd", "nvfp4_per_token_dequant_bwd"})
+    cases.emplace_back(recipe, expert_spec(recipe));
+  // FP8 with one scale per expert on every operand (the format table allows fp8 per_group).
+  LinearSpec fp8_group = expert_spec("fp8_per_tensor");
+  for (GemmSpec& gs : fp8_group.gemm)
+    for (QuantSpec* op : {&gs.a, &gs.b}) op->scaling = Scaling::kPerGroup;
+  cases.emplace_back("fp8 per_group", fp8_group);
+  for (const auto& [recipe, s] : cases) {
     const int64_t P = nn::group_row_multiple(s);
     const std::vector<int64_t> off{0, 2 * P, 2 * P, 3 * P};  // an empty expert
     const int64_t R = off.back();

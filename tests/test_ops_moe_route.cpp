@@ -61,8 +61,9 @@ TEST(OpsMoeRoute, LayoutFollowsItsRules) {
       EXPECT_EQ(off[size_t(e)] % P, 0) << "P " << P << " expert " << e;
       const std::vector<int64_t>& sl = slots_of[int32_t(e)];
       ASSERT_GE(off[size_t(e + 1)] - off[size_t(e)], int64_t(sl.size()));
-      if (e + 1 < E)
+      if (e + 1 < E) {
         EXPECT_EQ(off[size_t(e + 1)] - off[size_t(e)], (int64_t(sl.size()) + P - 1) / P * P);
+      }
       for (size_t j = 0; j < sl.size(); ++j) {
         const int64_t row = off[size_t(e)] + int64_t(j);
         EXPECT_EQ(src[size_t(row)], sl[j] / k);
@@ -116,7 +117,9 @@ TEST(OpsMoeRoute, RowMovesAndTransposes) {
   EXPECT_EQ(vec<double>(ops::moe_gather_slots(ops::moe_scatter_slots(w, r), r)), vec<double>(w));
   const std::vector<double> pw = vec<double>(ops::moe_scatter_slots(w, r));
   for (int64_t row = 0; row < r.rows; ++row)
-    if (src[size_t(row)] < 0) EXPECT_EQ(pw[size_t(row)], 0.0);
+    if (src[size_t(row)] < 0) {
+      EXPECT_EQ(pw[size_t(row)], 0.0);
+    }
 }
 
 TEST(OpsMoeRoute, SharedExpertGateOps) {

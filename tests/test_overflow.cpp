@@ -104,6 +104,7 @@ TEST(NearFltMax, Nvfp4AndFp8WithFp32ScalesStayFinite) {
   };
   for (Scaling s : {Scaling::kPerTensor, Scaling::kPerRow}) {
     QuantConfig spec;
+    spec.format = Format::kNvfp4;
     spec.scaling = s;
     EXPECT_TRUE(all_finite(dq(quantize(m, spec))))
         << "seed " << seed << " nvfp4 " << scaling_name(s);

@@ -242,6 +242,7 @@ TEST(QuantRows, PublicQuantizeTakesTheRowPathAndReportsNonFinite) {
   v[3] = NAN, v[70] = -INFINITY;
   const Tensor x = cast(test::mat(v, 16, 64), DType::kBF16);
   QuantConfig c;
+  c.format = Format::kNvfp4;
   c.scaling = Scaling::kPerRow;
   ASSERT_TRUE(cpu::rows_path_applies(x, c));
   QuantStats st;

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "lockstep/quant/quantize.h"
 #include "lockstep/recipe/recipe.h"
 #include "lockstep/recipe/registry.h"
 #include "lockstep/recipe/selection.h"
@@ -144,13 +145,18 @@ TEST(RecipeValidation, EachOperandRuleNamesTheField) {
     const char* expect;
   } cases[] = {
       {R"({"format": "nvfp4", "scaling": "block_1x128"})", "fprop.activation: nvfp4 takes scaling"},
-      {R"({"format": "mxfp8", "scaling": "per_row"})", "mxfp8 takes scaling block_1x32 only"},
-      {R"({"format": "fp8", "scaling": "per_group"})", "fp8 takes scaling"},
-      {R"({"format": "mxfp8", "pow2": true})", "pow2 applies to fp8 only"},
-      {R"({"format": "fp8", "block2d": true})", "block2d applies to nvfp4 only"},
-      {R"({"format": "nvfp4", "stochastic": true})", "stochastic rounding is for gradient operands"},
+      {R"({"format": "mxfp8", "scaling": "per_row"})",
+       "mxfp8 takes scaling block_1x32, not per_row"},
+      {R"({"format": "fp8", "scaling": "block_1x32"})", "fp8 takes scaling"},
+      {R"({"format": "mxfp8", "pow2": true})", "pow2 (power-of-two scales) applies to fp8 only"},
+      {R"({"format": "mxfp8", "eps": 0.5})", "eps (an amax floor) applies to fp8 only"},
+      {R"({"format": "fp8", "eps": -1})", "fprop.activation.eps: expected a finite amax floor"},
+      {R"({"format": "fp8", "eps": 1e-50})", "rounds to 0 in fp32"},
+      {R"({"format": "fp8", "block2d": true})", "block2d (16x16 blocks) applies to nvfp4 only"},
+      {R"({"format": "nvfp4", "stochastic": true})",
+       "stochastic rounding is for gradient operands"},
       {R"({"format": "nvfp4", "elem": "e5m2"})", "elem applies to fp8 and mxfp8 only"},
-      {R"({"format": "bf16", "scaling": "per_row"})", "bf16 operands are not quantized"},
+      {R"({"format": "bf16", "scaling": "per_row"})", "bf16 is not quantized"},
       {R"({"format": "int4"})", "unknown format 'int4'"},
       {R"({"format": "fp8", "scaling": "per_block"})", "unknown scaling 'per_block'"},
       {R"({"format": "fp8", "elem": "e3m4"})", "unknown element codec"},
@@ -165,6 +171,10 @@ TEST(RecipeValidation, EachOperandRuleNamesTheField) {
   // And the valid neighbours pass.
   EXPECT_NO_THROW(recipe_from_json(minimal(R"({"format": "fp8", "scaling": "block_1x128", "pow2": true})"), "ok"));
   EXPECT_NO_THROW(recipe_from_json(minimal(R"({"format": "mxfp8", "elem": "e5m2"})"), "ok"));
+  EXPECT_NO_THROW(recipe_from_json(minimal(R"({"format": "fp8", "scaling": "per_group"})"), "ok"));
+  const Recipe eps = recipe_from_json(minimal(R"({"format": "fp8", "eps": 0.25})"), "ok");
+  EXPECT_EQ(eps.linear[Gemm::kFprop].a.eps, 0.25f);
+  EXPECT_EQ(recipe_from_json(to_json(eps), "round trip"), eps);
 }
 
 TEST(RecipeValidation, CoverageFieldsAreChecked) {
@@ -263,31 +273,31 @@ TEST(RecipeFile, NumberTooLargeForADoubleIsAJsonError) {
   EXPECT_NE(e.find("number overflow"), std::string::npos) << e;
 }
 
-TEST(RecipeQuantSpec, OperandsConvertToQuantizerOptions) {
-  EXPECT_FALSE(to_quant_spec(OperandSpec{}).has_value());  // bf16: not quantized
+TEST(RecipeQuantSpec, OperandsAreQuantizerSpecs) {
+  EXPECT_EQ(QuantSpec{}.format, Format::kBf16);  // an operand left at its defaults is not quantized
   const Recipe& nb = builtin("nvfp4_block");
-  auto w = to_quant_spec(nb.linear[Gemm::kFprop].b);
-  ASSERT_TRUE(w);
-  EXPECT_EQ(w->format, Format::kNvfp4);
-  EXPECT_EQ(w->scaling, Scaling::kPerGroup);
-  EXPECT_TRUE(w->block2d);
-  EXPECT_FALSE(w->stochastic);
-  auto dy = to_quant_spec(nb.linear[Gemm::kWgrad].a);
-  ASSERT_TRUE(dy);
-  EXPECT_TRUE(dy->stochastic);
-  EXPECT_TRUE(dy->hadamard);
-  auto fp8 = to_quant_spec(builtin("fp8_per_tensor").linear[Gemm::kDgrad].a);
-  ASSERT_TRUE(fp8);
-  EXPECT_EQ(fp8->format, Format::kFp8);
-  EXPECT_EQ(fp8->elem, ElemCodec::kE5M2);
-  auto blk = to_quant_spec(builtin("fp8_block").linear[Gemm::kFprop].b);
-  ASSERT_TRUE(blk);
-  EXPECT_EQ(blk->scaling, Scaling::kBlock128x128);
-  EXPECT_TRUE(blk->pow2);
-  auto mx = to_quant_spec(builtin("mxfp8").linear[Gemm::kFprop].a);
-  ASSERT_TRUE(mx);
-  EXPECT_EQ(mx->format, Format::kMxfp8);
-  EXPECT_EQ(mx->scaling, Scaling::kBlock1x32);
+  const QuantSpec& w = nb.linear[Gemm::kFprop].b;
+  EXPECT_EQ(w.format, Format::kNvfp4);
+  EXPECT_EQ(w.scaling, Scaling::kPerGroup);
+  EXPECT_TRUE(w.block2d);
+  EXPECT_FALSE(w.stochastic);
+  // A quantize call takes the operand as it is, adding only the call's options.
+  const QuantConfig c{w};
+  EXPECT_EQ(static_cast<const QuantSpec&>(c), w);
+  EXPECT_TRUE(c.rowwise);
+  EXPECT_FALSE(c.colwise);
+  const QuantSpec& dy = nb.linear[Gemm::kWgrad].a;
+  EXPECT_TRUE(dy.stochastic);
+  EXPECT_TRUE(dy.hadamard);
+  const QuantSpec& fp8 = builtin("fp8_per_tensor").linear[Gemm::kDgrad].a;
+  EXPECT_EQ(fp8.format, Format::kFp8);
+  EXPECT_EQ(fp8.elem, ElemCodec::kE5M2);
+  const QuantSpec& blk = builtin("fp8_block").linear[Gemm::kFprop].b;
+  EXPECT_EQ(blk.scaling, Scaling::kBlock128x128);
+  EXPECT_TRUE(blk.pow2);
+  const QuantSpec& mx = builtin("mxfp8").linear[Gemm::kFprop].a;
+  EXPECT_EQ(mx.format, Format::kMxfp8);
+  EXPECT_EQ(mx.scaling, Scaling::kBlock1x32);
 }
 
 TEST(RecipeRequirements, DerivedFromContent) {

@@ -289,9 +289,10 @@ TEST(RlObjective, GradientMatchesFloat64FiniteDifferences) {
       cfg.normalization = norm;
       cfg.kl_coef = 0.1;
       const auto r = compute_objective<double>(base.in(), cfg);
-      if (guard_has_triage(guard))
+      if (guard_has_triage(guard)) {
         ASSERT_GT(r.stats.repair.active_segments + r.stats.gate.gated_tokens, 0)
             << "the batch must exercise TRIAGE; seed " << seed;
+      }
       RandomBatch b = base;
       const double h = 1e-5;
       double worst = 0;

@@ -218,6 +218,7 @@ std::vector<PlanCase> plan_cases() {
   std::vector<PlanCase> cases;
   auto add = [&](const char* what, auto set) {
     QuantConfig c;
+    c.format = Format::kNvfp4;
     set(c);
     cases.push_back({what, c});
   };

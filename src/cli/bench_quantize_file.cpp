@@ -7,7 +7,6 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <omp.h>
 #include <spawn.h>
 #include <sys/resource.h>
@@ -142,9 +141,11 @@ ChildRun run_child(const std::vector<std::string>& args, int threads) {
     throw std::runtime_error(
         fmt::format("bench: waiting for {} failed: {}", exe, std::strerror(errno)));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    throw std::runtime_error(
-        fmt::format("bench: `{} {}` failed (status {})", exe, fmt::join(args, " "), status));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::string command = exe;
+    for (const std::string& a : args) command.append(" ").append(a);
+    throw std::runtime_error(fmt::format("bench: `{}` failed (status {})", command, status));
+  }
   return {s, int64_t(ru.ru_maxrss) * 1024};
 }
 

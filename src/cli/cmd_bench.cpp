@@ -5,10 +5,9 @@
 #include <omp.h>
 #include <stdlib.h>
 
-#include <nlohmann/json.hpp>
-
 #include "bench_quantize_file.h"
 #include "commands.h"
+#include "lockstep/recipe/json.h"
 #include "lockstep/tensor/device.h"
 #include "lockstep/version.h"
 #include "quantize_bench.h"
@@ -56,14 +55,14 @@ void run_bench_quantize(const BenchArgs& a) {
   double load = -1;  // the machine's 1-minute load average after the run (shared machines)
   getloadavg(&load, 1);
   if (a.json) {
-    nlohmann::json j;
+    Json j;
     j["device"] = a.device;
     j["gpu"] = gpu;
     j["rows"] = r;
     j["cols"] = c;
     j["input_dtype"] = dev->is_cpu() ? "f32" : "bf16";
     j["revision"] = lockstep_source_revision();
-    j["results"] = nlohmann::json::array();
+    j["results"] = Json::array();
     for (const auto& x : rows) {
       const double got = x.two_read() ? x.of_ceiling() : x.ratio;
       j["results"].push_back({{"op", x.name},
@@ -78,7 +77,7 @@ void run_bench_quantize(const BenchArgs& a) {
                               {"target_of", x.two_read() ? "ceiling" : "copy"},
                               {"meets_target", x.target == 0 || got >= x.target}});
     }
-    j["end_to_end"] = nlohmann::json::array();
+    j["end_to_end"] = Json::array();
     for (const FileBenchRow& x : file_rows)
       j["end_to_end"].push_back({{"op", x.name},
                                  {"seconds", x.seconds},

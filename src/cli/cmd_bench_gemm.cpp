@@ -1,14 +1,13 @@
 // `lockstep bench gemm [--json] [--only TEXT] [--quick]`: the CUDA GEMMs' bandwidth (decode, MoE
 // decode) and TFLOP/s (dense, grouped) with cuBLAS bf16 baselines and the device copy bandwidth
 // measured in the same run (bench/RESULTS.md, GEMM). Registered under `bench` by cmd_bench.cpp.
-#include "lockstep/version.h"
 #include <fmt/format.h>
-
-#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "gemm_bench.h"
+#include "lockstep/recipe/json.h"
 #include "lockstep/tensor/device.h"
+#include "lockstep/version.h"
 
 namespace lockstep::cli {
 namespace {
@@ -23,12 +22,12 @@ void run_bench_gemm(const BenchGemmArgs& a) {
   require_device(Device::cuda());  // throws with a message in builds or machines without CUDA
   const bench::GemmBenchResult r = bench::bench_gemm_cuda(a.filter, a.quick, a.iters);
   if (a.json) {
-    nlohmann::json j;
+    Json j;
     j["gpu"] = r.gpu;
     j["revision"] = lockstep_source_revision();
     j["copy_gbps"] = r.copy_gbps;
     j["cublas"] = r.have_cublas;
-    j["results"] = nlohmann::json::array();
+    j["results"] = Json::array();
     for (const auto& x : r.rows) {
       const double got = x.target_is_copy ? x.ratio_copy : x.ratio_baseline;
       j["results"].push_back({{"section", x.section},

@@ -7,13 +7,13 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "lockstep/model/learner.h"
 #include "lockstep/model/policy.h"
 #include "lockstep/model/sampler.h"
 #include "lockstep/numerics/philox.h"
+#include "lockstep/recipe/json.h"
 #include "lockstep/recipe/registry.h"
 
 namespace lockstep::cli {
@@ -56,26 +56,25 @@ struct Row {
   double base_learner = 0, base_decode = 0;
 };
 
-nlohmann::json read_baseline(const std::string& path) {
+Json read_baseline(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw UsageError(fmt::format("cannot read baseline file '{}'", path));
-  nlohmann::json j;
+  Json j;
   try {
     in >> j;
   } catch (const std::exception& e) {
     throw UsageError(fmt::format("baseline '{}' is not JSON: {}", path, e.what()));
   }
   if (j.is_object() && j.contains("results")) j = j["results"];
-  if (j.is_object()) j = nlohmann::json::array({j});
+  if (j.is_object()) j = Json::array({j});
   if (!j.is_array()) throw UsageError(fmt::format("baseline '{}': want a list of results", path));
   return j;
 }
 
 void run_bench_model(const BenchModelArgs& a) {
-  const nlohmann::json base =
-      a.baseline.empty() ? nlohmann::json::array() : read_baseline(a.baseline);
+  const Json base = a.baseline.empty() ? Json::array() : read_baseline(a.baseline);
   std::vector<Row> rows;
-  nlohmann::json saved = nlohmann::json::array();
+  Json saved = Json::array();
   for (const std::string& pname : a.presets) {
     const model::ModelConfig cfg = model::preset(pname);
     const model::ModelWeights w = model::init_weights(cfg, 0);
@@ -170,12 +169,12 @@ void run_bench_model(const BenchModelArgs& a) {
     }
   }
   if (a.json) {
-    nlohmann::json j;
+    Json j;
     j["batch"] = a.batch;
     j["lengths"] = {a.min_len, a.max_len};
     j["new_tokens"] = a.new_tokens;
     j["threads"] = omp_get_max_threads();
-    j["results"] = nlohmann::json::array();
+    j["results"] = Json::array();
     for (const Row& r : rows)
       j["results"].push_back(
           {{"preset", r.preset},

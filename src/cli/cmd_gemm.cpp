@@ -3,14 +3,13 @@
 // Mixed pairings (w4a16, w4a8) through --a-format / --w-format.
 #include <fmt/format.h>
 
-#include <nlohmann/json.hpp>
-
 #include "commands.h"
 #include "lockstep/diag/run_meta.h"
-#include "lockstep/tensor/device.h"
 #include "lockstep/gemm/oracle.h"
 #include "lockstep/gemm/qgemm.h"
 #include "lockstep/quant/quantize.h"
+#include "lockstep/recipe/json.h"
+#include "lockstep/tensor/device.h"
 #include "lockstep/tensor/safetensors.h"
 
 namespace lockstep::cli {
@@ -108,7 +107,7 @@ void run_gemm(const GemmArgs& a) {
   GemmConfig cfg;
   cfg.order = a.deterministic ? GemmOrder::kBatchInvariant : GemmOrder::kFast;
   GemmResult r = a.oracle ? qgemm_oracle(as.arg(), ws.arg(), cfg) : qgemm(as.arg(), ws.arg(), cfg);
-  const std::string path = a.oracle ? "cpu_oracle_f64" : std::string(gemm_kernel_name(r.kernel));
+  const std::string path = a.oracle ? "cpu_oracle_f64" : std::string(r.variant);
   const Tensor d = r.d.to(Device::cpu());
   const int64_t M = d.rows(), N = d.cols(), K = as.t.cols();
   SafetensorsFile out;
@@ -133,13 +132,13 @@ void run_gemm(const GemmArgs& a) {
   out.metadata["lockstep.run_meta"] = meta.dump();
   write_outputs(a.output, out, a.run_meta, meta);
   if (a.json) {
-    fmt::print("{}\n", nlohmann::json{{"output", a.output},
-                                      {"m", M},
-                                      {"n", N},
-                                      {"k", K},
-                                      {"a", {{"format", as.format}, {"scaling", as.scaling}}},
-                                      {"w", {{"format", ws.format}, {"scaling", ws.scaling}}},
-                                      {"path", path}}
+    fmt::print("{}\n", Json{{"output", a.output},
+                            {"m", M},
+                            {"n", N},
+                            {"k", K},
+                            {"a", {{"format", as.format}, {"scaling", as.scaling}}},
+                            {"w", {{"format", ws.format}, {"scaling", ws.scaling}}},
+                            {"path", path}}
                            .dump(2));
   } else {
     fmt::print("d [{}, {}] = a ({} {}) x w^T ({} {}), K = {} -> {}\n", M, N, as.format, as.scaling, ws.format,

@@ -4,21 +4,19 @@
 #include <fmt/format.h>
 
 #include <array>
-#include <filesystem>
 #include <charconv>
+#include <filesystem>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "lockstep/recipe/json.h"
 #include "lockstep/tensor/safetensors.h"
 
 namespace lockstep::cli {
 namespace {
-
-using json = nlohmann::ordered_json;
 
 // Tensor-name suffixes of a quantized tensor's parts, in the order they are listed.
 constexpr std::array<std::string_view, 6> kPartSuffixes = {
@@ -70,8 +68,8 @@ std::vector<QuantGroup> group_quantized(const SafetensorsHeader& h) {
 }
 
 // "rows,cols" as [rows, cols]; the raw string when it is not a list of integers.
-json shape_attr_json(const std::string& s) {
-  json dims = json::array();
+Json shape_attr_json(const std::string& s) {
+  Json dims = Json::array();
   size_t pos = 0;
   while (pos <= s.size()) {
     size_t comma = std::min(s.find(',', pos), s.size());
@@ -84,28 +82,28 @@ json shape_attr_json(const std::string& s) {
   return dims;
 }
 
-json attr_json(std::string_view attr, const std::string* value) {
+Json attr_json(std::string_view attr, const std::string* value) {
   if (!value) return nullptr;
   if (attr == "block2d" && (*value == "true" || *value == "false")) return *value == "true";
   if (attr == "shape") return shape_attr_json(*value);
   return *value;
 }
 
-json to_json(const std::string& path, const SafetensorsHeader& h,
+Json to_json(const std::string& path, const SafetensorsHeader& h,
              const std::vector<QuantGroup>& groups) {
-  json out;
+  Json out;
   out["file"] = path;
-  out["metadata"] = json::object();
+  out["metadata"] = Json::object();
   for (const auto& [k, v] : h.metadata) out["metadata"][k] = v;
-  out["tensors"] = json::array();
+  out["tensors"] = Json::array();
   for (const auto& t : h.tensors)
     out["tensors"].push_back({{"name", t.name},
                               {"dtype", std::string(dtype_name(t.dtype))},
                               {"shape", t.shape},
                               {"bytes", t.end - t.begin}});
-  out["quantized"] = json::array();
+  out["quantized"] = Json::array();
   for (const auto& g : groups) {
-    json q;
+    Json q;
     q["name"] = g.name;
     for (size_t i = 0; i < kAttrs.size(); ++i)
       q[std::string(kAttrs[i])] = attr_json(kAttrs[i], g.attrs[i]);
@@ -119,7 +117,7 @@ json to_json(const std::string& path, const SafetensorsHeader& h,
 // one value cannot break the table.
 std::string printable(const std::string& s) {
   for (unsigned char c : s)
-    if (c < 0x20 || c == 0x7f) return json(s).dump();
+    if (c < 0x20 || c == 0x7f) return Json(s).dump();
   return s;
 }
 

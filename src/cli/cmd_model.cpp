@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "commands.h"
@@ -12,6 +11,7 @@
 #include "lockstep/model/learner.h"
 #include "lockstep/model/policy.h"
 #include "lockstep/model/sampler.h"
+#include "lockstep/recipe/json.h"
 #include "lockstep/recipe/registry.h"
 #include "lockstep/tensor/safetensors.h"
 #include "model_cli.h"
@@ -101,9 +101,9 @@ void run_forward(const ForwardArgs& a) {
   out.metadata["lockstep.mode"] = std::string(model::exec_mode_name(mode));
   write_safetensors(a.output, out);
   if (a.json) {
-    nlohmann::json j{{"output", a.output},         {"tokens", ids.size()},
-                     {"sequences", cu.size() - 1}, {"vocab", w.config.vocab_size},
-                     {"recipe", recipe.name},      {"deterministic", a.deterministic}};
+    Json j{{"output", a.output},         {"tokens", ids.size()},
+           {"sequences", cu.size() - 1}, {"vocab", w.config.vocab_size},
+           {"recipe", recipe.name},      {"deterministic", a.deterministic}};
     fmt::print("{}\n", j.dump());
   } else {
     fmt::print("wrote {}: logits [{}, {}] F32 ({} sequences, recipe {}, {} mode)\n", a.output,
@@ -135,9 +135,9 @@ std::vector<model::SampleRequest> read_prompts(const std::string& path) {
   while (std::getline(in, line)) {
     ++lineno;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j;
+    Json j;
     try {
-      j = nlohmann::json::parse(line);
+      j = Json::parse(line);
     } catch (const std::exception& e) {
       throw UsageError(fmt::format("{}:{}: not JSON ({})", path, lineno, e.what()));
     }
@@ -186,8 +186,8 @@ void run_sample(const SampleArgs& a) {
   s.load_policy(model::export_policy(w, recipe, 0), 0, recipe.name);
   const std::vector<model::SampleResult> res = s.generate(reqs);
   if (a.json) {
-    nlohmann::json j{{"recipe", recipe.name}, {"seed", a.seed}, {"temperature", a.temperature}};
-    j["results"] = nlohmann::json::array();
+    Json j{{"recipe", recipe.name}, {"seed", a.seed}, {"temperature", a.temperature}};
+    j["results"] = Json::array();
     for (size_t i = 0; i < res.size(); ++i)
       j["results"].push_back({{"prompt", reqs[i].prompt},
                               {"tokens", res[i].tokens},
@@ -199,8 +199,8 @@ void run_sample(const SampleArgs& a) {
   for (size_t i = 0; i < res.size(); ++i) {
     double sum = 0;
     for (float v : res[i].logprobs) sum += v;
-    fmt::print("{}: {} -> {} (sum log-prob {:.4f}{})\n", i, nlohmann::json(reqs[i].prompt).dump(),
-               nlohmann::json(res[i].tokens).dump(), sum, res[i].eos ? ", eos" : "");
+    fmt::print("{}: {} -> {} (sum log-prob {:.4f}{})\n", i, Json(reqs[i].prompt).dump(),
+               Json(res[i].tokens).dump(), sum, res[i].eos ? ", eos" : "");
   }
 }
 
@@ -225,16 +225,16 @@ void run_align(AlignArgs a) {
   const model::AlignResult r = model::align(w, recipe, a.opt);
   const model::GapStats& g = r.stats;
   if (a.json) {
-    nlohmann::json j{{"recipe", recipe.name},
-                     {"deterministic", a.deterministic},
-                     {"tokens", g.tokens},
-                     {"mean_abs_gap", g.mean_abs},
-                     {"max_abs_gap", g.max_abs},
-                     {"q05_gap", g.q05},
-                     {"batch", a.opt.batch},
-                     {"alone", a.opt.alone},
-                     {"kv_cache", a.kv},
-                     {"learner_recipe", a.learner_recipe.empty() ? recipe.name : a.learner_recipe}};
+    Json j{{"recipe", recipe.name},
+           {"deterministic", a.deterministic},
+           {"tokens", g.tokens},
+           {"mean_abs_gap", g.mean_abs},
+           {"max_abs_gap", g.max_abs},
+           {"q05_gap", g.q05},
+           {"batch", a.opt.batch},
+           {"alone", a.opt.alone},
+           {"kv_cache", a.kv},
+           {"learner_recipe", a.learner_recipe.empty() ? recipe.name : a.learner_recipe}};
     fmt::print("{}\n", j.dump());
     return;
   }

@@ -6,15 +6,15 @@
 #include <cfloat>
 #include <cmath>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "commands.h"
-#include "lockstep/tensor/device.h"
 #include "lockstep/diag/run_meta.h"
 #include "lockstep/quant/format.h"
 #include "lockstep/quant/qtensor_io.h"
 #include "lockstep/quant/quantize.h"
+#include "lockstep/recipe/json.h"
+#include "lockstep/tensor/device.h"
 #include "lockstep/tensor/safetensors.h"
 
 namespace lockstep::cli {
@@ -127,7 +127,7 @@ void run_quantize(const QuantizeArgs& a) {
   // Every shape is validated before any work, so a contract violation leaves no output file.
   std::vector<TensorSpec> specs;
   std::map<std::string, std::string> metadata = in.metadata;
-  nlohmann::json report = nlohmann::json::array();
+  Json report = Json::array();
   for (const NamedTensor& nt : in.tensors) {
     const Tensor& t = nt.tensor;
     if (!is_quantizable(t)) {
@@ -171,10 +171,10 @@ void run_quantize(const QuantizeArgs& a) {
   writer.finish();
   commit_outputs(out, a.run_meta, meta);
   if (a.json) {
-    fmt::print("{}\n", nlohmann::json{{"output", a.output},
-                                      {"format", a.format},
-                                      {"scaling", std::string(scaling_name(spec.scaling))},
-                                      {"quantized", report}}
+    fmt::print("{}\n", Json{{"output", a.output},
+                            {"format", a.format},
+                            {"scaling", std::string(scaling_name(spec.scaling))},
+                            {"quantized", report}}
                            .dump(2));
   } else {
     fmt::print("quantized {} tensor(s) to {} ({}) -> {}\n", report.size(), a.format, scaling_name(spec.scaling),

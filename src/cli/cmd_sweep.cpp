@@ -3,10 +3,10 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "lockstep/quant/simulate.h"
+#include "lockstep/recipe/json.h"
 #include "lockstep/tensor/file_io.h"
 #include "lockstep/tensor/safetensors.h"
 
@@ -24,7 +24,7 @@ struct SweepArgs {
 // A metric for the report: "overflow" when the reconstruction overflowed to +-Inf (a format
 // property, not an error of 0 or inf dB), undefined (JSON null) when ||x|| = 0, "inf" / "-inf",
 // else the number.
-nlohmann::json metric_json(const std::optional<double>& v, int64_t overflow) {
+Json metric_json(const std::optional<double>& v, int64_t overflow) {
   if (overflow > 0) return "overflow";
   if (!v) return nullptr;
   if (std::isinf(*v)) return *v > 0 ? "inf" : "-inf";
@@ -79,12 +79,13 @@ void run_sweep(const SweepArgs& a) {
                            ? fmt::format("{}: no 2-D F32/BF16/F16 tensor with cols % 16 == 0 to sweep", a.file)
                            : fmt::format("{}: no tensor named '{}'", a.file, a.tensor));
   }
-  nlohmann::json js{{"source", source}, {"outer_scaling", a.scaling}, {"block", 16}, {"tensors", nlohmann::json::array()}};
+  Json js{
+      {"source", source}, {"outer_scaling", a.scaling}, {"block", 16}, {"tensors", Json::array()}};
   if (!a.json) fmt::print("source: {}\nblock 16, outer scaling {}\n", source, a.scaling);
   for (const Item& it : items) {
     const Tensor m = Tensor::from_vector<float>(it.values, {it.rows, it.cols}, DType::kF32);
     std::vector<SweepRow> rows = sweep(m, *outer, it.name);
-    nlohmann::json jr = nlohmann::json::array();
+    Json jr = Json::array();
     if (!a.json) {
       fmt::print("\n{} [{}, {}]\n", it.name, it.rows, it.cols);
       fmt::print("{:<11} {:>9} {:>11} {:>11} {:>10} {:>12}\n", "format", "SNR dB", "rel-L2", "MAE", "worst row",
@@ -117,7 +118,7 @@ void run_sweep(const SweepArgs& a) {
   if (!a.run_meta.empty()) {
     Json meta = provenance("sweep", "cpu", Json{{"source", source}, {"outer_scaling", a.scaling}}, Json::object(),
                            {{"generated_tensor", a.seed}});
-    meta["results"] = Json::parse(js.dump());
+    meta["results"] = js;
     write_file_atomic(a.run_meta, meta.dump(2) + "\n");
   }
 }

@@ -178,15 +178,15 @@ void run_pretrain(PretrainCmd& c) {
   auto eval_json = [](const rl::EvalResult& e) {
     return Json{{"accuracy", e.accuracy}, {"correct", e.correct}, {"prompts", e.prompts}};
   };
-  const nlohmann::json key = rl::warm_start_key(init.config, source, a.opt.seed, po);
-  Json info = {{"key", Json::parse(key.dump())},
+  const Json key = rl::warm_start_key(init.config, source, a.opt.seed, po);
+  Json info = {{"key", key},
                {"hash", rl::warm_start_hash(key)},
                {"eval_before", eval_json(r.before)},
                {"eval_after", eval_json(r.after)},
                {"eval_max_new", po.eval_max_new},
                {"final_loss", r.final_loss},
                {"seconds", r.seconds}};
-  rl::save_warm_start(c.out, r.weights, Json::parse(info.dump()));
+  rl::save_warm_start(c.out, r.weights, info);
   if (a.json) {
     info["output"] = c.out;
     fmt::print("{}\n", info.dump());

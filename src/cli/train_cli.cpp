@@ -167,7 +167,7 @@ InitialPolicy initial_policy(const TrainArgs& a, const Recipe& recipe, bool pres
         progress.update({p.step, p.total, p.elapsed_s, std::nullopt, std::nullopt, std::nullopt});
       });
   progress.finish();
-  const Json info = Json::parse(ws.info.dump());
+  const Json& info = ws.info;
   auto acc = [&](const char* k) {
     return info.contains(k) ? info[k].value("accuracy", 0.0) * 100.0 : 0.0;
   };

@@ -27,8 +27,8 @@ std::string percent(const std::optional<double>& v) {
 std::string sig4(const std::optional<double>& v) { return v ? fmt::format("{:.4g}", *v) : "-"; }
 
 template <class T>
-nlohmann::ordered_json opt(const std::optional<T>& v) {
-  return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
+Json opt(const std::optional<T>& v) {
+  return v ? Json(*v) : Json(nullptr);
 }
 
 }  // namespace
@@ -54,15 +54,13 @@ std::string compare_markdown(std::span<const RunSummary> runs) {
   return out;
 }
 
-nlohmann::ordered_json compare_json(std::span<const RunSummary> runs) {
-  nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+Json compare_json(std::span<const RunSummary> runs) {
+  Json arr = Json::array();
   for (const RunSummary& r : runs) {
-    nlohmann::ordered_json j;
+    Json j;
     j["run"] = r.name;
-    j["recipe"] =
-        r.recipe.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.recipe);
-    j["guard"] =
-        r.guard.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.guard);
+    j["recipe"] = r.recipe.empty() ? Json(nullptr) : Json(r.recipe);
+    j["guard"] = r.guard.empty() ? Json(nullptr) : Json(r.guard);
     j["deterministic"] = opt(r.deterministic);
     j["final_eval_accuracy"] = opt(r.final_eval_accuracy);
     j["best_eval_accuracy"] = opt(r.best_eval_accuracy);

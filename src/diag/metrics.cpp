@@ -65,8 +65,7 @@ void MetricsWriter::append(const MetricsRow& row) {
     if (k != "step") ordered[k] = v;
   }
   // Invalid UTF-8 in strings is replaced rather than thrown on: a metrics line must not abort.
-  const std::string line =
-      ordered.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+  const std::string line = ordered.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
   size_t done = 0;
   while (done < line.size()) {
     const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);

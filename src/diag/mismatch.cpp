@@ -8,7 +8,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "lockstep/rl/objectives.h"
+#include "lockstep/tensor/packed_offsets.h"
 
 namespace lockstep::diag {
 
@@ -28,7 +28,7 @@ MismatchStats mismatch_stats(std::span<const int64_t> offsets, std::span<const f
   if (mask.size() != T)
     throw std::invalid_argument(
         fmt::format("mismatch_stats: delta has {} tokens but mask has {}", T, mask.size()));
-  rl::check_packed_offsets("mismatch_stats", offsets, T, R);
+  check_packed_offsets("mismatch_stats", offsets, T, R);
   MismatchStats s;
   std::vector<double> valid;
   double sum = 0, sum_abs = 0, max_abs = 0;
@@ -89,8 +89,8 @@ MismatchStats mismatch_stats(std::span<const int64_t> offsets, std::span<const f
   return s;
 }
 
-void add_mismatch_metrics(const MismatchStats& s, nlohmann::ordered_json& row) {
-  const auto num = [](double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nullptr; };
+void add_mismatch_metrics(const MismatchStats& s, Json& row) {
+  const auto num = [](double v) { return std::isfinite(v) ? Json(v) : nullptr; };
   row["gap_tokens"] = s.tokens;
   row["mean_gap"] = num(s.mean_delta);
   row["mean_abs_gap"] = num(s.mean_abs_delta);

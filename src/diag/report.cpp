@@ -3,7 +3,6 @@
 #include "lockstep/diag/report.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -58,7 +57,9 @@ std::string run_label(const RunData& r, const std::string& name) {
   std::vector<std::string> parts;
   if (!r.recipe.empty()) parts.push_back(r.recipe);
   if (!r.guard.empty()) parts.push_back("guard " + r.guard);
-  return parts.empty() ? name : fmt::format("{} ({})", name, fmt::join(parts, ", "));
+  std::string joined;
+  for (const std::string& p : parts) joined.append(joined.empty() ? "" : ", ").append(p);
+  return parts.empty() ? name : fmt::format("{} ({})", name, joined);
 }
 
 std::string fmt_opt(const std::optional<double>& v, const char* spec) {
@@ -116,13 +117,17 @@ ReportResult render_report(std::span<const RunData> runs, const ReportOptions& o
                    xml_escape(opt.title), kStyle);
   h += fmt::format("<h1>{}</h1>\n", xml_escape(opt.title));
   std::vector<std::string> labels;
-  for (size_t i = 0; i < runs.size(); ++i) labels.push_back(run_label(runs[i], names[i]));
+  std::string joined_labels;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    labels.push_back(run_label(runs[i], names[i]));
+    joined_labels.append(i ? "; " : "").append(labels.back());
+  }
   h += fmt::format(
       "<p class=\"meta\">{} run{}: {}. x axis: training step. Thick lines: EMA with "
       "beta {} (s_k = beta s_(k-1) + (1 - beta) x_k); thin light lines: raw values; "
       "missing, NaN and infinite values are skipped.</p>\n",
       runs.size(), runs.size() == 1 ? "" : "s",
-      xml_escape(fmt::format("{}", fmt::join(labels, "; "))), opt.smoothing);
+      xml_escape(joined_labels), opt.smoothing);
   for (size_t i = 0; i < runs.size(); ++i)
     if (runs[i].truncated_last_line)
       res.notes.push_back(

@@ -39,8 +39,13 @@ void read_meta(const std::filesystem::path& file, RunData& run) {
   if (!f) throw std::runtime_error(fmt::format("cannot open '{}'", file.string()));
   std::ostringstream ss;
   ss << f.rdbuf();
-  const nlohmann::json meta = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (meta.is_discarded() || !meta.is_object())
+  Json meta;
+  try {
+    meta = parse_json(ss.str());
+  } catch (const Json::exception&) {
+    meta = Json();  // not JSON: refused below
+  }
+  if (!meta.is_object())
     throw std::runtime_error(fmt::format("'{}' is not a JSON object", file.string()));
   if (const auto r = meta.find("recipe"); r != meta.end()) {
     if (r->is_string()) run.recipe = r->get<std::string>();

@@ -40,6 +40,13 @@ void check_parts(const CopyView& v, const std::string& what) {
     throw GemmError(fmt::format("operand {}: {}", what, why));
   };
   auto numel = [](const Tensor& t) { return t.defined() ? t.numel() : 0; };
+  if (!is_quantized(q.format)) bad("not a quantized format");
+  if (const std::string why = quant_spec_violation(quant_spec(q)); !why.empty()) bad(why);
+  // The format table's K multiple: blocks (and FP8 block scales) never straddle K's end.
+  const int64_t km = k_multiple(q.format, q.scaling);
+  if (v.k % km != 0)
+    bad(fmt::format("{} {} needs K % {} == 0 in a GEMM (blocks of {} along K); pad K",
+                    format_name(q.format), scaling_name(q.scaling), km, km));
   if (q.scaling == Scaling::kPerGroup && !v.transposed &&
       (q.group_offsets.size() < 2 || q.group_offsets.front() != 0 ||
        q.group_offsets.back() != q.rows))
@@ -47,7 +54,6 @@ void check_parts(const CopyView& v, const std::string& what) {
   const int64_t n = v.m * v.k;
   switch (q.format) {
     case Format::kNvfp4: {
-      if (v.k % 16 != 0) bad("nvfp4 needs K % 16 == 0 (blocks of 16 along K)");
       if (numel(d.data) != n / 2) bad("packed data size does not match the shape");
       const int64_t need = q.scale_layout == ScaleLayout::kCompact
                                ? v.m * (v.k / 16)
@@ -62,7 +68,6 @@ void check_parts(const CopyView& v, const std::string& what) {
       break;
     }
     case Format::kMxfp8:
-      if (v.k % 32 != 0) bad("mxfp8 needs K % 32 == 0 (blocks of 32 along K)");
       if (numel(d.data) != n) bad("data size does not match the shape");
       if (!v.down_columns) {
         const int64_t need = q.scale_layout == ScaleLayout::kCompact
@@ -75,10 +80,6 @@ void check_parts(const CopyView& v, const std::string& what) {
       break;
     case Format::kFp8: {
       if (numel(d.data) != n) bad("data size does not match the shape");
-      const bool block = q.scaling == Scaling::kBlock1x128 || q.scaling == Scaling::kBlock128x128;
-      if (block && v.k % kChunk != 0)
-        bad("fp8 block scaling needs K % 128 == 0 in a GEMM (one fp32 scale per 128-wide k chunk); "
-            "pad K");
       int64_t want = 1;
       if (q.scaling == Scaling::kBlock1x128)
         want = v.m * (v.k / kChunk);

@@ -7,6 +7,7 @@
 #include <array>
 
 #include "qgemm_cpu.h"
+#include "qgemm_variant.h"
 #if defined(LOCKSTEP_HAVE_CUDA)
 #include "qgemm_cuda_entry.h"
 #endif
@@ -15,15 +16,21 @@ namespace lockstep {
 namespace {
 
 constexpr std::array<std::string_view, size_t(GemmKernel::kCount)> kKernelNames{
-    "auto",         "cpu",          "cuda_decode",       "cuda_decode_block_split",
-    "cuda_tiled",   "cuda_wgmma",   "cuda_wgmma_inloop", "cuda_wgmma_staged",
-    "cuda_wgmma_wreg128", "cuda_wgmma_wreg256", "cuda_cublas"};
+    "auto", "cpu", "cuda_decode", "cuda_wgmma", "cuda_cublas", "cuda_tiled"};
 
 Device common_device(const GemmArg& a, const GemmArg& w, const std::string& what) {
   if (a.device() != w.device())
     throw GemmError(fmt::format("{}: operands on different devices ({} and {}); move one with to()", what,
                                 a.device().str(), w.device().str()));
   return a.device();
+}
+
+// CPU operands run the CPU path: a CUDA kernel or variant asked for is an error.
+void check_cpu_kernel(const GemmConfig& cfg, const std::string& what) {
+  const GemmVariant v = requested_variant(cfg, what);
+  if (v != GemmVariant::kAuto && v != GemmVariant::kCpu)
+    throw GemmError(
+        fmt::format("{}: kernel {} runs on CUDA operands only", what, gemm_variant_name(v)));
 }
 
 }  // namespace
@@ -68,9 +75,10 @@ GemmResult qgemm(const GemmArg& a, const GemmArg& w, const GemmConfig& cfg) {
     throw GemmError(fmt::format("{}: operands are on a CUDA device but this lockstep was built without CUDA", what));
 #endif
   }
-  if (cfg.kernel != GemmKernel::kAuto && cfg.kernel != GemmKernel::kCpu)
-    throw GemmError(fmt::format("{}: kernel {} runs on CUDA operands only", what, gemm_kernel_name(cfg.kernel)));
-  return gemm::qgemm_cpu(a, w, cfg);
+  check_cpu_kernel(cfg, what);
+  GemmResult r = gemm::qgemm_cpu(a, w, cfg);
+  r.variant = gemm_variant_name(GemmVariant::kCpu);
+  return r;
 }
 
 GemmResult grouped_qgemm(const GemmArg& a, const Tensor& offsets, const GemmArg& w, const GemmConfig& cfg) {
@@ -89,10 +97,11 @@ GemmResult grouped_qgemm(const GemmArg& a, const Tensor& offsets, const GemmArg&
     throw GemmError(fmt::format("{}: operands are on a CUDA device but this lockstep was built without CUDA", what));
 #endif
   }
-  if (cfg.kernel != GemmKernel::kAuto && cfg.kernel != GemmKernel::kCpu)
-    throw GemmError(fmt::format("{}: kernel {} runs on CUDA operands only", what, gemm_kernel_name(cfg.kernel)));
+  check_cpu_kernel(cfg, what);
   const Tensor off = offsets.to(Device::cpu()).contiguous();
-  return gemm::grouped_qgemm_cpu(a, off.data<int64_t>(), w, cfg);
+  GemmResult r = gemm::grouped_qgemm_cpu(a, off.data<int64_t>(), w, cfg);
+  r.variant = gemm_variant_name(GemmVariant::kCpu);
+  return r;
 }
 
 }  // namespace lockstep

@@ -1,12 +1,12 @@
-// The fast large-M CUDA GEMM path (GemmKernel::kCudaCublas): each packed operand is dequantized
+// The fast large-M CUDA GEMM path (GemmVariant::kCublas): each packed operand is dequantized
 // exactly into its bf16 inner values (docs/gemm.md section 2: every inner value is a bf16 number),
 // cuBLAS multiplies them with fp32 accumulation into an fp32 buffer, and the epilogue kernel
 // applies the outer scales and the epilogue of section 4 (skipped when D = acc: cuBLAS then writes
 // the output itself). The products are those of the contract;
 // only the summation order is cuBLAS's own, so this path is within the analytic bound of section 5
-// and bit-exact on grid inputs, but NOT batch-invariant (cuBLAS picks kernels and split-K by shape).
-// cuBLAS is loaded with dlopen on first use: the library does not link it, and without it this
-// path reports itself unavailable (qgemm_cublas_available) and refuses with a GemmError.
+// and bit-exact on grid inputs, but NOT batch-invariant (cuBLAS picks kernels and split-K by
+// shape). cuBLAS is loaded with dlopen on first use: the library does not link it, and without it
+// this path reports itself unavailable (qgemm_cublas_available) and refuses with a GemmError.
 #include <cublas_v2.h>
 #include <dlfcn.h>
 

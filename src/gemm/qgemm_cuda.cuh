@@ -161,8 +161,8 @@ void launch_epilogue(const float* ws, int slices, int64_t rows_total, const Gemm
                      const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups, const DeviceEpilogue& ep,
                      GemmOutView out, cudaStream_t stream);
 
-// block_split: split K in whole blocks wherever their shared memory fits (GemmKernel::
-// kCudaDecodeBlockSplit; by default only where clusters would take more than one wave).
+// block_split: split K in whole blocks wherever their shared memory fits (GemmVariant::
+// kDecodeBlockSplit; by default only where clusters would take more than one wave).
 void launch_decode(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
                    const DeviceEpilogue& ep, GemmOutView out, bool block_split, cudaStream_t stream);
 void launch_tiled(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
@@ -281,13 +281,13 @@ inline float* tile_grid_checks(const char* kernel, int bm, const DeviceGroupTabl
 
 // The Hopper wgmma kernel (qgemm_wgmma_cuda.cu): usable when the GPU is sm_90 and K % 64 == 0.
 bool wgmma_supported(int64_t k);
-// Runs one of the three wgmma kernels: `route` kCudaWgmma chooses by format and rows per group;
-// kCudaWgmmaInloop / Staged / Wreg128 / Wreg256 ask for one, which runs wherever its operands
-// allow it (else the choice falls back as for kCudaWgmma: every variant gives the same bits).
+// Runs one of the three wgmma kernels: `route` kWgmma chooses by format and rows per group;
+// kWgmmaInloop / Staged / Wreg128 / Wreg256 ask for one, which runs wherever its operands
+// allow it (else the choice falls back as for kWgmma: every variant gives the same bits).
 // Returns the variant that ran.
-GemmKernel launch_wgmma(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                        const DeviceEpilogue& ep, GemmOutView out, Scratch& scratch, GemmKernel route,
-                        cudaStream_t stream);
+GemmVariant launch_wgmma(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
+                         const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
+                         Scratch& scratch, GemmVariant route, cudaStream_t stream);
 
 // The Hopper wgmma kernel over bf16 operands fed by TMA (qgemm_wgmma_tma_cuda.cu): packed operands
 // are first dequantized into bf16 copies in scratch. Same chain as launch_wgmma (bit-identical
@@ -303,8 +303,8 @@ void launch_wgmma_staged(const GemmOperandView& a, const GemmOperandView& w, int
 // launch_wgmma (bit-identical output, tested). wreg_wgmma_tile: its A-tile height (128 or 256) when
 // launch_wgmma should run it (nvfp4 W with 16-byte aligned codes and 4-byte aligned scales; 128 to
 // 2047 rows per group, or asked for by `route`), else 0.
-int wreg_wgmma_tile(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& groups,
-                    GemmKernel route);
+int wreg_wgmma_tile(const GemmOperandView& a, const GemmOperandView& w,
+                    const DeviceGroupTable& groups, GemmVariant route);
 void launch_wgmma_wreg(int tile, const GemmOperandView& a, const GemmOperandView& w, int64_t n,
                        const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out, Scratch& scratch,
                        cudaStream_t stream);

@@ -47,10 +47,11 @@ struct Output {
   }
 };
 
-GemmResult finish(Output& o, const GemmConfig& cfg, GemmKernel kernel) {
+GemmResult finish(Output& o, const GemmConfig& cfg, GemmVariant ran) {
   GemmResult r;
   r.d = o.d;
-  r.kernel = kernel;
+  r.kernel = gemm_kernel_of(ran);
+  r.variant = gemm_variant_name(ran);
   if (cfg.epilogue.row_amax) {
     const int64_t rows = o.d.rows(), cols = o.d.cols();
     r.row_amax = Tensor::empty(DType::kF32, {rows}, o.d.device(), cfg.stream);
@@ -136,7 +137,7 @@ GemmResult k_grouped(const GemmArg& a, const Tensor& offsets, const GemmArg& w,
   dep.alpha = ep.alpha;
   dep.out_bf16 = cfg.out_dtype == DType::kBF16;
   const int64_t granule = chunked(a) || chunked(w) ? 128 : 64;
-  GemmKernel kernel = GemmKernel::kAuto;
+  GemmVariant kernel = GemmVariant::kAuto;
   const int64_t dense_off[2] = {0, Na};
   const DeviceGroupTable table = make_group_table(dense_off, 0, {}, dev, cfg.stream);
   for (int64_t e = 0; e < E; ++e) {
@@ -153,8 +154,8 @@ GemmResult k_grouped(const GemmArg& a, const Tensor& offsets, const GemmArg& w,
       return prepare_operand(GemmArg(rows_e), Copy::kColwise, name, s, kp);
     };
     const GemmOperandView av = piece(a, "a"), wv = piece(w, "w");
-    kernel = qgemm_device(av, wv, Nw, table, dep, o.view(e * Na * Nw), s, cfg.kernel, cfg.order,
-                          cu(cfg.stream));
+    kernel = qgemm_device(av, wv, Nw, table, dep, o.view(e * Na * Nw), s,
+                          requested_variant(cfg, what), cfg.order, cu(cfg.stream));
   }
   return finish(o, cfg, kernel);
 }
@@ -179,8 +180,8 @@ GemmResult qgemm(const GemmArg& a, const GemmArg& w, const GemmConfig& cfg) {
   const DeviceGroupTable table = make_group_table(off, 0, {}, dev, cfg.stream);
   const DeviceEpilogue ep = device_epilogue(cfg, dev, what);
   Output o{Tensor::empty(cfg.out_dtype, {M, cfg.epilogue.swiglu ? N / 2 : N}, dev, cfg.stream)};
-  const GemmKernel k =
-      qgemm_device(av, wv, N, table, ep, o.view(), s, cfg.kernel, cfg.order, cu(cfg.stream));
+  const GemmVariant k = qgemm_device(av, wv, N, table, ep, o.view(), s,
+                                     requested_variant(cfg, what), cfg.order, cu(cfg.stream));
   return finish(o, cfg, k);
 }
 
@@ -256,8 +257,8 @@ GemmResult grouped_qgemm(const GemmArg& a, const Tensor& offsets, const GemmArg&
   }
   const DeviceEpilogue ep = device_epilogue(cfg, dev, what);
   Output o{Tensor::empty(cfg.out_dtype, {rows, cfg.epilogue.swiglu ? N / 2 : N}, dev, cfg.stream)};
-  const GemmKernel k =
-      qgemm_device(av, wv, N, table, ep, o.view(), s, cfg.kernel, cfg.order, cu(cfg.stream));
+  const GemmVariant k = qgemm_device(av, wv, N, table, ep, o.view(), s,
+                                     requested_variant(cfg, what), cfg.order, cu(cfg.stream));
   return finish(o, cfg, k);
 }
 

@@ -13,6 +13,7 @@
 
 #include "../tensor/cuda_util.h"
 #include "lockstep/gemm/qgemm.h"
+#include "qgemm_variant.h"
 
 namespace lockstep::cuda {
 
@@ -85,17 +86,20 @@ bool cublas_available();
 // sm_90 GPU and k % 64 == 0.
 bool wgmma_available(int64_t k);
 
-// The kernel a call runs: `forced` (GemmConfig::kernel) when not kAuto, else the library's choice
-// for the order, W format, groups, rows per group and K (docs/gemm.md "Kernel policy").
-GemmKernel choose_kernel(GemmKernel forced, GemmOrder order, const GemmOperandView& a,
-                         const GemmOperandView& w, const DeviceGroupTable& groups);
+// The kernel variant a call runs: `forced` (requested_variant of the GemmConfig) when not kAuto,
+// else the library's choice for the order, W format, groups, rows per group and K (docs/gemm.md
+// "Kernel policy").
+GemmVariant choose_kernel(GemmVariant forced, GemmOrder order, const GemmOperandView& a,
+                          const GemmOperandView& w, const DeviceGroupTable& groups);
 
 // D = A W^T per group, asynchronous on `stream`; n: W rows per group (N). Scratch memory comes from
-// `scratch` (the caller's pool). Returns the kernel that ran (a wgmma request names the variant).
+// `scratch` (the caller's pool). Returns the variant that ran (a wgmma request names the one it
+// chose).
 // Throws GemmError on shapes or formats the kernel does not take.
-GemmKernel qgemm_device(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
-                        const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
-                        Scratch& scratch, GemmKernel kernel, GemmOrder order, cudaStream_t stream);
+GemmVariant qgemm_device(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
+                         const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
+                         Scratch& scratch, GemmVariant kernel, GemmOrder order,
+                         cudaStream_t stream);
 
 // Row amax of a [rows, cols] output (F32 or BF16 bits) into amax [rows] (CONTRACT.md section 0).
 void launch_row_amax(const void* d, bool bf16, int64_t rows, int64_t cols, float* amax,

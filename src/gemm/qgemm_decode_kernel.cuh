@@ -196,10 +196,10 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
     }
   };
   // The first ring of W. With w.preload (W is not written by the work still running before this
-  // kernel: see GemmOperandView) it is issued before griddepcontrol.wait, so that its memory latency
-  // overlaps the table build and the previous kernel's tail; otherwise after the wait. The same
-  // loads either way: only the timing differs (the MoE decode graph about 7 % faster on the H200;
-  // the alternatives measured are in bench/RESULTS.md).
+  // kernel: see GemmOperandView) it is issued before griddepcontrol.wait, so that its memory
+  // latency overlaps the table build and the previous kernel's tail; otherwise after the wait. The
+  // same loads either way: only the timing differs (the MoE decode graph about 7 % faster on the
+  // H200).
   auto load_ring = [&] {
 #pragma unroll
     for (int u = 0; u < kRing; ++u)
@@ -299,8 +299,9 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
   // A fragments. With the compact table, only the lanes of present rows load them (predicated;
   // the others keep zeros, and their mma columns are never stored): half the A wavefronts for
-  // M <= 4. Measured on the H200: nvfp4 4096x14336 M = 1 17.2 against 18.0 us; in the other
-  // kernels it was neutral or slower (fp8 4096x14336 M = 1 +6 %, MoE decode +1 %).
+  // M <= 4. Only the compact nvfp4 kernel predicates: on the H200 it gains there (nvfp4
+  // 4096x14336 M = 1 17.2 against 18.0 us) and costs in the others (fp8 4096x14336 M = 1 6 %
+  // slower, MoE decode 1 %).
   constexpr bool kPredA = kNvfp4 && !kWide;
   uint2 bv[kNT];
   bool a_act[kNT];

@@ -108,42 +108,42 @@ DeviceGroupTable make_group_table_device(const int64_t* offsets, int groups, con
 
 bool wgmma_available(int64_t k) { return gemm_detail::wgmma_supported(k); }
 
-GemmKernel choose_kernel(GemmKernel forced, GemmOrder order, const GemmOperandView& a,
-                         const GemmOperandView& w, const DeviceGroupTable& groups) {
-  if (forced != GemmKernel::kAuto) return forced;
+GemmVariant choose_kernel(GemmVariant forced, GemmOrder order, const GemmOperandView& a,
+                          const GemmOperandView& w, const DeviceGroupTable& groups) {
+  if (forced != GemmVariant::kAuto) return forced;
   const int64_t k = w.cols;
-  if (a.chunk_scale || w.chunk_scale) return GemmKernel::kCudaTiled;  // the chunked chain
-  if (decode_takes(w.format, k, groups.max_rows)) return GemmKernel::kCudaDecode;
+  if (a.chunk_scale || w.chunk_scale) return GemmVariant::kTiled;  // the chunked chain
+  if (decode_takes(w.format, k, groups.max_rows)) return GemmVariant::kDecode;
   const bool wg = gemm_detail::wgmma_supported(k);
-  if (order == GemmOrder::kBatchInvariant)
-    return wg ? GemmKernel::kCudaWgmma : GemmKernel::kCudaTiled;
+  if (order == GemmOrder::kBatchInvariant) return wg ? GemmVariant::kWgmma : GemmVariant::kTiled;
   // kFast, from `lockstep bench gemm` on the H200 (docs/gemm.md "Kernel policy"): the wgmma kernel
   // for nvfp4 and fp8 W and for grouped calls with mxfp8 W; cuBLAS (which needs host offsets) for
   // dense calls with mxfp8 W and for bf16 W.
   const bool cb = cublas_available() && k % 16 == 0 && groups.host.size() == size_t(groups.groups);
   const bool prefer_wg = w.format == Format::kNvfp4 || w.format == Format::kFp8 ||
                          (groups.groups > 1 && w.format == Format::kMxfp8);
-  if (prefer_wg && wg) return GemmKernel::kCudaWgmma;
-  if (cb) return GemmKernel::kCudaCublas;
-  return wg ? GemmKernel::kCudaWgmma : GemmKernel::kCudaTiled;
+  if (prefer_wg && wg) return GemmVariant::kWgmma;
+  if (cb) return GemmVariant::kCublas;
+  return wg ? GemmVariant::kWgmma : GemmVariant::kTiled;
 }
 
-GemmKernel qgemm_device(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
-                        const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
-                        Scratch& scratch, GemmKernel kernel, GemmOrder order, cudaStream_t stream) {
+GemmVariant qgemm_device(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
+                         const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
+                         Scratch& scratch, GemmVariant kernel, GemmOrder order,
+                         cudaStream_t stream) {
   using gemm_detail::cat;
   if (a.cols != w.cols)
     throw GemmError(cat("qgemm cuda: A has K = ", a.cols, " but W has K = ", w.cols));
   if (ep.swiglu && n % 2 != 0)
     throw GemmError(cat("qgemm cuda: swiglu needs an even N (got ", n, ")"));
   if (!out.d_f32 == !out.d_bf16) throw GemmError("qgemm cuda: give exactly one of d_f32 / d_bf16");
-  const GemmKernel k = choose_kernel(kernel, order, a, w, groups);
+  const GemmVariant k = choose_kernel(kernel, order, a, w, groups);
   const bool chunked = a.chunk_scale || w.chunk_scale;
-  if (chunked && k != GemmKernel::kCudaTiled)
+  if (chunked && k != GemmVariant::kTiled)
     throw GemmError(cat(
         "qgemm cuda: fp8 block scaling (1x128 / 128x128: per-128 k chunk scales) runs only on the "
         "tiled kernel, not ",
-        gemm_kernel_name(k)));
+        gemm_variant_name(k)));
   if (a.cols == 0) {  // every accumulator is +0: the epilogue alone
     if (groups.total_rows > 0 && n > 0) {
       float* raw = scratch.get<float>(size_t(groups.total_rows) * size_t(n));
@@ -154,26 +154,26 @@ GemmKernel qgemm_device(const GemmOperandView& a, const GemmOperandView& w, int6
     return k;
   }
   switch (k) {
-    case GemmKernel::kCudaDecode:
-    case GemmKernel::kCudaDecodeBlockSplit:
-      gemm_detail::launch_decode(a, w, n, groups, ep, out, k == GemmKernel::kCudaDecodeBlockSplit,
+    case GemmVariant::kDecode:
+    case GemmVariant::kDecodeBlockSplit:
+      gemm_detail::launch_decode(a, w, n, groups, ep, out, k == GemmVariant::kDecodeBlockSplit,
                                  stream);
       return k;
-    case GemmKernel::kCudaWgmma:
-    case GemmKernel::kCudaWgmmaInloop:
-    case GemmKernel::kCudaWgmmaStaged:
-    case GemmKernel::kCudaWgmmaWreg128:
-    case GemmKernel::kCudaWgmmaWreg256:
+    case GemmVariant::kWgmma:
+    case GemmVariant::kWgmmaInloop:
+    case GemmVariant::kWgmmaStaged:
+    case GemmVariant::kWgmmaWreg128:
+    case GemmVariant::kWgmmaWreg256:
       return gemm_detail::launch_wgmma(a, w, n, groups, ep, out, scratch, k, stream);
-    case GemmKernel::kCudaCublas:
+    case GemmVariant::kCublas:
       gemm_detail::launch_cublas(a, w, n, groups, ep, out, scratch, stream);
       return k;
-    case GemmKernel::kCudaTiled:
+    case GemmVariant::kTiled:
       gemm_detail::launch_tiled(a, w, n, groups, ep, out, scratch, stream);
       return k;
     default:
       throw GemmError(
-          cat("qgemm cuda: kernel ", gemm_kernel_name(k), " does not run on CUDA operands"));
+          cat("qgemm cuda: kernel ", gemm_variant_name(k), " does not run on CUDA operands"));
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include "lockstep/gemm/packed.h"
 #include "qgemm_cpu.h"
+#include "qgemm_variant.h"
 
 namespace lockstep {
 namespace gemm {
@@ -74,6 +75,7 @@ GemmResult grouped_qgemm_packed(const GemmArg& a, std::span<const int64_t> offse
                       r0, n);
   }
   r.kernel = GemmKernel::kCpu;
+  r.variant = gemm_variant_name(GemmVariant::kCpu);
   return r;
 }
 

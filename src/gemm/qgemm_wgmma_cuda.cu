@@ -1,4 +1,4 @@
-// The Hopper tensor-core CUDA GEMM (GemmKernel::kCudaWgmmaInloop, sm_90a): 128 x 128 output tiles, two
+// The Hopper tensor-core CUDA GEMM (GemmVariant::kWgmmaInloop, sm_90a): 128 x 128 output tiles, two
 // warpgroups of 64 rows, K walked from 0 to K in fixed 64-wide steps (four k16 wgmma steps each,
 // ascending) with no split-K, so every output element's fp32 chain depends on K only:
 // batch-invariant for every M, like the tiled kernel (but a different chain from it). The packed
@@ -292,27 +292,28 @@ bool wgmma_supported(int64_t k) {
   return cc == 90;
 }
 
-GemmKernel launch_wgmma(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                        const DeviceEpilogue& ep, GemmOutView out, Scratch& scratch, GemmKernel route,
-                        cudaStream_t stream) {
+GemmVariant launch_wgmma(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
+                         const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
+                         Scratch& scratch, GemmVariant route, cudaStream_t stream) {
   const int64_t K = a.cols;
   if (!wgmma_supported(K))
     throw GemmError(cat("qgemm wgmma kernel: needs an sm_90 GPU and K % ", kBK, " == 0 (K = ", K, ")"));
   if (const int tile = wreg_wgmma_tile(a, w, groups, route)) {  // the same chain, nvfp4 W decoded inside the kernel
     if (groups.groups > 0 && groups.max_rows > 0 && n > 0) launch_wgmma_wreg(tile, a, w, n, groups, ep, out, scratch, stream);
-    return tile == 256 ? GemmKernel::kCudaWgmmaWreg256 : GemmKernel::kCudaWgmmaWreg128;
+    return tile == 256 ? GemmVariant::kWgmmaWreg256 : GemmVariant::kWgmmaWreg128;
   }
-  if (route == GemmKernel::kCudaWgmmaStaged ? staged_wgmma_usable(a, w)
-                                            : route != GemmKernel::kCudaWgmmaInloop && staged_wgmma_preferred(a, w, groups)) {
+  if (route == GemmVariant::kWgmmaStaged
+          ? staged_wgmma_usable(a, w)
+          : route != GemmVariant::kWgmmaInloop && staged_wgmma_preferred(a, w, groups)) {
     // the same chain on bf16 copies through TMA
     if (groups.groups > 0 && groups.max_rows > 0 && n > 0) launch_wgmma_staged(a, w, n, groups, ep, out, scratch, stream);
-    return GemmKernel::kCudaWgmmaStaged;
+    return GemmVariant::kWgmmaStaged;
   }
-  if (groups.groups == 0 || groups.max_rows == 0 || n == 0) return GemmKernel::kCudaWgmmaInloop;
+  if (groups.groups == 0 || groups.max_rows == 0 || n == 0) return GemmVariant::kWgmmaInloop;
   float* raw = tile_grid_checks("wgmma", kBM, groups, n, ep, scratch);
   launch_wgmma_bn<128>(a, w, n, groups, ep, out, raw, stream);
   if (raw) launch_epilogue(raw, 1, groups.total_rows, a, w, n, groups, ep, out, stream);
-  return GemmKernel::kCudaWgmmaInloop;
+  return GemmVariant::kWgmmaInloop;
 }
 
 }  // namespace lockstep::cuda::gemm_detail

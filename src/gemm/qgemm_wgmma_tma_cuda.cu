@@ -1,14 +1,15 @@
-// The Hopper wgmma GEMM over bf16 operands fed by TMA (GemmKernel::kCudaWgmmaStaged, sm_90a).
+// The Hopper wgmma GEMM over bf16 operands fed by TMA (GemmVariant::kWgmmaStaged, sm_90a).
 // Packed operands are first dequantized exactly into bf16 copies (the tiles' decode, one pass each;
 // bf16 operands are read in place), then a persistent warp-specialized kernel multiplies them (one
 // CTA per SM walking 128 x 256 output tiles): one producer thread issues the TMA loads (128-byte
 // swizzled 64-wide k boxes) of a 4-stage shared-memory ring guarded by mbarriers, two consumer
-// warpgroups of 64 rows each run wgmma.m64n256k16 and the epilogue. K is walked from 0 to K in fixed 64-wide steps (four k16 wgmma steps
-// each, ascending) with no split-K, on fp32 accumulators that start at +0: the chain of each
-// output element is the one of the in-loop kernel (qgemm_wgmma_cuda.cu) and depends on K only, so
-// the two give the same bits (tested) and the choice between them (staged_wgmma_preferred: the
-// bf16 copies must pay for themselves) never changes a result. Outer scales and the epilogue come
-// last, from the registers (SwiGLU: through fp32 scratch and the shared epilogue kernel).
+// warpgroups of 64 rows each run wgmma.m64n256k16 and the epilogue. K is walked from 0 to K in
+// fixed 64-wide steps (four k16 wgmma steps each, ascending) with no split-K, on fp32 accumulators
+// that start at +0: the chain of each output element is the one of the in-loop kernel
+// (qgemm_wgmma_cuda.cu) and depends on K only, so the two give the same bits (tested) and the
+// choice between them (staged_wgmma_preferred: the bf16 copies must pay for themselves) never
+// changes a result. Outer scales and the epilogue come last, from the registers (SwiGLU: through
+// fp32 scratch and the shared epilogue kernel).
 #include <algorithm>
 
 #include "qgemm_cuda.cuh"

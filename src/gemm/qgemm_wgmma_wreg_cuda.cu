@@ -1,5 +1,5 @@
-// The Hopper wgmma GEMM with packed nvfp4 W decoded inside the kernel (GemmKernel::
-// kCudaWgmmaWreg128 / Wreg256, sm_90a): no bf16 copy of W is written. The tensor cores compute the
+// The Hopper wgmma GEMM with packed nvfp4 W decoded inside the kernel (GemmVariant::
+// kWgmmaWreg128 / Wreg256, sm_90a): no bf16 copy of W is written. The tensor cores compute the
 // transposed tile D^T = W A^T: the W tile is wgmma's "A" operand and the bf16 A tile (fed by TMA as
 // in qgemm_wgmma_tma_cuda.cu; a packed A is dequantized into a bf16 copy first) its "B" operand,
 // both in shared memory.
@@ -425,16 +425,16 @@ void launch_wreg_t(const CUtensorMap& ma, const CUtensorMap& mc, const GemmOpera
 // bf16 copy of every expert's W. Dense 4096^3 and 8192^3, where one W copy serves thousands of
 // rows, are faster staged (230 / 1671 us vs 269 / 2214 us). The bounds themselves are not
 // measured; the choice never changes a bit.
-int wreg_wgmma_tile(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& groups,
-                    GemmKernel route) {
+int wreg_wgmma_tile(const GemmOperandView& a, const GemmOperandView& w,
+                    const DeviceGroupTable& groups, GemmVariant route) {
   if (w.format != Format::kNvfp4 || !tensor_maps_available() || a.rows >= (int64_t(1) << 31) ||
       w.rows >= (int64_t(1) << 31) || reinterpret_cast<uintptr_t>(w.data) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(w.block_scale) % 4 != 0 ||
       (a.format == Format::kBf16 && reinterpret_cast<uintptr_t>(a.data) % 16 != 0) || groups.groups == 0)
     return 0;
-  if (route == GemmKernel::kCudaWgmmaWreg128) return 128;
-  if (route == GemmKernel::kCudaWgmmaWreg256) return 256;
-  if (route != GemmKernel::kCudaWgmma) return 0;
+  if (route == GemmVariant::kWgmmaWreg128) return 128;
+  if (route == GemmVariant::kWgmmaWreg256) return 256;
+  if (route != GemmVariant::kWgmma) return 0;
   const int64_t per_group = groups.total_rows / groups.groups;
   if (per_group >= 128 && per_group < 256) return 128;
   return per_group >= 256 && per_group < 2048 ? 256 : 0;

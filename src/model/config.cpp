@@ -18,8 +18,6 @@ namespace lockstep::model {
 
 namespace {
 
-using json = nlohmann::json;
-
 [[noreturn]] void fail(const std::string& where, const std::string& field, const std::string& why) {
   throw ConfigError(fmt::format("{}: field '{}': {}", where, field, why));
 }
@@ -40,7 +38,7 @@ constexpr int64_t kQwen3DefaultHeadDim = 128;
 constexpr double kDefaultRopeTheta = 10000.0;
 constexpr int64_t kDefaultMaxPositions = 32768;
 
-int64_t get_int(const json& v, const std::string& where, const std::string& field, int64_t lo,
+int64_t get_int(const Json& v, const std::string& where, const std::string& field, int64_t lo,
                 int64_t hi) {
   if (!v.is_number_integer())
     fail(where, field, fmt::format("must be an integer, got {}", v.dump()));
@@ -51,7 +49,7 @@ int64_t get_int(const json& v, const std::string& where, const std::string& fiel
   return x;
 }
 
-double get_positive_double(const json& v, const std::string& where, const std::string& field) {
+double get_positive_double(const Json& v, const std::string& where, const std::string& field) {
   if (!v.is_number()) fail(where, field, fmt::format("must be a number, got {}", v.dump()));
   const double x = v.get<double>();
   if (!std::isfinite(x) || x <= 0.0)
@@ -59,14 +57,14 @@ double get_positive_double(const json& v, const std::string& where, const std::s
   return x;
 }
 
-bool get_bool(const json& v, const std::string& where, const std::string& field) {
+bool get_bool(const Json& v, const std::string& where, const std::string& field) {
   if (!v.is_boolean()) fail(where, field, fmt::format("must be true or false, got {}", v.dump()));
   return v.get<bool>();
 }
 
 // A token id: an integer >= 0, null (none), or a list of them (transformers allows several eos
 // ids; lockstep keeps the first, which is the one its sampler stops at).
-std::optional<int64_t> get_token_id(const json& v, const std::string& where,
+std::optional<int64_t> get_token_id(const Json& v, const std::string& where,
                                     const std::string& field) {
   if (v.is_null()) return std::nullopt;
   if (v.is_array()) {
@@ -80,29 +78,29 @@ std::optional<int64_t> get_token_id(const json& v, const std::string& where,
 
 // The checks of a field lockstep reads but whose value cannot change the model's math (or must
 // have the one value lockstep implements). Returns nothing; throws ConfigError when refused.
-using FieldCheck = std::function<void(const json&, const std::string& where, const std::string&)>;
+using FieldCheck = std::function<void(const Json&, const std::string& where, const std::string&)>;
 
-void any_value(const json&, const std::string&, const std::string&) {}
-FieldCheck must_equal(json expected, std::string rule) {
+void any_value(const Json&, const std::string&, const std::string&) {}
+FieldCheck must_equal(Json expected, std::string rule) {
   return [expected = std::move(expected), rule = std::move(rule)](
-             const json& v, const std::string& where, const std::string& field) {
+             const Json& v, const std::string& where, const std::string& field) {
     if (v != expected) fail(where, field, fmt::format("{} (got {})", rule, v.dump()));
   };
 }
-void must_be_false_or_null(const json& v, const std::string& where, const std::string& field) {
-  if (!(v.is_null() || v == json(false)))
+void must_be_false_or_null(const Json& v, const std::string& where, const std::string& field) {
+  if (!(v.is_null() || v == Json(false)))
     fail(where, field,
          fmt::format("lockstep implements full attention only; must be false (got {})", v.dump()));
 }
-void zero_dropout(const json& v, const std::string& where, const std::string& field) {
+void zero_dropout(const Json& v, const std::string& where, const std::string& field) {
   if (!v.is_number() || v.get<double>() != 0.0)
     fail(where, field, fmt::format("lockstep has no dropout; must be 0 (got {})", v.dump()));
 }
-void full_attention_layers(const json& v, const std::string& where, const std::string& field) {
+void full_attention_layers(const Json& v, const std::string& where, const std::string& field) {
   if (v.is_null()) return;
   if (!v.is_array()) fail(where, field, "must be a list of layer types");
   for (size_t i = 0; i < v.size(); ++i)
-    if (v[i] != json("full_attention"))
+    if (v[i] != Json("full_attention"))
       fail(where, fmt::format("{}[{}]", field, i),
            fmt::format("lockstep implements full attention only (got {})", v[i].dump()));
 }
@@ -198,28 +196,28 @@ const std::set<std::string, std::less<>> kMoeFields = {
     "norm_topk_prob",      "decoder_sparse_step",
     "mlp_only_layers",     "shared_expert_intermediate_size"};
 
-const json* find(const json& j, std::string_view key) {
+const Json* find(const Json& j, std::string_view key) {
   auto it = j.find(key);
   return it == j.end() ? nullptr : &*it;
 }
 
-const json& require(const json& j, const std::string& where, const std::string& field,
+const Json& require(const Json& j, const std::string& where, const std::string& field,
                     const std::string& why) {
-  const json* v = find(j, field);
+  const Json* v = find(j, field);
   if (!v) fail(where, field, "missing; " + why);
   return *v;
 }
 
-double parse_rope_theta(const json& j, const std::string& where) {
+double parse_rope_theta(const Json& j, const std::string& where) {
   std::optional<double> theta;
-  if (const json* v = find(j, "rope_theta")) theta = get_positive_double(*v, where, "rope_theta");
-  const json* p = find(j, "rope_parameters");
+  if (const Json* v = find(j, "rope_theta")) theta = get_positive_double(*v, where, "rope_theta");
+  const Json* p = find(j, "rope_parameters");
   if (p && !p->is_null()) {
     if (!p->is_object()) fail(where, "rope_parameters", "must be an object");
     for (const auto& [k, v] : p->items()) {
       const std::string field = "rope_parameters." + k;
       if (k == "rope_type") {
-        if (v != json("default"))
+        if (v != Json("default"))
           fail(where, field,
                fmt::format("lockstep implements plain RoPE; must be \"default\" (got {})",
                            v.dump()));
@@ -237,9 +235,9 @@ double parse_rope_theta(const json& j, const std::string& where) {
   return theta.value_or(kDefaultRopeTheta);
 }
 
-void parse_moe(const json& j, const std::string& where, ModelConfig& c) {
-  const json* ne = find(j, "num_experts");
-  const json* nl = find(j, "num_local_experts");
+void parse_moe(const Json& j, const std::string& where, ModelConfig& c) {
+  const Json* ne = find(j, "num_experts");
+  const Json* nl = find(j, "num_local_experts");
   if (ne && nl && *ne != *nl)
     fail(where, "num_local_experts",
          fmt::format("{} disagrees with num_experts {}", nl->dump(), ne->dump()));
@@ -255,19 +253,19 @@ void parse_moe(const json& j, const std::string& where, ModelConfig& c) {
                 "moe_intermediate_size", 1, kMaxIntermediate);
   } else {
     // No experts: every layer is dense (transformers' rule); the expert fields are unused.
-    if (const json* v = find(j, "num_experts_per_tok"))
+    if (const Json* v = find(j, "num_experts_per_tok"))
       c.num_experts_per_tok = get_int(*v, where, "num_experts_per_tok", 0, kMaxExperts);
-    if (const json* v = find(j, "moe_intermediate_size"))
+    if (const Json* v = find(j, "moe_intermediate_size"))
       c.moe_intermediate_size = get_int(*v, where, "moe_intermediate_size", 0, kMaxIntermediate);
   }
-  if (const json* v = find(j, "norm_topk_prob"))
+  if (const Json* v = find(j, "norm_topk_prob"))
     c.norm_topk_prob = get_bool(*v, where, "norm_topk_prob");
   else
     c.norm_topk_prob = false;  // transformers' Qwen3MoeConfig default
-  if (const json* v = find(j, "decoder_sparse_step"))
+  if (const Json* v = find(j, "decoder_sparse_step"))
     c.decoder_sparse_step = get_int(*v, where, "decoder_sparse_step", 1, kMaxLayers);
   c.mlp_only_layers.clear();
-  if (const json* v = find(j, "mlp_only_layers"); v && !v->is_null()) {
+  if (const Json* v = find(j, "mlp_only_layers"); v && !v->is_null()) {
     if (!v->is_array()) fail(where, "mlp_only_layers", "must be a list of layer indices");
     for (size_t i = 0; i < v->size(); ++i) {
       const std::string field = fmt::format("mlp_only_layers[{}]", i);
@@ -278,7 +276,7 @@ void parse_moe(const json& j, const std::string& where, ModelConfig& c) {
       c.mlp_only_layers.push_back(l);
     }
   }
-  if (const json* v = find(j, "shared_expert_intermediate_size"))
+  if (const Json* v = find(j, "shared_expert_intermediate_size"))
     c.shared_expert_intermediate_size =
         get_int(*v, where, "shared_expert_intermediate_size", 0, kMaxIntermediate);
 }
@@ -298,11 +296,11 @@ bool ModelConfig::has_dense_layer() const {
   return false;
 }
 
-ModelConfig config_from_json(const json& j, const std::string& where) {
+ModelConfig config_from_json(const Json& j, const std::string& where) {
   if (!j.is_object()) throw ConfigError(fmt::format("{}: a config must be a JSON object", where));
   ModelConfig c;
-  const json& type = require(j, where, "model_type", "must be \"qwen3\" or \"qwen3_moe\"");
-  if (type != json("qwen3") && type != json("qwen3_moe"))
+  const Json& type = require(j, where, "model_type", "must be \"qwen3\" or \"qwen3_moe\"");
+  if (type != Json("qwen3") && type != Json("qwen3_moe"))
     fail(where, "model_type",
          fmt::format("lockstep implements \"qwen3\" and \"qwen3_moe\", got {}", type.dump()));
   c.model_type = type.get<std::string>();
@@ -331,7 +329,7 @@ ModelConfig config_from_json(const json& j, const std::string& where) {
                                 "num_hidden_layers", 1, kMaxLayers);
   c.num_attention_heads = get_int(require(j, where, "num_attention_heads", sizes), where,
                                   "num_attention_heads", 1, kMaxHeads);
-  const json& kv =
+  const Json& kv =
       require(j, where, "num_key_value_heads", sizes + " (null means num_attention_heads)");
   c.num_key_value_heads = kv.is_null() ? c.num_attention_heads
                                        : get_int(kv, where, "num_key_value_heads", 1, kMaxHeads);
@@ -339,7 +337,7 @@ ModelConfig config_from_json(const json& j, const std::string& where) {
     fail(where, "num_key_value_heads",
          fmt::format("{} does not divide num_attention_heads {} (grouped-query attention)",
                      c.num_key_value_heads, c.num_attention_heads));
-  if (const json* v = find(j, "head_dim"); v && !v->is_null()) {
+  if (const Json* v = find(j, "head_dim"); v && !v->is_null()) {
     c.head_dim = get_int(*v, where, "head_dim", 2, kMaxHeadDim);
   } else if (moe_type) {  // transformers' Qwen3-MoE attention: hidden_size // num_attention_heads
     if (c.hidden_size % c.num_attention_heads != 0)
@@ -354,23 +352,23 @@ ModelConfig config_from_json(const json& j, const std::string& where) {
     fail(where, "head_dim",
          fmt::format("{} must be even (RoPE rotates pairs i, i + head_dim/2)", c.head_dim));
   c.rms_norm_eps = 1e-6;
-  if (const json* v = find(j, "rms_norm_eps"))
+  if (const Json* v = find(j, "rms_norm_eps"))
     c.rms_norm_eps = get_positive_double(*v, where, "rms_norm_eps");
   c.rope_theta = parse_rope_theta(j, where);
   c.max_position_embeddings = kDefaultMaxPositions;
-  if (const json* v = find(j, "max_position_embeddings"))
+  if (const Json* v = find(j, "max_position_embeddings"))
     c.max_position_embeddings = get_int(*v, where, "max_position_embeddings", 1, kMaxPositions);
   c.tie_word_embeddings = false;
-  if (const json* v = find(j, "tie_word_embeddings"))
+  if (const Json* v = find(j, "tie_word_embeddings"))
     c.tie_word_embeddings = get_bool(*v, where, "tie_word_embeddings");
-  if (const json* v = find(j, "bos_token_id"))
+  if (const Json* v = find(j, "bos_token_id"))
     c.bos_token_id = get_token_id(*v, where, "bos_token_id");
-  if (const json* v = find(j, "eos_token_id"))
+  if (const Json* v = find(j, "eos_token_id"))
     c.eos_token_id = get_token_id(*v, where, "eos_token_id");
 
   if (moe_type) parse_moe(j, where, c);
   c.intermediate_size = 0;
-  if (const json* v = find(j, "intermediate_size"))
+  if (const Json* v = find(j, "intermediate_size"))
     c.intermediate_size = get_int(*v, where, "intermediate_size", 0, kMaxIntermediate);
   if (c.has_dense_layer() && c.intermediate_size == 0)
     fail(where, "intermediate_size",
@@ -379,10 +377,10 @@ ModelConfig config_from_json(const json& j, const std::string& where) {
   return c;
 }
 
-json config_to_json(const ModelConfig& c) {
+Json config_to_json(const ModelConfig& c) {
   const bool moe = c.model_type == "qwen3_moe";
-  json j;
-  j["architectures"] = json::array({moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"});
+  Json j;
+  j["architectures"] = Json::array({moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"});
   j["model_type"] = c.model_type;
   j["vocab_size"] = c.vocab_size;
   j["hidden_size"] = c.hidden_size;
@@ -403,8 +401,8 @@ json config_to_json(const ModelConfig& c) {
   j["use_sliding_window"] = false;
   j["sliding_window"] = nullptr;
   j["use_cache"] = true;
-  j["bos_token_id"] = c.bos_token_id ? json(*c.bos_token_id) : json(nullptr);
-  j["eos_token_id"] = c.eos_token_id ? json(*c.eos_token_id) : json(nullptr);
+  j["bos_token_id"] = c.bos_token_id ? Json(*c.bos_token_id) : Json(nullptr);
+  j["eos_token_id"] = c.eos_token_id ? Json(*c.eos_token_id) : Json(nullptr);
   if (moe) {
     j["num_experts"] = c.num_experts;
     j["num_experts_per_tok"] = c.num_experts_per_tok;

@@ -5,21 +5,22 @@
 #include <fmt/format.h>
 
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+
+#include "lockstep/recipe/json.h"
 
 namespace lockstep::model {
 
 template <class Error>
-nlohmann::json read_json_file(const std::string& path) {
+Json read_json_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error(fmt::format("{}: cannot open", path));
   std::stringstream ss;
   ss << f.rdbuf();
   try {
-    return nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::parse_error& e) {
+    return parse_json(ss.str());
+  } catch (const Json::parse_error& e) {
     throw Error(fmt::format("{}: not valid JSON: {}", path, e.what()));
   }
 }

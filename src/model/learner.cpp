@@ -9,8 +9,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "lockstep/diag/run_meta.h"
 #include "lockstep/recipe/registry.h"
+#include "lockstep/tensor/file_io.h"
 #include "lockstep/tensor/safetensors.h"
 
 namespace lockstep::model {
@@ -219,7 +219,7 @@ void Learner::save_checkpoint(const std::string& dir) const {
   write_safetensors((std::filesystem::path(dir) / "learner.safetensors").string(), f);
   Json j;
   j["format"] = "lockstep.learner.v1";
-  j["config"] = Json::parse(config_to_json(m.w.config).dump());
+  j["config"] = config_to_json(m.w.config);
   j["recipe"] = to_json(m.recipe);
   j["version"] = m.version;
   j["steps"] = m.steps;
@@ -236,13 +236,13 @@ std::unique_ptr<Learner> Learner::load_checkpoint(const std::string& dir) {
   ss << in.rdbuf();
   Json j;
   try {
-    j = Json::parse(ss.str());
+    j = parse_json(ss.str());
   } catch (const std::exception& e) {
     throw std::invalid_argument(fmt::format("learner checkpoint {}: {}", jp.string(), e.what()));
   }
   const std::string where = jp.string();
   ModelWeights w;
-  w.config = config_from_json(nlohmann::json::parse(j.at("config").dump()), where);
+  w.config = config_from_json(j.at("config"), where);
   const Recipe recipe = recipe_from_json(j.at("recipe"), where);
   const LearnerConfig cfg = learner_settings_from_json(j.at("learner"), where);
   const SafetensorsFile f =

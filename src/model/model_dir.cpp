@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "json_file.h"
@@ -12,7 +13,6 @@
 namespace lockstep::model {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
 
 namespace {
 
@@ -29,7 +29,7 @@ void check_shard_name(const std::string& file, const std::string& where,
     throw WeightsError(fmt::format(
         "{}: weight_map entry '{}': shard {} is not a plain '*.safetensors' file name in the "
         "model directory",
-        where, tensor, json(file).dump(-1, ' ', false, json::error_handler_t::replace)));
+        where, tensor, Json(file).dump(-1, ' ', false, Json::error_handler_t::replace)));
 }
 
 void write_text_atomic(const fs::path& path, const std::string& text) {
@@ -73,7 +73,7 @@ void remove_if_exists(const fs::path& p) {
 
 }  // namespace
 
-ShardIndex parse_shard_index(const json& j, const std::string& where) {
+ShardIndex parse_shard_index(const Json& j, const std::string& where) {
   if (!j.is_object()) throw WeightsError(fmt::format("{}: an index must be a JSON object", where));
   auto wm = j.find("weight_map");
   if (wm == j.end()) throw WeightsError(fmt::format("{}: no \"weight_map\"", where));
@@ -88,7 +88,7 @@ ShardIndex parse_shard_index(const json& j, const std::string& where) {
     if (!file.is_string())
       throw WeightsError(fmt::format("{}: weight_map entry '{}': shard must be a file name, got {}",
                                      where, tensor,
-                                     file.dump(-1, ' ', false, json::error_handler_t::replace)));
+                                     file.dump(-1, ' ', false, Json::error_handler_t::replace)));
     const std::string name = file.get<std::string>();
     check_shard_name(name, where, tensor);
     index.weight_map.emplace(tensor, name);
@@ -234,15 +234,19 @@ void save_model_dir(const ModelWeights& w, const std::string& dir_name, DType dt
     written.insert(kSingleWeightsFile);
     if (fs::exists(dir / kIndexFile)) remove_if_exists(dir / kIndexFile);
   } else {
-    json weight_map = json::object();
+    // Tensor -> shard, sorted by tensor name as transformers writes it; the names are unique, so
+    // each entry is appended without a search (an index has tens of thousands).
+    std::map<std::string, std::string> by_name;
     for (size_t s = 0; s < shards.size(); ++s) {
       const std::string name =
           fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
       write_file(dir / name, shards[s]);
       written.insert(name);
-      for (size_t i : shards[s]) weight_map[tensors[i].name] = name;
+      for (size_t i : shards[s]) by_name.emplace(tensors[i].name, name);
     }
-    json index;
+    Json weight_map = Json::object();
+    for (const auto& [tensor, shard] : by_name) append_new_key(weight_map, tensor, shard);
+    Json index;
     index["metadata"] = {{"total_size", total}};
     index["weight_map"] = std::move(weight_map);
     write_text_atomic(dir / kIndexFile, index.dump(2) + "\n");
@@ -251,7 +255,7 @@ void save_model_dir(const ModelWeights& w, const std::string& dir_name, DType dt
   for (const auto& s : stale_shards)
     if (!written.contains(s) && fs::exists(dir / s)) remove_if_exists(dir / s);
 
-  json config = config_to_json(w.config);
+  Json config = config_to_json(w.config);
   config["torch_dtype"] = label;
   write_text_atomic(dir / kConfigFile, config.dump(2) + "\n");
 }

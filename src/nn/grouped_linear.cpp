@@ -96,7 +96,7 @@ Tensor GroupedLinear::forward(const Tensor& x, const Tensor& offsets, bool save)
         name_, x.describe(), offsets.describe(), dims_.in, groups_));
   // Group sizes on the host: always for host offsets; for device offsets only where the layout of
   // a copy or the GEMM's loop needs them (one small device-to-host copy).
-  const OperandSpec& fa = spec_[Gemm::kFprop].a;
+  const QuantSpec& fa = spec_[Gemm::kFprop].a;
   const bool need_host = offsets.is_cpu() || save || fa.scaling == Scaling::kPerGroup;
   std::vector<int64_t> host_off;
   if (need_host) {

@@ -5,11 +5,9 @@
 
 namespace lockstep::nn::detail {
 
-bool quantized_format(const OperandSpec& s) { return to_quant_spec(s).has_value(); }
-
 bool fprop_weight_with_colwise(const LinearSpec& spec, bool training) {
   return training && spec.backward_mode == BackwardMode::kQuantized &&
-         spec[Gemm::kDgrad].b == spec[Gemm::kFprop].b && quantized_format(spec[Gemm::kFprop].b);
+         spec[Gemm::kDgrad].b == spec[Gemm::kFprop].b && is_quantized(spec[Gemm::kFprop].b.format);
 }
 
 Operand dgrad_weight_operand(const Operand& w_fprop, const Tensor& wp, const LinearSpec& spec,
@@ -24,8 +22,11 @@ Operand dgrad_weight_operand(const Operand& w_fprop, const Tensor& wp, const Lin
     }
     case BackwardMode::kHighPrecision:
       return make_operand(wp, spec[Gemm::kDgrad].b, {}, name);
-    case BackwardMode::kDequantized:
-      return Operand{w_fprop.dense(DType::kBF16), {}};
+    case BackwardMode::kDequantized: {
+      Operand op;
+      op.t = w_fprop.dense(DType::kBF16);
+      return op;
+    }
     default:
       throw std::logic_error("backward mode");
   }
@@ -33,10 +34,10 @@ Operand dgrad_weight_operand(const Operand& w_fprop, const Tensor& wp, const Lin
 
 ActivationOperands activation_operands(const Tensor& xp, const LinearSpec& spec, bool save,
                                        const std::string& name, std::span<const int64_t> offsets) {
-  const OperandSpec& fa = spec[Gemm::kFprop].a;
-  const OperandSpec& wx = spec[Gemm::kWgrad].b;
+  const QuantSpec& fa = spec[Gemm::kFprop].a;
+  const QuantSpec& wx = spec[Gemm::kWgrad].b;
   const bool shared =
-      save && spec.backward_mode == BackwardMode::kQuantized && wx == fa && quantized_format(fa);
+      save && spec.backward_mode == BackwardMode::kQuantized && wx == fa && is_quantized(fa.format);
   OperandRequest req;
   req.colwise = shared;
   ActivationOperands out;
@@ -49,8 +50,8 @@ ActivationOperands activation_operands(const Tensor& xp, const LinearSpec& spec,
         out.saved.q.rowwise = QData{};  // the backward reads the columnwise copy only
       } else {
         OperandRequest cw;
-        cw.rowwise = !quantized_format(wx);
-        cw.colwise = quantized_format(wx);
+        cw.rowwise = !is_quantized(wx.format);
+        cw.colwise = is_quantized(wx.format);
         out.saved = make_operand(xp, wx, cw, name, offsets);
       }
       break;
@@ -67,24 +68,25 @@ ActivationOperands activation_operands(const Tensor& xp, const LinearSpec& spec,
 }
 
 Operand wgrad_activation(const Operand& saved, const LinearSpec& spec) {
-  if (spec.backward_mode == BackwardMode::kDequantized)
-    return Operand{saved.dense(DType::kBF16), {}};
-  return saved;
+  if (spec.backward_mode != BackwardMode::kDequantized) return saved;
+  Operand op;
+  op.t = saved.dense(DType::kBF16);
+  return op;
 }
 
 GradOutputOperands grad_output_operands(const Tensor& dyp, const LinearSpec& spec, uint64_t seed,
                                         uint32_t stream, const std::string& name,
                                         std::span<const int64_t> offsets) {
-  const OperandSpec& sd = spec[Gemm::kDgrad].a;
-  const OperandSpec& sw = spec[Gemm::kWgrad].a;
-  const bool one = sd == sw && quantized_format(sd);
+  const QuantSpec& sd = spec[Gemm::kDgrad].a;
+  const QuantSpec& sw = spec[Gemm::kWgrad].a;
+  const bool one = sd == sw && is_quantized(sd.format);
   GradOutputOperands g;
   g.dgrad = make_operand(dyp, sd, {true, one, seed, stream}, name, offsets);
-  g.wgrad =
-      one ? g.dgrad
-          : make_operand(dyp, sw,
-                         {!quantized_format(sw), quantized_format(sw), seed, stream + 0x8000u},
-                         name, offsets);
+  g.wgrad = one ? g.dgrad
+                : make_operand(
+                      dyp, sw,
+                      {!is_quantized(sw.format), is_quantized(sw.format), seed, stream + 0x8000u},
+                      name, offsets);
   return g;
 }
 

@@ -13,8 +13,6 @@
 
 namespace lockstep::nn::detail {
 
-bool quantized_format(const OperandSpec& s);
-
 // Whether the fprop weight operand also carries the columnwise copy dgrad reads (quantized mode,
 // equal fprop and dgrad weight specs): one quantize call serves both GEMMs.
 bool fprop_weight_with_colwise(const LinearSpec& spec, bool training);

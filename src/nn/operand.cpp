@@ -33,7 +33,7 @@ void pack_for_cpu(Operand& w, int64_t groups) {
   w.packed = pack_weight(w.arg(), groups);
 }
 
-Operand make_operand(const Tensor& x, const OperandSpec& spec, const OperandRequest& req,
+Operand make_operand(const Tensor& x, const QuantSpec& spec, const OperandRequest& req,
                      std::string_view name, std::span<const int64_t> offsets) {
   Operand op;
   if (x.dtype() == DType::kF64) {
@@ -48,12 +48,11 @@ Operand make_operand(const Tensor& x, const OperandSpec& spec, const OperandRequ
   if (x.dtype() != DType::kF32)
     throw std::invalid_argument(
         fmt::format("operand '{}' {}: modules take F32 (or F64) tensors", name, x.describe()));
-  const std::optional<QuantConfig> qc = to_quant_spec(spec);
-  if (!qc) {
+  if (!is_quantized(spec.format)) {
     op.t = spec.format == Format::kF32 ? x : cast(x, DType::kBF16);
     return op;
   }
-  QuantConfig c = *qc;
+  QuantConfig c{spec};
   c.rowwise = req.rowwise;
   c.colwise = req.colwise;
   c.seed = req.seed;
@@ -68,21 +67,10 @@ Operand make_operand(const Tensor& x, const OperandSpec& spec, const OperandRequ
   return op;
 }
 
-int64_t k_multiple(const OperandSpec& spec) {
-  switch (spec.format) {
-    case Format::kNvfp4:
-      return 16;
-    case Format::kMxfp8:
-      return 32;
-    case Format::kFp8:
-      return spec.scaling == Scaling::kBlock1x128 || spec.scaling == Scaling::kBlock128x128 ? 128
-                                                                                            : 1;
-    default:
-      return 1;
-  }
+int64_t k_multiple(const GemmSpec& g) {
+  return std::lcm(lockstep::k_multiple(g.a.format, g.a.scaling),
+                  lockstep::k_multiple(g.b.format, g.b.scaling));
 }
-
-int64_t k_multiple(const GemmSpec& g) { return std::lcm(k_multiple(g.a), k_multiple(g.b)); }
 
 int64_t round_up(int64_t v, int64_t m) { return m <= 1 ? v : (v + m - 1) / m * m; }
 

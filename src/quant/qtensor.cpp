@@ -43,7 +43,17 @@ std::string QTensor::describe() const {
   if (block2d) s += " 2d";
   if (!has_rowwise()) s += " colwise-only";
   else if (has_colwise()) s += " +colwise";
-  if (!device().is_cpu()) s += " " + device().str();
+  if (!device().is_cpu()) s += fmt::format(" {}", device().str());
+  return s;
+}
+
+QuantSpec quant_spec(const QTensor& q) {
+  QuantSpec s;
+  s.format = q.format;
+  s.scaling = q.scaling;
+  s.elem = q.elem;
+  s.block2d = q.block2d;
+  s.hadamard = q.hadamard;
   return s;
 }
 

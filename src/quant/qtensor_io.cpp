@@ -240,6 +240,7 @@ QTensor read_qtensor(const SafetensorsFile& file, const std::string& name, DType
   q.hadamard = meta_or("hadamard", "false") == "true";
   const std::string elem = meta("elem");
   q.elem = elem == "e5m2" ? ElemCodec::kE5M2 : ElemCodec::kE4M3;
+  if (const std::string why = quant_spec_violation(quant_spec(q)); !why.empty()) fail(name, why);
   long long r = -1, c = -1;
   if (std::sscanf(meta("shape").c_str(), "%lld,%lld", &r, &c) != 2 || r < 0 || c < 0)
     fail(name, fmt::format("bad shape metadata '{}'", meta("shape")));

@@ -42,68 +42,62 @@ float source_type_max(DType dtype) {
   }
 }
 
-void validate_quant_input(std::string_view name, int64_t rows, int64_t cols, std::span<const int64_t> offsets,
-                          const QuantConfig& cfg) {
+void validate_quant_input(std::string_view name, int64_t rows, int64_t cols,
+                          std::span<const int64_t> offsets, const QuantConfig& cfg) {
   const std::string at = where(name, rows, cols);
   if (rows < 0 || cols < 0) throw QuantError(fmt::format("{}: negative shape", at));
-  const auto fmt_name = format_name(cfg.format);
-  const auto sc_name = scaling_name(cfg.scaling);
-  auto bad_combo = [&](const char* why) {
-    throw QuantError(fmt::format("{}: format {} with scaling {}: {}", at, fmt_name, sc_name, why));
+  const FormatInfo& info = format_info(cfg.format);
+  auto bad_combo = [&](std::string_view why) {
+    throw QuantError(fmt::format("{}: format {} with scaling {}: {}", at, info.name,
+                                 scaling_name(cfg.scaling), why));
   };
-  if (!is_quantized(cfg.format))
-    throw QuantError(fmt::format("{}: format {} is not quantized (choose nvfp4, mxfp8 or fp8)", at, fmt_name));
-  if (!cfg.rowwise && !cfg.colwise) bad_combo("neither a rowwise nor a columnwise copy was asked for");
-  switch (cfg.format) {
-    case Format::kNvfp4:
-      if (cfg.scaling != Scaling::kPerTensor && cfg.scaling != Scaling::kPerRow && cfg.scaling != Scaling::kPerGroup)
-        bad_combo("nvfp4 takes per_tensor, per_row or per_group");
-      if (cols % 16 != 0)
-        throw QuantError(fmt::format("{}: nvfp4 needs cols % 16 == 0 (blocks of 16 along the row); pad the tensor", at));
-      if (cfg.block2d && rows % 16 != 0)
-        throw QuantError(fmt::format("{}: nvfp4 2-D (16x16) blocks need rows % 16 == 0; pad the tensor", at));
-      if (cfg.colwise && rows % 16 != 0)
-        throw QuantError(fmt::format("{}: the nvfp4 columnwise copy needs rows % 16 == 0 (blocks of 16 down the "
-                                     "columns); pad the tensor", at));
-      if (cfg.block2d && cfg.scaling == Scaling::kPerRow)
-        bad_combo("2-D 16x16 blocks span 16 rows, so they cannot use per-row outer scales");
-      if (cfg.block2d && cfg.hadamard && cfg.colwise)
-        bad_combo("the columnwise copy of 2-D blocks is the transpose of the rowwise copy, which a Hadamard "
-                  "transform along rows does not commute with");
-      if (cfg.pow2) bad_combo("power-of-two scales are an fp8 option");
-      break;
-    case Format::kMxfp8:
-      if (cfg.scaling != Scaling::kBlock1x32) bad_combo("mxfp8 takes block_1x32 only");
-      if (cfg.rowwise && cols % 32 != 0)
-        throw QuantError(fmt::format("{}: mxfp8 rowwise needs cols % 32 == 0 (blocks of 32 along the row); pad the tensor", at));
-      if (cfg.colwise && rows % 32 != 0)
-        throw QuantError(fmt::format("{}: mxfp8 columnwise needs rows % 32 == 0 (blocks of 32 down a column); pad the tensor", at));
-      if (cfg.block2d || cfg.pow2) bad_combo("block2d and pow2 do not apply to mxfp8");
-      break;
-    case Format::kFp8:
-      if (cfg.scaling == Scaling::kBlock1x32) bad_combo("fp8 takes per_tensor, per_row, per_group, block_1x128 or block_128x128");
-      if (cfg.block2d) bad_combo("block2d does not apply to fp8");
-      break;
-    default:
-      bad_combo("unknown format");
-  }
-  if (cfg.hadamard && cfg.format != Format::kNvfp4) bad_combo("the Hadamard transform is an nvfp4 option");
-  if (cfg.scaling == Scaling::kPerGroup && offsets.empty()) bad_combo("per_group needs group offsets (a grouped buffer)");
+  if (!info.quantized)
+    throw QuantError(
+        fmt::format("{}: format {} is not quantized (choose nvfp4, mxfp8 or fp8)", at, info.name));
+  if (const std::string why = quant_spec_violation(cfg); !why.empty()) bad_combo(why);
+  if (!cfg.rowwise && !cfg.colwise)
+    bad_combo("neither a rowwise nor a columnwise copy was asked for");
+  // Blocks are never partial: the rowwise copy's blocks run along a row, the columnwise copy's
+  // down a column (the rows of X^T), so each copy needs its dimension a multiple of the block.
+  // NVFP4 needs cols % 16 for either copy (CONTRACT.md section 2).
+  const int64_t block = info.block;
+  const bool row_blocks = cfg.rowwise || cfg.format == Format::kNvfp4;
+  if (block > 0 && row_blocks && cols % block != 0)
+    throw QuantError(
+        fmt::format("{}: {} needs cols % {} == 0 (blocks of {} along the row); pad the tensor", at,
+                    info.name, block, block));
+  if (block > 0 && cfg.colwise && rows % block != 0)
+    throw QuantError(fmt::format(
+        "{}: the {} columnwise copy needs rows % {} == 0 (blocks of {} down the columns); pad "
+        "the tensor",
+        at, info.name, block, block));
+  // A 2-D tile spans `block` rows too.
+  if (cfg.block2d && rows % block != 0)
+    throw QuantError(fmt::format("{}: {} 2-D ({}x{}) blocks need rows % {} == 0; pad the tensor",
+                                 at, info.name, block, block, block));
+  if (cfg.block2d && cfg.hadamard && cfg.colwise)
+    bad_combo(
+        "the columnwise copy of 2-D blocks is the transpose of the rowwise copy, which a Hadamard "
+        "transform along rows does not commute with");
+  if (cfg.scaling == Scaling::kPerGroup && offsets.empty())
+    bad_combo("per_group needs group offsets (a grouped buffer)");
   if (cfg.hadamard && cols % 16 != 0)
     throw QuantError(fmt::format("{}: the Hadamard transform needs cols % 16 == 0", at));
   if (!offsets.empty()) {
     check_group_offsets(offsets, rows);
     if (cfg.colwise && cfg.format != Format::kMxfp8 && cfg.scale_layout == ScaleLayout::kSwizzled)
-      bad_combo("the columnwise copy of a grouped buffer is stored per group with compact scales; ask for "
-                "scale_layout compact");
+      bad_combo(
+          "the columnwise copy of a grouped buffer is stored per group with compact scales; ask "
+          "for scale_layout compact");
+    // Blocks that span rows (2-D tiles, columnwise blocks, 128x128 tiles) stay inside a group.
     int64_t need = 1;
-    if (cfg.format == Format::kNvfp4 && (cfg.block2d || cfg.colwise)) need = 16;
-    if (cfg.format == Format::kMxfp8 && cfg.colwise) need = 32;
-    if (cfg.format == Format::kFp8 && cfg.scaling == Scaling::kBlock128x128) need = 128;
+    if (block > 0 && (cfg.block2d || cfg.colwise)) need = block;
+    if (cfg.scaling == Scaling::kBlock128x128) need = 128;
     for (size_t g = 0; g + 1 < offsets.size(); ++g)
       if ((offsets[g + 1] - offsets[g]) % need != 0)
-        throw QuantError(fmt::format("{}: group {} has {} rows; blocks spanning rows need groups padded to a multiple of {}",
-                                     at, g, offsets[g + 1] - offsets[g], need));
+        throw QuantError(fmt::format(
+            "{}: group {} has {} rows; blocks spanning rows need groups padded to a multiple of {}",
+            at, g, offsets[g + 1] - offsets[g], need));
   }
 }
 

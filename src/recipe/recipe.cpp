@@ -1,5 +1,5 @@
-// Recipe name tables, validation, the exact bf16-tail rule and the conversion of an operand
-// choice to quantizer options. JSON (de)serialization lives in recipe_json.cpp.
+// Recipe name tables, validation (operands by the format table, quant_spec_violation) and the
+// exact bf16-tail rule. JSON (de)serialization lives in recipe_json.cpp.
 #include "lockstep/recipe/recipe.h"
 
 #include <fmt/format.h>
@@ -31,47 +31,12 @@ bool is_gradient_operand(Gemm g, int operand) {
   return g != Gemm::kFprop && operand == 0;  // dgrad / wgrad: the left operand is grad_output
 }
 
-void validate_operand(const OperandSpec& op, const std::string& where, bool gradient) {
-  auto fail = [&](const std::string& why) { throw RecipeError(where + ": " + why); };
-  const std::string fmt_name(format_name(op.format));
-  if (!is_quantized(op.format)) {
-    if (!(op == OperandSpec{op.format}))
-      fail(fmt_name + " operands are not quantized and take no scaling or rounding options");
-    return;
-  }
-  switch (op.format) {
-    case Format::kNvfp4:
-      if (op.scaling != Scaling::kPerTensor && op.scaling != Scaling::kPerRow &&
-          op.scaling != Scaling::kPerGroup)
-        fail(fmt::format("nvfp4 takes scaling per_tensor, per_row or per_group (its outer amax "
-                         "domain), not {}",
-                         scaling_name(op.scaling)));
-      if (op.elem != ElemCodec::kE4M3) fail("elem applies to fp8 and mxfp8 only (nvfp4 is E2M1)");
-      // As the quantizer refuses it (validate_quant_input): a 16x16 tile spans 16 rows.
-      if (op.block2d && op.scaling == Scaling::kPerRow)
-        fail(
-            "block2d (16x16 tiles spanning 16 rows) cannot use per_row outer scales; use "
-            "per_tensor or "
-            "per_group");
-      break;
-    case Format::kMxfp8:
-      if (op.scaling != Scaling::kBlock1x32)
-        fail(fmt::format("mxfp8 takes scaling block_1x32 only, not {}", scaling_name(op.scaling)));
-      break;
-    case Format::kFp8:
-      if (op.scaling == Scaling::kPerGroup || op.scaling == Scaling::kBlock1x32)
-        fail(fmt::format("fp8 takes scaling per_tensor, per_row, block_1x128 or block_128x128, "
-                         "not {}",
-                         scaling_name(op.scaling)));
-      break;
-    default:
-      break;
-  }
-  if (op.block2d && op.format != Format::kNvfp4) fail("block2d applies to nvfp4 only");
-  if (op.hadamard && op.format != Format::kNvfp4) fail("hadamard applies to nvfp4 only");
-  if (op.pow2 && op.format != Format::kFp8) fail("pow2 applies to fp8 only");
+void validate_operand(const QuantSpec& op, const std::string& where, bool gradient) {
+  if (const std::string why = quant_spec_violation(op); !why.empty())
+    throw RecipeError(where + ": " + why);
   if (op.stochastic && !gradient)
-    fail("stochastic rounding is for gradient operands only (CONTRACT.md section 5)");
+    throw RecipeError(
+        where + ": stochastic rounding is for gradient operands only (CONTRACT.md section 5)");
 }
 
 void validate_linear(const LinearSpec& s, const std::string& where) {
@@ -158,19 +123,6 @@ void validate(const Recipe& r) {
       throw RecipeError(ow + ": a bf16 override takes no fprop/dgrad/wgrad/backward_mode fields");
     if (!o.patch.empty()) validate_linear(linear_from_json(o.patch, r.linear, ow), ow + ".");
   }
-}
-
-std::optional<QuantConfig> to_quant_spec(const OperandSpec& op) {
-  if (!is_quantized(op.format)) return std::nullopt;
-  QuantConfig q;
-  q.format = op.format;
-  q.scaling = op.scaling;
-  q.elem = op.elem;
-  q.block2d = op.block2d;
-  q.pow2 = op.pow2;
-  q.stochastic = op.stochastic;
-  q.hadamard = op.hadamard;
-  return q;
 }
 
 Format gemm_format(const GemmSpec& g) {

@@ -54,47 +54,48 @@ std::string names_of(auto count, auto name_fn) {
   return s;
 }
 
-OperandSpec defaults_for(Format p) {
-  OperandSpec op;
-  op.format = p;
-  if (p == Format::kMxfp8) op.scaling = Scaling::kBlock1x32;
-  return op;
-}
-
-// An operand object with "format" starts from that format's defaults; without, from `base`.
-OperandSpec operand_from_json(const Json& j, const OperandSpec& base, const std::string& where) {
+// An operand object with "format" starts from that format's defaults (default_spec); without,
+// from `base`.
+QuantSpec operand_from_json(const Json& j, const QuantSpec& base, const std::string& where) {
   check_keys(j, where,
-             {"format", "scaling", "elem", "block2d", "pow2", "stochastic", "hadamard"});
-  OperandSpec op = base;
+             {"format", "scaling", "elem", "block2d", "pow2", "eps", "stochastic", "hadamard"});
+  QuantSpec op = base;
   if (j.contains("format")) {
     const std::string f = get_string(j["format"], where + ".format");
     auto p = format_from_name(f);
     if (!p)
       fail(where + ".format", fmt::format("unknown format '{}' (known: {})", f,
                                           names_of(Format::kCount, format_name)));
-    op = defaults_for(*p);
+    op = default_spec(*p);
   }
   if (j.contains("scaling")) {
     const std::string s = get_string(j["scaling"], where + ".scaling");
     auto sc = scaling_from_name(s);
-    if (!sc) {
-      std::string known;
-      for (const auto& r : kScalings) known += (known.empty() ? "" : ", ") + std::string(r.name);
-      fail(where + ".scaling", fmt::format("unknown scaling '{}' (known: {})", s, known));
-    }
+    if (!sc)
+      fail(where + ".scaling", fmt::format("unknown scaling '{}' (known: {})", s,
+                                           names_of(Scaling::kCount, scaling_name)));
     op.scaling = *sc;
   }
   if (j.contains("elem")) {
     const std::string e = get_string(j["elem"], where + ".elem");
-    if (e == "e4m3")
-      op.elem = ElemCodec::kE4M3;
-    else if (e == "e5m2")
-      op.elem = ElemCodec::kE5M2;
-    else
-      fail(where + ".elem", fmt::format("unknown element codec '{}' (known: e4m3, e5m2)", e));
+    auto codec = elem_codec_from_name(e);
+    if (!codec)
+      fail(where + ".elem", fmt::format("unknown element codec '{}' (known: {})", e,
+                                        names_of(ElemCodec::kCount, elem_codec_name)));
+    op.elem = *codec;
   }
   if (j.contains("block2d")) op.block2d = get_bool(j["block2d"], where + ".block2d");
   if (j.contains("pow2")) op.pow2 = get_bool(j["pow2"], where + ".pow2");
+  if (j.contains("eps")) {
+    const Json& e = j["eps"];
+    const double d = e.is_number() ? e.get<double>() : -1.0;
+    if (!(d >= 0.0 && d <= double(std::numeric_limits<float>::max())))
+      fail(where + ".eps",
+           "expected a finite amax floor from 0 to the fp32 maximum, got " + e.dump());
+    op.eps = float(d);
+    if (d > 0.0 && op.eps == 0.0f)
+      fail(where + ".eps", e.dump() + " rounds to 0 in fp32; give 0 or a larger floor");
+  }
   if (j.contains("stochastic")) op.stochastic = get_bool(j["stochastic"], where + ".stochastic");
   if (j.contains("hadamard")) op.hadamard = get_bool(j["hadamard"], where + ".hadamard");
   return op;
@@ -173,16 +174,19 @@ Coverage coverage_from_json(const Json& j, const std::string& where, const Linea
 
 }  // namespace
 
-Json to_json(const OperandSpec& op) {
+// The fields the operand's format takes (format.h), each written; a dense operand is its format.
+Json to_json(const QuantSpec& op) {
   Json j;
   j["format"] = format_name(op.format);
-  if (op.format == Format::kBf16) return j;
+  if (!is_quantized(op.format)) return j;
+  const Format f = op.format;
   j["scaling"] = scaling_name(op.scaling);
-  if (op.format != Format::kNvfp4) j["elem"] = op.elem == ElemCodec::kE4M3 ? "e4m3" : "e5m2";
-  if (op.format == Format::kNvfp4) j["block2d"] = op.block2d;
-  if (op.format == Format::kFp8) j["pow2"] = op.pow2;
-  j["stochastic"] = op.stochastic;
-  if (op.format == Format::kNvfp4) j["hadamard"] = op.hadamard;
+  if (format_info(f).codecs != 0) j["elem"] = elem_codec_name(op.elem);
+  if (format_takes(f, kOptBlock2d)) j["block2d"] = op.block2d;
+  if (format_takes(f, kOptPow2)) j["pow2"] = op.pow2;
+  if (format_takes(f, kOptEps)) j["eps"] = op.eps;
+  if (format_takes(f, kOptStochastic)) j["stochastic"] = op.stochastic;
+  if (format_takes(f, kOptHadamard)) j["hadamard"] = op.hadamard;
   return j;
 }
 

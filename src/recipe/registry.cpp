@@ -149,12 +149,13 @@ std::vector<RecipeInfo> build_registry() {
   return out;
 }
 
-std::string operand_summary(const OperandSpec& op) {
+std::string operand_summary(const QuantSpec& op) {
   if (op.format == Format::kBf16) return "bf16";
   std::string s = fmt::format("{} {}", format_name(op.format), scaling_name(op.scaling));
   if (op.elem == ElemCodec::kE5M2) s += " e5m2";
   if (op.block2d) s += " 2d";
   if (op.pow2) s += " pow2";
+  if (op.eps != 0.0f) s += fmt::format(" eps={}", op.eps);
   if (op.stochastic) s += " sr";
   if (op.hadamard) s += " rht";
   return s;
@@ -256,7 +257,7 @@ std::vector<std::string> recipe_requirements(const Recipe& r) {
       const bool uses_bf16_backward = g != 0 && s.backward_mode != BackwardMode::kQuantized;
       const GemmSpec eff = uses_bf16_backward ? GemmSpec{} : gs;
       req.insert(fmt::format("gemm:{}x{}", format_name(eff.a.format), format_name(eff.b.format)));
-      for (const OperandSpec* op : {&eff.a, &eff.b}) {
+      for (const QuantSpec* op : {&eff.a, &eff.b}) {
         if (op->format == Format::kBf16) continue;
         req.insert(fmt::format("quantize:{}/{}{}", format_name(op->format), scaling_name(op->scaling),
                                op->block2d ? "/2d" : ""));

@@ -57,7 +57,7 @@ Recipe parse_recipe_text(std::string_view text, const std::string& where,
   Json j;
   try {
     j = Json::parse(text.begin(), text.end(), depth_limit);
-  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e999
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for 1e999
     throw RecipeError(fmt::format("recipe file '{}' is not valid JSON: {}", where, e.what()));
   }
   Recipe r = resolve_recipe_json(j, where, default_name);

@@ -3,7 +3,6 @@
 #include "lockstep/rl/task.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <mutex>
@@ -139,7 +138,9 @@ std::string joined_names(const std::vector<std::unique_ptr<Task>>& tasks) {
   std::vector<std::string> names;
   for (const auto& t : tasks) names.emplace_back(t->name());
   std::sort(names.begin(), names.end());
-  return fmt::format("{}", fmt::join(names, ", "));
+  std::string joined;
+  for (const std::string& n : names) joined.append(joined.empty() ? "" : ", ").append(n);
+  return joined;
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ Json read_json_file(const fs::path& p, const std::string& what) {
   std::stringstream ss;
   ss << in.rdbuf();
   try {
-    return Json::parse(ss.str());
+    return parse_json(ss.str());
   } catch (const std::exception& e) {
     throw std::invalid_argument(
         fmt::format("{}: {} is not valid JSON ({})", what, p.string(), e.what()));
@@ -71,7 +71,7 @@ namespace {
 
 // Differences between two configs, for messages: "hidden_size 64 vs 32, ...".
 std::string config_diff(const model::ModelConfig& a, const model::ModelConfig& b) {
-  const nlohmann::json ja = model::config_to_json(a), jb = model::config_to_json(b);
+  const Json ja = model::config_to_json(a), jb = model::config_to_json(b);
   std::string out;
   for (const auto& [k, v] : ja.items())
     if (!jb.contains(k) || jb.at(k) != v)
@@ -135,7 +135,7 @@ std::unique_ptr<Trainer> Trainer::create(const fs::path& dir, const TrainOptions
                         {"eval_prompts", options.eval_prompts},
                         {"eval_prompts_seen_in_training", overlap}};
   meta.extra["options"] = options_to_json(options);
-  meta.extra["model_config"] = Json::parse(model::config_to_json(init.config).dump());
+  meta.extra["model_config"] = model::config_to_json(init.config);
   write_run_meta(dir / run_files::kRunMeta, sel, meta);
   return std::unique_ptr<Trainer>(new Trainer(std::move(m)));
 }
@@ -185,8 +185,8 @@ std::unique_ptr<Trainer> Trainer::resume(const fs::path& dir) {
         fmt::format("--resume: {} was written by a run with other options than {}", ck.string(),
                     meta_path.string()));
   const Json lj = read_json_file(ck / "learner.json", "--resume");
-  const model::ModelConfig ck_config = model::config_from_json(
-      nlohmann::json::parse(lj.value("config", Json()).dump()), (ck / "learner.json").string());
+  const model::ModelConfig ck_config =
+      model::config_from_json(lj.value("config", Json()), (ck / "learner.json").string());
   if (!(ck_config == ref.config))
     throw std::invalid_argument(
         fmt::format("--resume: checkpoint {} belongs to another model than the run ({}: {})",

@@ -119,9 +119,9 @@ PretrainResult pretrain(const model::ModelWeights& init, const PretrainOptions& 
   return res;
 }
 
-nlohmann::json warm_start_key(const model::ModelConfig& config, const std::string& init_source,
-                              uint64_t init_seed, const PretrainOptions& o) {
-  nlohmann::json k;
+Json warm_start_key(const model::ModelConfig& config, const std::string& init_source,
+                    uint64_t init_seed, const PretrainOptions& o) {
+  Json k;
   k["procedure"] = "lockstep.warm_start/1";
   k["contract"] = kContractVersion;
   k["config"] = model::config_to_json(config);
@@ -140,7 +140,7 @@ nlohmann::json warm_start_key(const model::ModelConfig& config, const std::strin
   return k;
 }
 
-std::string warm_start_hash(const nlohmann::json& key) {
+std::string warm_start_hash(const Json& key) {
   uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64
   for (unsigned char ch : key.dump()) {
     h ^= ch;
@@ -149,8 +149,7 @@ std::string warm_start_hash(const nlohmann::json& key) {
   return fmt::format("{:016x}", h);
 }
 
-void save_warm_start(const fs::path& dir, const model::ModelWeights& weights,
-                     const nlohmann::json& info) {
+void save_warm_start(const fs::path& dir, const model::ModelWeights& weights, const Json& info) {
   const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
   fs::create_directories(parent);
   const fs::path tmp = detail::make_temp_dir(parent, dir.filename().string());
@@ -168,19 +167,19 @@ void save_warm_start(const fs::path& dir, const model::ModelWeights& weights,
 
 namespace {
 // warm_start.json of a cache entry, or null when it is missing or unreadable.
-nlohmann::json read_info(const fs::path& dir) {
+Json read_info(const fs::path& dir) {
   std::ifstream in(dir / "warm_start.json");
   if (!in) return nullptr;
   std::stringstream ss;
   ss << in.rdbuf();
   try {
-    return nlohmann::json::parse(ss.str());
+    return parse_json(ss.str());
   } catch (const std::exception&) {
     return nullptr;
   }
 }
 
-nlohmann::json eval_json(const EvalResult& e) {
+Json eval_json(const EvalResult& e) {
   return {{"accuracy", e.accuracy}, {"correct", e.correct}, {"prompts", e.prompts}};
 }
 }  // namespace
@@ -189,12 +188,12 @@ WarmStart cached_warm_start(const fs::path& cache_root, const model::ModelWeight
                             const std::string& init_source, uint64_t init_seed,
                             const PretrainOptions& o,
                             const std::function<void(const PretrainProgress&)>& on_step) {
-  const nlohmann::json key = warm_start_key(init.config, init_source, init_seed, o);
+  const Json key = warm_start_key(init.config, init_source, init_seed, o);
   const std::string hash = warm_start_hash(key);
   WarmStart ws;
   ws.dir = cache_root / hash;
-  const nlohmann::json info = read_info(ws.dir);
-  if (info.is_object() && info.value("key", nlohmann::json()) == key) {
+  const Json info = read_info(ws.dir);
+  if (info.is_object() && info.value("key", Json()) == key) {
     try {
       ws.weights = model::load_model_dir(ws.dir.string());
       if (ws.weights.config == init.config) {
@@ -215,8 +214,8 @@ WarmStart cached_warm_start(const fs::path& cache_root, const model::ModelWeight
              {"final_loss", r.final_loss},
              {"seconds", r.seconds}};
   // Another process may have stored the same entry meanwhile: its bits are the same.
-  const nlohmann::json now = read_info(ws.dir);
-  if (!(now.is_object() && now.value("key", nlohmann::json()) == key))
+  const Json now = read_info(ws.dir);
+  if (!(now.is_object() && now.value("key", Json()) == key))
     save_warm_start(ws.dir, r.weights, ws.info);
   ws.weights = std::move(r.weights);
   return ws;

@@ -227,11 +227,15 @@ void Tensor::fill_bytes(uint8_t value, Stream stream) {
 
 std::string Tensor::describe() const {
   std::string s = fmt::format("{} {}", shape_string(shape_), dtype_name(dtype_));
-  if (!device_.is_cpu()) s += " " + device_.str();
+  if (!device_.is_cpu()) s += fmt::format(" {}", device_.str());
   return s;
 }
 
-std::string shape_string(std::span<const int64_t> shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+std::string shape_string(std::span<const int64_t> shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += fmt::format("{}{}", i ? ", " : "", shape[i]);
+  return s + "]";
+}
 
 std::vector<float> to_f32(const Tensor& t_in) {
   const Tensor t = t_in.contiguous();

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "gemm/qgemm_variant.h"
 #include "lockstep/gemm/qgemm.h"
 #include "lockstep/quant/quantize.h"
 #include "lockstep/tensor/tensor.h"
@@ -16,12 +17,17 @@ namespace lockstep::gpu_test {
 
 struct Options {
   std::string op, format, only, mode = "test";
-  GemmKernel kernel = GemmKernel::kAuto;  // --kernel: every GEMM case runs this kernel
-  bool reduced = false;                   // fewer shapes (compute-sanitizer runs)
+  GemmVariant kernel = GemmVariant::kAuto;  // --kernel: every GEMM case runs this kernel variant
+  bool reduced = false;                     // fewer shapes (compute-sanitizer runs)
   uint64_t seed = 0;
   int64_t rows = 16384, cols = 8192;  // --mode perf input
 };
 extern Options g_opt;
+
+// The kernel variant a GEMM call reports it ran.
+inline GemmVariant ran(const GemmResult& r) {
+  return gemm_variant_from_name(r.variant).value_or(GemmVariant::kAuto);
+}
 
 // The op filter (--op, a comma-separated list) and format filter (--format; an empty `format`
 // matches every filter).

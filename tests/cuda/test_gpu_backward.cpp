@@ -128,19 +128,19 @@ void dense_backward() {
           {"dW = dY^T X", &dy, &x, Copy::kColwise, Copy::kColwise, &r.act, &r.act, N, M}};
       for (const Layout& L : layouts) {
         const bool ch = chunked_cfg(r, *L.qa) || chunked_cfg(r, *L.qb);
-        const std::vector<GemmKernel> ks = kernels_for(ch, r.dense, L.rows, L.k);
+        const std::vector<GemmVariant> ks = kernels_for(ch, r.dense, L.rows, L.k);
         if (ks.empty()) skip(base + " " + L.what, "no applicable kernel");
         GemmConfig cfg;
         cfg.a_copy = L.ca, cfg.w_copy = L.cb;
         const GemmResult cpu = qgemm(L.a->cpu(), L.b->cpu(), cfg);
-        for (GemmKernel k : ks) {
+        for (GemmVariant k : ks) {
           const std::string name = base + " " + L.what + " " + kernel_label(k);
           run_case(name, [&] {
             std::string err;
             GemmConfig c = cfg;
-            c.kernel = k;
+            force_variant(c, k);
             const GemmResult g = gpu_qgemm(L.a->gpu_arg(), L.b->gpu_arg(), c);
-            if (!kernel_matches(k, g.kernel)) err += " ran " + kernel_label(g.kernel);
+            if (!kernel_matches(k, ran(g))) err += " ran " + kernel_label(ran(g));
             err += compare_gemm(L.a->cpu(), L.b->cpu(), cpu, g, L.ca, L.cb);
             return err;
           });
@@ -179,7 +179,7 @@ void grouped_backward() {
     // dgrad: out [rows, K], group e = dY_e W_e (GEMM K = N).
     for (int place = 0; place < 2; ++place) {
       const bool ch = chunked_cfg(r, r.act) || chunked_cfg(r, r.wgt);
-      for (GemmKernel k :
+      for (GemmVariant k :
            kernels_for(ch, r.dense, place == 0 ? 3 * r.row_multiple : rows, N, place == 0)) {
         const std::string name =
             base + " dgrad " + (place == 0 ? "host" : "device") + " offsets " + kernel_label(k);
@@ -189,7 +189,7 @@ void grouped_backward() {
           GemmConfig cfg;
           cfg.w_copy = Copy::kColwise;
           const GemmResult cpu = grouped_qgemm(dy.cpu(), offs, w.cpu(), cfg);
-          cfg.kernel = k;
+          force_variant(cfg, k);
           const GemmResult gr =
               gpu_grouped(dy.gpu_arg(), place == 0 ? offs : to_gpu(offs), w.gpu_arg(), cfg);
           err = same_bits(cpu.d, gr.d, name) ? "" : " bits differ (small-integer inputs)";
@@ -201,7 +201,7 @@ void grouped_backward() {
     }
     // wgrad: out [E * N, K], group e = dY_e^T X_e (GEMM K = the group's rows, padded on CUDA).
     const bool ch = chunked_cfg(r, r.act);
-    for (GemmKernel k : kernels_for(ch, r.dense, N, 64)) {
+    for (GemmVariant k : kernels_for(ch, r.dense, N, 64)) {
       const std::string name = base + " wgrad (groups along K) " + kernel_label(k);
       run_case(name, [&] {
         std::string err;
@@ -209,7 +209,7 @@ void grouped_backward() {
         cfg.a_copy = cfg.w_copy = Copy::kColwise;
         cfg.epilogue.row_amax = true;
         const GemmResult cpu = grouped_qgemm(dy.cpu(), offs, x.cpu(), cfg);
-        cfg.kernel = k;
+        force_variant(cfg, k);
         const GemmResult gr = gpu_grouped(dy.gpu_arg(), offs, x.gpu_arg(), cfg);
         err = (same_bits(cpu.d, gr.d, name) ? "" : " bits differ (small-integer inputs)") +
               compare_t(cpu.row_amax, gr.row_amax, true, "row_amax");
@@ -262,7 +262,7 @@ void test_chain() {
     for (bool ints : {true, false}) {
       const std::string base = "chain " + ch.name + (ints ? " ints" : " random");
       const bool chunk = ch.a.format == Format::kFp8;
-      for (GemmKernel k : kernels_for(chunk, false, M, K)) {
+      for (GemmVariant k : kernels_for(chunk, false, M, K)) {
         const std::string name = base + " " + kernel_label(k);
         if (!selected(name)) continue;
         const uint64_t seed = case_seed(base);
@@ -275,7 +275,7 @@ void test_chain() {
         try {
           GemmConfig cfg;
           cfg.out_dtype = ch.out_dtype;
-          cfg.kernel = k;
+          force_variant(cfg, k);
           const QTensor xq = quantize(x, ch.a), wq = quantize(w, ch.w);
           GemmConfig host_cfg;
           host_cfg.out_dtype = ch.out_dtype;

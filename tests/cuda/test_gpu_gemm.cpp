@@ -28,9 +28,9 @@ std::string shape_name(const GemmShape& s) {
   return std::to_string(s.M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K);
 }
 
-GemmConfig forced(GemmKernel k, DType out = DType::kF32) {
+GemmConfig forced(GemmVariant k, DType out = DType::kF32) {
   GemmConfig c;
-  c.kernel = k;
+  force_variant(c, k);
   c.out_dtype = out;
   return c;
 }
@@ -45,19 +45,19 @@ void grid_exact() {
       const uint64_t seed = case_seed(base);
       const Held a = make(p.a, grid_values_narrow(p.a, s.M, s.K, seed, 3), s.M, s.K);
       const Held w = make(p.w, grid_values_narrow(p.w, s.N, s.K, seed + 1, 5), s.N, s.K);
-      const std::vector<GemmKernel> ks =
+      const std::vector<GemmVariant> ks =
           kernels_for(chunked(p.a) || chunked(p.w), p.w.bf16, s.M, s.K);
       if (ks.empty()) skip(base, "no applicable kernel");
       if (ks.empty() || !any_order_exact(a.op(), w.op())) continue;
       const GemmResult cpu = qgemm(a.op(), w.op()),
-                       cpu16 = qgemm(a.op(), w.op(), forced(GemmKernel::kAuto, DType::kBF16));
+                       cpu16 = qgemm(a.op(), w.op(), forced(GemmVariant::kAuto, DType::kBF16));
       const DevHeld da = dev(a), dw = dev(w);
-      for (GemmKernel k : ks) {
+      for (GemmVariant k : ks) {
         const std::string name = base + " " + kernel_label(k);
         run_case(name, [&] {
           std::string err;
           const GemmResult g = gpu_qgemm(da.op(), dw.op(), forced(k));
-          if (!kernel_matches(k, g.kernel)) err += " ran " + kernel_label(g.kernel);
+          if (!kernel_matches(k, ran(g))) err += " ran " + kernel_label(ran(g));
           if (!same_bits(g.d, cpu.d, name)) err += " f32 out differs from the cpu";
           // bf16 output (the cuBLAS path lets cuBLAS round when D = acc: bf16 / mxfp8 operands)
           const GemmResult g16 = gpu_qgemm(da.op(), dw.op(), forced(k, DType::kBF16));
@@ -78,13 +78,13 @@ void random_bound() {
       const uint64_t seed = case_seed(base);
       const Held a = make(p.a, random_values(s.M * s.K, seed, 2.0f), s.M, s.K);
       const Held w = make(p.w, random_values(s.N * s.K, seed + 1, 0.05f), s.N, s.K);
-      const std::vector<GemmKernel> ks =
+      const std::vector<GemmVariant> ks =
           kernels_for(chunked(p.a) || chunked(p.w), p.w.bf16, s.M, s.K);
       if (ks.empty()) skip(base, "no applicable kernel");
       if (ks.empty()) continue;
       const GemmF64 ref = qgemm_f64(a.op(), w.op());
       const DevHeld da = dev(a), dw = dev(w);
-      for (GemmKernel k : ks) {
+      for (GemmVariant k : ks) {
         const std::string name = base + " " + kernel_label(k);
         run_case(name, [&] {
           std::string err;
@@ -100,17 +100,17 @@ void batch_invariance() {
   const std::vector<Pairing> all = pairings();
   std::vector<Pairing> ps = {all[0], all[4], all[5], all[6], all[7], all[9]};
   if (g_opt.reduced) ps = {all[0], all[9]};
-  const std::vector<std::tuple<int64_t, GemmKernel, int64_t>> cases = {
-      {16, GemmKernel::kCudaDecode, 2304}, {13, GemmKernel::kCudaDecode, 2304},
-      {16, GemmKernel::kCudaDecode, 8192}, {150, GemmKernel::kCudaTiled, 2304},
-      {150, GemmKernel::kCudaWgmma, 2304}, {300, GemmKernel::kCudaWgmma, 2304},
-      {13, GemmKernel::kCudaWgmma, 2304}};
+  const std::vector<std::tuple<int64_t, GemmVariant, int64_t>> cases = {
+      {16, GemmVariant::kDecode, 2304}, {13, GemmVariant::kDecode, 2304},
+      {16, GemmVariant::kDecode, 8192}, {150, GemmVariant::kTiled, 2304},
+      {150, GemmVariant::kWgmma, 2304}, {300, GemmVariant::kWgmma, 2304},
+      {13, GemmVariant::kWgmma, 2304}};
   for (const Pairing& p : ps)
     for (const auto& [M, kernel0, K] : cases) {
-      GemmKernel kernel = kernel0;
+      GemmVariant kernel = kernel0;
       const int64_t N = 136;
       const bool ch = chunked(p.a) || chunked(p.w);
-      if (g_opt.kernel != GemmKernel::kAuto) kernel = g_opt.kernel;
+      if (g_opt.kernel != GemmVariant::kAuto) kernel = g_opt.kernel;
       const std::string name = "gemm batch-invariance " + p.a.label + " x " + p.w.label +
                                " M=" + std::to_string(M) + " K=" + std::to_string(K) + " " +
                                kernel_label(kernel);
@@ -166,7 +166,7 @@ void batch_invariance() {
 }
 
 void refusals() {
-  if (g_opt.kernel != GemmKernel::kAuto) return;  // (a policy check, not a per-kernel case)
+  if (g_opt.kernel != GemmVariant::kAuto) return;  // (a policy check, not a per-kernel case)
   // fp8 block scaling runs on the tiled kernel (the automatic choice); the others refuse by name.
   const Held a = make(bf16_kind(), random_values(4 * 256, 1, 1.0f), 4, 256);
   const Held w =
@@ -176,17 +176,16 @@ void refusals() {
     const std::string name = "gemm refusal: fp8 block scaling picks the tiled kernel";
     if (selected(name)) {
       const GemmResult aut = gpu_qgemm(da.op(), dw.op(), {});
-      const GemmResult tiled = gpu_qgemm(da.op(), dw.op(), forced(GemmKernel::kCudaTiled));
-      report(name,
-             (aut.kernel == GemmKernel::kCudaTiled ? "" : " ran " + kernel_label(aut.kernel)) +
-                 std::string(same_bits(aut.d, tiled.d, name) ? "" : " bits differ"));
+      const GemmResult tiled = gpu_qgemm(da.op(), dw.op(), forced(GemmVariant::kTiled));
+      report(name, (ran(aut) == GemmVariant::kTiled ? "" : " ran " + kernel_label(ran(aut))) +
+                       std::string(same_bits(aut.d, tiled.d, name) ? "" : " bits differ"));
     }
   }
-  for (GemmKernel k : {GemmKernel::kCudaDecode, GemmKernel::kCudaWgmma, GemmKernel::kCudaCublas}) {
+  for (GemmVariant k : {GemmVariant::kDecode, GemmVariant::kWgmma, GemmVariant::kCublas}) {
     const std::string name = "gemm refusal: fp8 block scaling refused by " + kernel_label(k);
     if (!selected(name)) continue;
-    if (k == GemmKernel::kCudaWgmma && !cuda::wgmma_available(256)) continue;
-    if (k == GemmKernel::kCudaCublas && !cuda::cublas_available()) continue;
+    if (k == GemmVariant::kWgmma && !cuda::wgmma_available(256)) continue;
+    if (k == GemmVariant::kCublas && !cuda::cublas_available()) continue;
     bool threw = false;
     try {
       gpu_qgemm(da.op(), dw.op(), forced(k));
@@ -203,15 +202,15 @@ void refusals() {
     wv.format = Format::kNvfp4, wv.rows = 8, wv.cols = K;
     cuda::DeviceGroupTable t;
     t.groups = 1, t.max_rows = rows, t.total_rows = rows;
-    return cuda::choose_kernel(GemmKernel::kAuto, GemmOrder::kBatchInvariant, av, wv, t);
+    return cuda::choose_kernel(GemmVariant::kAuto, GemmOrder::kBatchInvariant, av, wv, t);
   };
   const std::string route = "gemm refusal: decode route by K and rows";
   if (selected(route))
-    report(route,
-           std::string(pick(12, 48128) == GemmKernel::kCudaDecode ? ""
-                                                                  : " 12 rows K=48128 not decode") +
-               (pick(12, 49152) != GemmKernel::kCudaDecode ? "" : " 12 rows K=49152 decode") +
-               (pick(4, 49152) == GemmKernel::kCudaDecode ? "" : " 4 rows K=49152 not decode"));
+    report(
+        route,
+        std::string(pick(12, 48128) == GemmVariant::kDecode ? "" : " 12 rows K=48128 not decode") +
+            (pick(12, 49152) != GemmVariant::kDecode ? "" : " 12 rows K=49152 decode") +
+            (pick(4, 49152) == GemmVariant::kDecode ? "" : " 4 rows K=49152 not decode"));
   const std::string big = "gemm refusal: decode refuses K=49152 with 12 rows naming shared memory";
   if (selected(big)) {
     const int64_t M = 12, K = 49152;
@@ -220,7 +219,7 @@ void refusals() {
         dev(make(q_kind(Format::kNvfp4, Scaling::kPerRow), random_values(8 * K, 4, 0.05f), 8, K));
     bool threw = false;
     try {
-      gpu_qgemm(a2.op(), w2.op(), forced(GemmKernel::kCudaDecode));
+      gpu_qgemm(a2.op(), w2.op(), forced(GemmVariant::kDecode));
     } catch (const GemmError& e) {
       threw = std::string(e.what()).find("shared memory") != std::string::npos;
     }
@@ -246,7 +245,7 @@ void refusals() {
 
 // The fast order's routing, and kFast giving the bits of the kernel it names.
 void fast_path() {
-  if (g_opt.kernel != GemmKernel::kAuto) return;
+  if (g_opt.kernel != GemmVariant::kAuto) return;
   const std::string name = "gemm fast path routing";
   if (!selected(name)) return;
   const bool wg = cuda::wgmma_available(2048), cb = cuda::cublas_available();
@@ -257,19 +256,19 @@ void fast_path() {
     cuda::DeviceGroupTable t;
     t.groups = groups, t.max_rows = max_rows, t.total_rows = max_rows * groups;
     t.host.resize(size_t(groups));
-    return cuda::choose_kernel(GemmKernel::kAuto, GemmOrder::kFast, av, wv, t);
+    return cuda::choose_kernel(GemmVariant::kAuto, GemmOrder::kFast, av, wv, t);
   };
-  const GemmKernel dense_mx = cb   ? GemmKernel::kCudaCublas
-                              : wg ? GemmKernel::kCudaWgmma
-                                   : GemmKernel::kCudaTiled;
-  const GemmKernel packed = wg   ? GemmKernel::kCudaWgmma
-                            : cb ? GemmKernel::kCudaCublas
-                                 : GemmKernel::kCudaTiled;
+  const GemmVariant dense_mx = cb   ? GemmVariant::kCublas
+                               : wg ? GemmVariant::kWgmma
+                                    : GemmVariant::kTiled;
+  const GemmVariant packed = wg   ? GemmVariant::kWgmma
+                             : cb ? GemmVariant::kCublas
+                                  : GemmVariant::kTiled;
   std::string err;
-  auto expect = [&](GemmKernel got, GemmKernel want_k, const char* what) {
+  auto expect = [&](GemmVariant got, GemmVariant want_k, const char* what) {
     if (got != want_k) err += std::string(" ") + what + ": " + kernel_label(got);
   };
-  expect(route(Format::kNvfp4, 8, 1, 2048), GemmKernel::kCudaDecode, "1 row per expert");
+  expect(route(Format::kNvfp4, 8, 1, 2048), GemmVariant::kDecode, "1 row per expert");
   expect(route(Format::kNvfp4, 128, 512, 2048), packed, "grouped nvfp4");
   expect(route(Format::kMxfp8, 128, 512, 2048), packed, "grouped mxfp8");
   expect(route(Format::kNvfp4, 1, 4096, 2048), packed, "dense nvfp4");
@@ -277,7 +276,7 @@ void fast_path() {
   expect(route(Format::kMxfp8, 1, 4096, 2048), dense_mx, "dense mxfp8");
   expect(route(Format::kBf16, 1, 4, 2048), dense_mx, "bf16 W 4 rows");
   expect(route(Format::kBf16, 128, 512, 2048), dense_mx, "grouped bf16 W");
-  expect(route(Format::kNvfp4, 4, 100, 96), cb ? GemmKernel::kCudaCublas : GemmKernel::kCudaTiled,
+  expect(route(Format::kNvfp4, 4, 100, 96), cb ? GemmVariant::kCublas : GemmVariant::kTiled,
          "K = 96");
   // kFast gives the bits of the kernel it names (grouped nvfp4, random inputs).
   const int64_t E = 3, N = 128, K = 256;
@@ -289,8 +288,8 @@ void fast_path() {
   GemmConfig fast;
   fast.order = GemmOrder::kFast;
   const GemmResult f = gpu_grouped(a.op(), offs, w.op(), fast);
-  const GemmResult ref = gpu_grouped(a.op(), offs, w.op(), forced(f.kernel));
-  if (!same_bits(f.d, ref.d, name)) err += " kFast differs from " + kernel_label(f.kernel);
+  const GemmResult ref = gpu_grouped(a.op(), offs, w.op(), forced(ran(f)));
+  if (!same_bits(f.d, ref.d, name)) err += " kFast differs from " + kernel_label(ran(f));
   report(name, err);
 }
 

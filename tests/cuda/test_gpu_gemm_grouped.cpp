@@ -60,7 +60,7 @@ void grouped_cases() {
                                  (place == 0   ? " host offsets"
                                   : place == 1 ? " device offsets+max"
                                                : " device offsets");
-        const std::vector<GemmKernel> ks =
+        const std::vector<GemmVariant> ks =
             kernels_for(false, p.w.bf16, place == 2 ? off.back() : max_rows, K, place == 0);
         if (ks.empty()) skip(base, "no applicable kernel");
         const uint64_t seed = case_seed(base);
@@ -85,13 +85,13 @@ void grouped_cases() {
         if (place > 0) gcfg.group_rows = to_gpu(cfg.group_rows);
         if (place == 1) gcfg.max_group_rows = max_rows;
         const Tensor offs = place == 0 ? i64(off) : to_gpu(i64(off));
-        for (GemmKernel k : ks) {
+        for (GemmVariant k : ks) {
           const std::string name = base + " " + kernel_label(k);
           run_case(name, [&] {
             std::string err;
-            gcfg.kernel = k;
+            force_variant(gcfg, k);
             const GemmResult g = gpu_grouped(da.op(), offs, dw.op(), gcfg);
-            if (!kernel_matches(k, g.kernel)) err += " ran " + kernel_label(g.kernel);
+            if (!kernel_matches(k, ran(g))) err += " ran " + kernel_label(ran(g));
             err += compare_t(cpu.d, g.d, false, "d") +
                    compare_t(cpu.row_amax, g.row_amax, true, "row_amax");
             return err;
@@ -105,12 +105,12 @@ void grouped_cases() {
         const Held ar = make(p.a, random_values(off.back() * K, seed + 2, 1.0f), off.back(), K);
         const Held wr = make(p.w, random_values(E * N * K, seed + 3, 0.05f), E * N, K);
         const DevHeld dar = dev(ar), dwr = dev(wr);
-        for (GemmKernel k : ks) {
+        for (GemmVariant k : ks) {
           const std::string name = base + " == per-expert dense " + kernel_label(k);
           run_case(name, [&] {
             std::string err;
             GemmConfig c;
-            c.kernel = k;
+            force_variant(c, k);
             const std::vector<float> grouped =
                 to_f32(gpu_grouped(dar.op(), i64(off), dwr.op(), c).d);
             for (int64_t e = 0; e < E; ++e) {
@@ -137,7 +137,7 @@ void grouped_cases() {
 // launched back to back with programmatic dependent launch) with W preload set and unset, and with
 // a synchronisation after every call: every layer's output has the same bytes.
 void decode_preload() {
-  if (g_opt.kernel != GemmKernel::kAuto && g_opt.kernel != GemmKernel::kCudaDecode) return;
+  if (g_opt.kernel != GemmVariant::kAuto && g_opt.kernel != GemmVariant::kDecode) return;
   const int64_t E = 4, H = 2304, I = 384, L = 3;
   std::vector<Kind> kinds = {q_kind(Format::kNvfp4, Scaling::kPerRow),
                              q_kind(Format::kMxfp8, Scaling::kBlock1x32),
@@ -192,10 +192,10 @@ void decode_preload() {
           ep1.swiglu = true, ep1.out_bf16 = true, ep2.out_bf16 = true;
           cuda::GemmOutView o1, o2;
           o1.d_bf16 = h[size_t(l)].ptr<uint16_t>(), o2.d_bf16 = y[size_t(l)].ptr<uint16_t>();
-          cuda::qgemm_device(a1, v1, 2 * I, t1, ep1, o1, scratch, GemmKernel::kCudaDecode,
+          cuda::qgemm_device(a1, v1, 2 * I, t1, ep1, o1, scratch, GemmVariant::kDecode,
                              GemmOrder::kBatchInvariant, cs);
           if (mode == 2) synchronize(gpu(), st);
-          cuda::qgemm_device(a2, v2, H, t2, ep2, o2, scratch, GemmKernel::kCudaDecode,
+          cuda::qgemm_device(a2, v2, H, t2, ep2, o2, scratch, GemmVariant::kDecode,
                              GemmOrder::kBatchInvariant, cs);
           if (mode == 2) synchronize(gpu(), st);
         }

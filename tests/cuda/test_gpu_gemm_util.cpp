@@ -55,52 +55,52 @@ DevHeld dev(const Held& h) {
   return d;
 }
 
-bool applicable(GemmKernel k, bool any_chunked, bool w_bf16, int64_t rows_per_group, int64_t K,
+bool applicable(GemmVariant k, bool any_chunked, bool w_bf16, int64_t rows_per_group, int64_t K,
                 bool host_offsets) {
   switch (k) {
-    case GemmKernel::kCudaTiled:
+    case GemmVariant::kTiled:
       return K % 32 == 0;
-    case GemmKernel::kCudaDecode:
-    case GemmKernel::kCudaDecodeBlockSplit:
+    case GemmVariant::kDecode:
+    case GemmVariant::kDecodeBlockSplit:
       return !any_chunked && !w_bf16 && rows_per_group <= 16 && K % 128 == 0;
-    case GemmKernel::kCudaWgmma:
-    case GemmKernel::kCudaWgmmaInloop:
-    case GemmKernel::kCudaWgmmaStaged:
-    case GemmKernel::kCudaWgmmaWreg128:
-    case GemmKernel::kCudaWgmmaWreg256:
+    case GemmVariant::kWgmma:
+    case GemmVariant::kWgmmaInloop:
+    case GemmVariant::kWgmmaStaged:
+    case GemmVariant::kWgmmaWreg128:
+    case GemmVariant::kWgmmaWreg256:
       return !any_chunked && cuda::wgmma_available(K);
-    case GemmKernel::kCudaCublas:
+    case GemmVariant::kCublas:
       return !any_chunked && host_offsets && cuda::cublas_available() && K % 16 == 0;
     default:
       return false;
   }
 }
 
-std::vector<GemmKernel> kernels_for(bool any_chunked, bool w_bf16, int64_t rows_per_group,
-                                    int64_t K, bool host_offsets) {
-  if (g_opt.kernel != GemmKernel::kAuto) {
+std::vector<GemmVariant> kernels_for(bool any_chunked, bool w_bf16, int64_t rows_per_group,
+                                     int64_t K, bool host_offsets) {
+  if (g_opt.kernel != GemmVariant::kAuto) {
     if (applicable(g_opt.kernel, any_chunked, w_bf16, rows_per_group, K, host_offsets))
       return {g_opt.kernel};
     return {};
   }
-  std::vector<GemmKernel> ks;
-  for (GemmKernel k : {GemmKernel::kCudaTiled, GemmKernel::kCudaDecode, GemmKernel::kCudaWgmma,
-                       GemmKernel::kCudaCublas})
+  std::vector<GemmVariant> ks;
+  for (GemmVariant k :
+       {GemmVariant::kTiled, GemmVariant::kDecode, GemmVariant::kWgmma, GemmVariant::kCublas})
     if (applicable(k, any_chunked, w_bf16, rows_per_group, K, host_offsets)) ks.push_back(k);
   return ks;
 }
 
-bool kernel_matches(GemmKernel asked, GemmKernel ran) {
-  const auto wgmma = [](GemmKernel k) {
-    return k == GemmKernel::kCudaWgmma || k == GemmKernel::kCudaWgmmaInloop ||
-           k == GemmKernel::kCudaWgmmaStaged || k == GemmKernel::kCudaWgmmaWreg128 ||
-           k == GemmKernel::kCudaWgmmaWreg256;
+bool kernel_matches(GemmVariant asked, GemmVariant ran) {
+  const auto wgmma = [](GemmVariant k) {
+    return k == GemmVariant::kWgmma || k == GemmVariant::kWgmmaInloop ||
+           k == GemmVariant::kWgmmaStaged || k == GemmVariant::kWgmmaWreg128 ||
+           k == GemmVariant::kWgmmaWreg256;
   };
-  if (wgmma(asked)) return wgmma(ran) && ran != GemmKernel::kCudaWgmma;
+  if (wgmma(asked)) return wgmma(ran) && ran != GemmVariant::kWgmma;
   return asked == ran;
 }
 
-std::string kernel_label(GemmKernel k) { return std::string(gemm_kernel_name(k)); }
+std::string kernel_label(GemmVariant k) { return std::string(gemm_variant_name(k)); }
 
 namespace {
 GemmResult to_host(GemmResult r) {

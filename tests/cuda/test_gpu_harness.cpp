@@ -44,9 +44,9 @@ void report(const std::string& name, const std::string& err) {
   std::printf("FAIL %s:%s\n  repro: LOCKSTEP_TEST_SEED=%llu %s%s%s --only '%s'\n", name.c_str(),
               err.c_str(), (unsigned long long)g_opt.seed, g_argv0,
               g_opt.op.empty() ? "" : (" --op " + g_opt.op).c_str(),
-              g_opt.kernel == GemmKernel::kAuto
+              g_opt.kernel == GemmVariant::kAuto
                   ? ""
-                  : (" --kernel " + std::string(gemm_kernel_name(g_opt.kernel))).c_str(),
+                  : (" --kernel " + std::string(gemm_variant_name(g_opt.kernel))).c_str(),
               name.c_str());
   std::fflush(stdout);
 }

@@ -93,8 +93,8 @@ int main(int argc, char** argv) {
       g_opt.cols = std::stoll(next());
     else if (a == "--kernel") {
       const std::string k = next();
-      const auto kernel = gemm_kernel_from_name(k);
-      if (!kernel || *kernel == GemmKernel::kCpu) {
+      const auto kernel = gemm_variant_from_name(k);
+      if (!kernel || *kernel == GemmVariant::kCpu) {
         std::fprintf(stderr, "lockstep_test_gpu: unknown CUDA kernel '%s'\n", k.c_str());
         return usage(argv[0], 2);
       }
@@ -133,10 +133,11 @@ int main(int argc, char** argv) {
   }
   const int ran = g_pass + g_fail;
   if (ran == 0) {
-    std::printf(
-        "FAIL: no case matched the filters (--op '%s' --format '%s' --only '%s'%s)\n",
-        g_opt.op.c_str(), g_opt.format.c_str(), g_opt.only.c_str(),
-        g_opt.kernel == GemmKernel::kAuto ? "" : ", every GEMM case skipped for the forced kernel");
+    std::printf("FAIL: no case matched the filters (--op '%s' --format '%s' --only '%s'%s)\n",
+                g_opt.op.c_str(), g_opt.format.c_str(), g_opt.only.c_str(),
+                g_opt.kernel == GemmVariant::kAuto
+                    ? ""
+                    : ", every GEMM case skipped for the forced kernel");
     ++g_fail;
   }
   std::printf("%d passed, %d failed, %d skipped\n", g_pass, g_fail, g_skip);

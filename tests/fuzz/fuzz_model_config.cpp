@@ -14,11 +14,9 @@
 #include "lockstep/model/weights.h"
 
 namespace {
-
-using json = nlohmann::json;
 using namespace lockstep::model;
 
-void fuzz_config(const json& j) {
+void fuzz_config(const Json& j) {
   ModelConfig c;
   try {
     c = config_from_json(j, "fuzz/config.json");
@@ -51,7 +49,7 @@ bool check_throws(const ShardIndex& index,
   return false;
 }
 
-void fuzz_index(const json& j) {
+void fuzz_index(const Json& j) {
   ShardIndex index;
   try {
     index = parse_shard_index(j, "fuzz/index");
@@ -79,7 +77,7 @@ void fuzz_index(const json& j) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const json j = json::parse(data, data + size, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  const Json j = Json::parse(data, data + size, /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return 0;  // not JSON: the readers turn json::parse_error into their own
   fuzz_config(j);
   fuzz_index(j);

@@ -394,9 +394,9 @@ class Strictness(Case):
         with open(huge, "w") as f:
             f.write('{"fprop": {}, "coverage": {"first_n_bf16": 1e999}}')
         self.assert_refused(run("describe", "--recipe-file", huge), huge, "not valid JSON")
-        # and the quantizer refuses the same pair
+        # and the quantizer refuses the same pair, for the same reason (the format table's)
         self.assert_refused(run("quantize", self.inp, "-o", self.path("o.st"), "--format", "nvfp4",
-                                "--scaling", "per_row", "--block2d"), "per-row")
+                                "--scaling", "per_row", "--block2d"), "cannot use per_row outer scales")
 
     def test_shape_and_metadata_errors_name_the_file(self):
         bad = self.path("odd.st")

@@ -3,11 +3,11 @@
 // markdown for people and JSON for scripts. Only the writer: launching the runs is the caller's.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 
 #include "lockstep/diag/run_summary.h"
+#include "lockstep/recipe/json.h"
 
 namespace lockstep::diag {
 
@@ -21,7 +21,7 @@ std::string compare_markdown(std::span<const RunSummary> runs);
 // The same rows as a JSON array of objects with the keys run, recipe, guard, deterministic,
 // final_eval_accuracy, best_eval_accuracy, mean_abs_delta, max_abs_delta, q05_delta, wall_time_s
 // (raw numbers, accuracies as fractions; null where missing).
-nlohmann::ordered_json compare_json(std::span<const RunSummary> runs);
+Json compare_json(std::span<const RunSummary> runs);
 
 // Formats seconds for tables: "12.3 s", "4.5 min", "1.25 h".
 std::string format_wall_time(double seconds);

@@ -5,14 +5,15 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "lockstep/recipe/json.h"
+
 namespace lockstep::diag {
 
-using MetricsRow = nlohmann::ordered_json;
+using MetricsRow = Json;
 
 // The file name inside a run folder.
 inline constexpr std::string_view kMetricsFileName = "metrics.jsonl";

@@ -5,9 +5,10 @@
 
 #include <cstdint>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <span>
 #include <vector>
+
+#include "lockstep/recipe/json.h"
 
 namespace lockstep::diag {
 
@@ -51,6 +52,6 @@ double quantile_lower_nearest_rank(std::vector<double> values, double p);
 // mean_abs_gap, max_abs_gap, q05_gap, gap_segments, gap_segments_below_0_5,
 // gap_segments_below_1_5, gap_tokens_below_6, gap_share_pos_adv_neg, gap_share_pos_adv_pos,
 // gap_share_neg_adv_neg, gap_share_neg_adv_pos).
-void add_mismatch_metrics(const MismatchStats& stats, nlohmann::ordered_json& row);
+void add_mismatch_metrics(const MismatchStats& stats, Json& row);
 
 }  // namespace lockstep::diag

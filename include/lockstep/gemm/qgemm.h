@@ -1,6 +1,6 @@
 // The GEMM entry points: D = A W^T for quantized (QTensor) and dense (Tensor) operands on either
 // device, dense and grouped (MoE), with the fused epilogues. Each is one call that runs where its
-// operands live; the kernel is the library's choice (GemmConfig::kernel forces one for tests).
+// operands live; the kernel is the library's choice unless GemmConfig::kernel names one.
 // docs/gemm.md states the semantics: the fp32 accumulation order, where block scales apply, the
 // epilogue order and the error bound.
 #pragma once
@@ -68,19 +68,16 @@ struct GemmEpilogue {
 // fastest kernel measured for the shape, which may reduce in another order (within the bound).
 enum class GemmOrder : uint8_t { kBatchInvariant, kFast };
 
-// The kernels (what GemmResult::kernel reports, and what GemmConfig::kernel may force).
+// The kernels a caller may choose (GemmConfig::kernel) and GemmResult::kernel reports. Each CUDA
+// kernel has variants that give the same bits (the library picks one; tests, benchmarks and the
+// kernel lab force one through GemmConfig::variant).
 enum class GemmKernel : uint8_t {
-  kAuto,                  // the library's choice for the order and the shape
-  kCpu,                   // the CPU path (batch-invariant, fp32, ascending k)
-  kCudaDecode,            // small M (<= 16 rows per group), packed W streamed (batch-invariant)
-  kCudaDecodeBlockSplit,  // the same kernel with its K split in whole blocks
-  kCudaTiled,             // mma.sync tiles, any M; the only one taking fp8 1x128 / 128x128
-  kCudaWgmma,             // Hopper wgmma, any M, batch-invariant; picks one of the four below
-  kCudaWgmmaInloop,
-  kCudaWgmmaStaged,
-  kCudaWgmmaWreg128,
-  kCudaWgmmaWreg256,
-  kCudaCublas,            // exact bf16 dequantize + cuBLAS (NOT batch-invariant)
+  kAuto,        // the library's choice for the order and the shape
+  kCpu,         // the CPU path (batch-invariant, fp32, ascending k)
+  kCudaDecode,  // small M (<= 16 rows per group), packed W streamed (batch-invariant)
+  kCudaWgmma,   // Hopper wgmma, any M, batch-invariant
+  kCudaCublas,  // exact bf16 dequantize + cuBLAS (NOT batch-invariant)
+  kCudaTiled,   // mma.sync tiles, any M; the only one taking fp8 1x128 / 128x128
   kCount,
 };
 std::string_view gemm_kernel_name(GemmKernel k);
@@ -96,6 +93,9 @@ struct GemmConfig {
   DType out_dtype = DType::kF32;  // F32 or BF16 (F64 operands give F64)
   Stream stream;                  // CUDA stream (ignored on the CPU)
   GemmKernel kernel = GemmKernel::kAuto;
+  // Tests, benchmarks and the kernel lab: one variant of `kernel` by name (for example
+  // "cuda_wgmma_wreg128"; GemmResult::variant names the one that ran). Empty: the library's choice.
+  std::string_view variant;
   // Grouped calls: tokens per group (I64 [groups], on the operands' device); rows of a group past
   // its token count are padding rows whose output is +0. Undefined = every row is a token.
   Tensor group_rows;
@@ -108,6 +108,7 @@ struct GemmResult {
   Tensor d;         // [M, N] (N / 2 with swiglu), out_dtype, on the operands' device
   Tensor row_amax;  // F32 [M] when asked
   GemmKernel kernel = GemmKernel::kAuto;  // the kernel that ran
+  std::string_view variant;               // and its variant ("cpu", "cuda_wgmma_wreg128", ...)
 };
 
 // D = A W^T: A [M, K] and W [N, K] as the copies in cfg describe them.

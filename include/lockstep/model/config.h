@@ -3,12 +3,13 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "lockstep/recipe/json.h"
 
 namespace lockstep::model {
 
@@ -53,8 +54,8 @@ struct ModelConfig {
 // experts_per_tok <= experts, mlp_only_layers inside the model). Fields transformers writes that
 // cannot change the math are checked and ignored (docs/model.md lists them); an unknown field is
 // refused. `where` names the source in errors: "<where>: field '<name>': <rule>".
-ModelConfig config_from_json(const nlohmann::json& j, const std::string& where);
-nlohmann::json config_to_json(const ModelConfig& c);  // Hugging Face field names
+ModelConfig config_from_json(const Json& j, const std::string& where);
+Json config_to_json(const ModelConfig& c);  // Hugging Face field names
 ModelConfig load_config(const std::string& path);
 // Checks a config built in code: it must survive config_to_json -> config_from_json unchanged
 // (so every value is in range and a file written from it reads back the same model).

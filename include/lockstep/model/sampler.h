@@ -22,7 +22,7 @@ struct SamplerConfig {
   uint64_t seed = 0;
   KvDtype kv = KvDtype::kBf16;
   int64_t max_batch = 64;      // sequences decoded together
-  std::optional<int64_t> eos;  // stop token (kept in the output)
+  std::optional<int64_t> eos{};  // stop token (kept in the output)
 };
 
 struct SampleRequest {

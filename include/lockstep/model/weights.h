@@ -22,12 +22,12 @@
 #pragma once
 
 #include <map>
-#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "lockstep/model/config.h"
+#include "lockstep/recipe/json.h"
 #include "lockstep/tensor/safetensors.h"
 #include "lockstep/tensor/tensor.h"
 
@@ -80,7 +80,7 @@ struct ShardIndex {
 // Validates the index's structure (weight_map an object of tensor -> file name; each file name a
 // plain "*.safetensors" name inside the directory). Throws WeightsError naming `where` and the
 // entry.
-ShardIndex parse_shard_index(const nlohmann::json& j, const std::string& where);
+ShardIndex parse_shard_index(const Json& j, const std::string& where);
 // Checks the index against what the shards hold (shard file name -> tensor names in it): every
 // listed tensor is in its shard, no tensor is in two shards, every tensor of a shard is listed.
 void check_shard_index(const ShardIndex& index,

@@ -45,15 +45,14 @@ struct OperandRequest {
 };
 
 // x: [rows, cols] F32 (any spec) or F64 (f32 spec only: the float64 gradient-check path).
-// bf16 -> cast(x, BF16) (RNE); f32 -> x; quantized formats -> quantize(x, to_quant_spec(spec)).
+// bf16 -> cast(x, BF16) (RNE); f32 -> x; quantized formats -> quantize(x, QuantConfig{spec}).
 // offsets non-empty: a grouped buffer (quantize_grouped; per_group = one domain per group).
-Operand make_operand(const Tensor& x, const OperandSpec& spec, const OperandRequest& req,
+Operand make_operand(const Tensor& x, const QuantSpec& spec, const OperandRequest& req,
                      std::string_view name, std::span<const int64_t> offsets = {});
 
-// The multiple a GEMM's reduction dimension K must have for an operand of this spec to be read
-// along K: nvfp4 16, mxfp8 32, fp8 1x128 / 128x128 128, others 1.
-int64_t k_multiple(const OperandSpec& spec);
-int64_t k_multiple(const GemmSpec& g);  // lcm over both operands
+// The multiple a GEMM's reduction dimension K must have for both operands of g to be read along
+// K: the lcm of the format table's k_multiple (quant/format.h) of each operand.
+int64_t k_multiple(const GemmSpec& g);
 int64_t round_up(int64_t v, int64_t m);
 
 }  // namespace lockstep::nn

@@ -17,8 +17,6 @@ namespace lockstep {
 
 enum class ScaleLayout : uint8_t { kCompact, kSwizzled };
 
-enum class ElemCodec : uint8_t { kE4M3, kE5M2 };  // FP8 / MXFP8 element choice
-
 // Which copy of a quantized tensor an op reads: the rowwise copy (the tensor X [rows, cols], blocks
 // along its rows) or the columnwise copy (X^T as a GEMM operand: blocks along X's columns).
 enum class Copy : uint8_t { kRowwise, kColwise };
@@ -69,6 +67,10 @@ struct QTensor {
   // "[64, 256] nvfp4 per_row" (plus " colwise" / " cuda:0").
   std::string describe() const;
 };
+
+// The quantization choice q records (format, scaling, elem, block2d, hadamard); pow2, eps and
+// stochastic rounding leave no mark in the bytes' layout and read as their defaults.
+QuantSpec quant_spec(const QTensor& q);
 
 // Group g of a grouped QTensor as an ungrouped QTensor [rows_g, cols] of views (no copy): rowwise
 // rows of the group, the group's columnwise piece reshaped to its 2-D shape; per_group scaling

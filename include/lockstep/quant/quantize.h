@@ -1,7 +1,8 @@
 // The quantizer entry points: quantize, quantize_grouped, quantize_joint, dequantize and the
 // Hadamard transform, each one call that runs on the device its input lives on (CPU reference or
 // CUDA kernels, which produce the same bytes). Bytes follow CONTRACT.md sections 2-8 and 12.
-// Options travel in QuantConfig, so the API grows by adding fields.
+// Options travel in QuantConfig (a QuantSpec plus the call's options), so the API grows by adding
+// fields.
 #pragma once
 
 #include <cstdint>
@@ -24,21 +25,17 @@ class QuantError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-struct QuantConfig {
-  Format format = Format::kNvfp4;     // nvfp4, mxfp8 or fp8
-  Scaling scaling = Scaling::kPerTensor;
-  ElemCodec elem = ElemCodec::kE4M3;  // FP8 / MXFP8 element codec
-  bool block2d = false;               // NVFP4: 16x16 blocks (weights)
-  bool rowwise = true;                // produce the rowwise copy
-  bool colwise = false;               // produce the columnwise copy (CONTRACT.md section 12)
-  bool pow2 = false;                  // FP8: power-of-two scales
-  float eps = 0.0f;                   // FP8: amax floor
-  bool stochastic = false;            // stochastic rounding of elements (section 5)
-  uint64_t seed = 0;                  // Philox key for stochastic rounding
-  uint32_t rng_stream = 0;            // Philox stream id for stochastic rounding
-  bool hadamard = false;              // NVFP4: random Hadamard transform along the reduction dim
+// One quantize call: the quantization choice (QuantSpec, format.h) plus what the call adds. A
+// spec converts to the config with the call's defaults; the API grows by adding fields.
+struct QuantConfig : QuantSpec {
+  QuantConfig() = default;
+  QuantConfig(const QuantSpec& spec) : QuantSpec(spec) {}  // NOLINT: implicit by design
+  bool rowwise = true;                                     // produce the rowwise copy
+  bool colwise = false;     // produce the columnwise copy (CONTRACT.md section 12)
+  uint64_t seed = 0;        // Philox key for stochastic rounding
+  uint32_t rng_stream = 0;  // Philox stream id for stochastic rounding
   ScaleLayout scale_layout = ScaleLayout::kCompact;
-  Stream stream;                      // CUDA stream the work is ordered on (ignored on the CPU)
+  Stream stream;  // CUDA stream the work is ordered on (ignored on the CPU)
 };
 
 // What a quantizer learns about its input on the way, for callers that would otherwise read the

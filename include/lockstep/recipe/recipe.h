@@ -12,14 +12,10 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "lockstep/quant/quantize.h"
+#include "lockstep/quant/format.h"
+#include "lockstep/recipe/json.h"
 
 namespace lockstep {
-
-// Ordered so that recipe files and describe output keep the schema's key order.
-using Json = nlohmann::ordered_json;
 
 // A recipe or recipe-selection error the user can fix; the message names the recipe, the field
 // path (e.g. "dgrad.grad_output.pow2") and the rule broken. The CLI maps it to exit code 2.
@@ -74,21 +70,11 @@ inline constexpr int kLayerModuleClasses = 7;
 
 // ---- the recipe --------------------------------------------------------------------------------
 
-// One operand of one GEMM. Fields that do not apply to `format` keep their defaults (validated).
-struct OperandSpec {
-  Format format = Format::kBf16;
-  Scaling scaling = Scaling::kPerTensor;  // nvfp4: outer domain; mxfp8: block_1x32; fp8: any
-  ElemCodec elem = ElemCodec::kE4M3;      // fp8 / mxfp8
-  bool block2d = false;                   // nvfp4: 16x16 blocks (weights)
-  bool pow2 = false;                      // fp8: power-of-two scales
-  bool stochastic = false;                // stochastic rounding (gradient operands only)
-  bool hadamard = false;                  // nvfp4: random Hadamard transform along K
-  bool operator==(const OperandSpec&) const = default;
-};
-
+// The two operands of one GEMM, each a quantization choice (QuantSpec, quant/format.h; bf16 =
+// not quantized). Fields that do not apply to an operand's format keep their defaults.
 struct GemmSpec {
-  OperandSpec a;  // left operand (see gemm_operand_names)
-  OperandSpec b;  // right operand
+  QuantSpec a;  // left operand (see gemm_operand_names)
+  QuantSpec b;  // right operand
   bool operator==(const GemmSpec&) const = default;
 };
 
@@ -133,8 +119,8 @@ struct Recipe {
   const LinearSpec& spec_for(ModuleClass c) const;
 };
 
-// Throws RecipeError naming the recipe and field when an operand combination is not allowed:
-// scaling not valid for the format, pow2 outside fp8, block2d / hadamard outside nvfp4,
+// Throws RecipeError naming the recipe and field when an operand is not a choice the format
+// table allows (quant_spec_violation: scaling, element codec or option the format does not take),
 // stochastic rounding on a non-gradient operand, hadamard on one operand of a GEMM only,
 // last_fraction_bf16 outside [0, 1] or with more than 6 decimals, negative layer counts.
 void validate(const Recipe& r);
@@ -142,10 +128,6 @@ void validate(const Recipe& r);
 // ceil(fraction * layers) computed exactly: the fraction is taken as an integer number of
 // millionths (validated), so 0.15 * 20 gives 3, not the 4 that ceil(3.0000000000000004) gives.
 int bf16_tail_layers(double fraction, int layers);
-
-// The quantizer options for one operand, or nullopt for bf16 ("not quantized"). Seeds and
-// Philox streams for stochastic rounding and Hadamard signs are the caller's to set.
-std::optional<QuantConfig> to_quant_spec(const OperandSpec& op);
 
 // The format a GEMM is reported as: its lowest-precision operand (nvfp4 < mxfp8 < fp8 < bf16).
 Format gemm_format(const GemmSpec& g);
@@ -155,7 +137,7 @@ Format gemm_format(const GemmSpec& g);
 // Full, flattened content: every field written, no "extends". from_json(to_json(r)) == r.
 Json to_json(const Recipe& r);
 Json to_json(const LinearSpec& s);
-Json to_json(const OperandSpec& op);
+Json to_json(const QuantSpec& op);
 // Parses a flattened recipe object ("extends" must already be resolved; see registry.h).
 // Unknown keys are errors. `where` prefixes error messages (a file path or recipe name).
 Recipe recipe_from_json(const Json& j, const std::string& where);

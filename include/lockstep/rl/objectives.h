@@ -16,12 +16,9 @@
 #include <string_view>
 #include <vector>
 
-namespace lockstep::rl {
+#include "lockstep/tensor/packed_offsets.h"
 
-// Checks a packed layout: offsets has responses + 1 entries, starts at 0, ends at tokens and never
-// decreases. Throws std::invalid_argument starting with `caller` and naming the offending entry.
-void check_packed_offsets(std::string_view caller, std::span<const int64_t> offsets, size_t tokens,
-                          size_t responses);
+namespace lockstep::rl {
 
 // ---- GRPO ----------------------------------------------------------------------------------
 enum class StdKind { kPopulation, kSample };

@@ -8,13 +8,13 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
 #include "lockstep/diag/metrics.h"
 #include "lockstep/diag/run_meta.h"
 #include "lockstep/model/weights.h"
+#include "lockstep/recipe/json.h"
 #include "lockstep/rl/objectives.h"
 
 namespace lockstep::rl {

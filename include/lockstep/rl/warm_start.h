@@ -6,11 +6,11 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
 #include "lockstep/model/weights.h"
+#include "lockstep/recipe/json.h"
 #include "lockstep/rl/rollout.h"
 
 namespace lockstep::rl {
@@ -71,16 +71,16 @@ void check_task_model(const model::ModelConfig& config, int64_t min_context,
 // initial weights came from and their seed, task, difficulty, seed, steps, batch, lr, weight
 // decay, clipping, the warm-start recipe's content, the contract version and this procedure's
 // version). Eval settings are not part of it.
-nlohmann::json warm_start_key(const model::ModelConfig& config, const std::string& init_source,
-                              uint64_t init_seed, const PretrainOptions& options);
+Json warm_start_key(const model::ModelConfig& config, const std::string& init_source,
+                    uint64_t init_seed, const PretrainOptions& options);
 // 16 lowercase hex digits: FNV-1a 64 of key.dump().
-std::string warm_start_hash(const nlohmann::json& key);
+std::string warm_start_hash(const Json& key);
 
 struct WarmStart {
   model::ModelWeights weights;
   std::filesystem::path dir;  // cache_root / hash: config.json, model.safetensors, warm_start.json
   bool cached = false;        // loaded from the cache (false: trained now and stored)
-  nlohmann::json info;        // warm_start.json: key, hash, eval before / after, loss, seconds
+  Json info;                  // warm_start.json: key, hash, eval before / after, loss, seconds
 };
 
 // Looks the warm start up in cache_root / warm_start_hash(key) (a folder whose warm_start.json
@@ -99,6 +99,6 @@ model::ModelWeights clone_weights(const model::ModelWeights& w);
 // Writes a model directory (config.json, model.safetensors) plus warm_start.json = info into
 // `dir` through a temporary folder renamed into place. `dir` must not exist.
 void save_warm_start(const std::filesystem::path& dir, const model::ModelWeights& weights,
-                     const nlohmann::json& info);
+                     const Json& info);
 
 }  // namespace lockstep::rl
