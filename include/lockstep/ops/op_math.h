@@ -1,12 +1,11 @@
 // The scalar functions the ops/ kernels are written with, per scalar type T. For float: the
-// portable numerics (exp_f32, log_f32, sqrt_rn, silu_f32), LOCKSTEP_HD, so that the CUDA kernels
-// calling the same row functions reproduce the bits; for double: the C library (the float64
-// instantiations exist for the CPU's gradient checks and never run on a device).
+// portable numerics (exp_f32, log_f32, sqrt_rn, silu_f32), callable on host and device, so that
+// the row functions compute the same bits on both; for double: the C library, host only (the
+// float64 instantiations exist for the CPU's gradient checks).
 #pragma once
 
 #include <cmath>
 
-#include "lockstep/numerics/hd.h"
 #include "lockstep/numerics/transcendental.h"
 
 namespace lockstep::ops {
