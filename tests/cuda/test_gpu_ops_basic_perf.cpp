@@ -50,7 +50,8 @@ bool run() {
     rows.push_back({op, bytes, bench::median_time_us(fn, 20)});
   };
   if (want("rmsnorm")) {
-    for (auto [r, d] : {std::pair<int64_t, int64_t>{T, H}, {T * heads, D}}) {
+    const std::pair<int64_t, int64_t> shapes[] = {{T, H}, {T * heads, D}};
+    for (const auto& [r, d] : shapes) {
       const Tensor x = random_gpu({r, d}, 1), w = random_gpu({d}, 2), dy = random_gpu({r, d}, 3);
       Tensor rstd;
       ops::rmsnorm(x, w, 1e-6, &rstd);
