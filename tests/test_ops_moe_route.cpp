@@ -128,12 +128,12 @@ TEST(OpsMoeRoute, SharedExpertGateOps) {
   const std::vector<double> s = vec<double>(ops::scale_rows(x, a.view({4})));
   const std::vector<double> dot = vec<double>(ops::row_dot(x, x));
   for (int64_t t = 0; t < 4; ++t) {
-    double acc = 0;
-    for (int64_t c = 0; c < 3; ++c) {
+    for (int64_t c = 0; c < 3; ++c)
       EXPECT_EQ(s[size_t(t * 3 + c)], av[size_t(t)] * xv[size_t(t * 3 + c)]);
-      acc += xv[size_t(t * 3 + c)] * xv[size_t(t * 3 + c)];
-    }
-    EXPECT_EQ(dot[size_t(t)], acc);
+    // 32 lanes (row_exec.h): lanes 0, 1, 2 hold one square each; the tree adds lane 2 to lane 0
+    // (off = 2), then lane 1 (off = 1).
+    const double* r = xv.data() + t * 3;
+    EXPECT_EQ(dot[size_t(t)], (r[0] * r[0] + r[2] * r[2]) + r[1] * r[1]);
   }
   Tensor g = a.clone();
   ops::sigmoid_inplace(g);

@@ -1,5 +1,6 @@
 // Embedding CPU reference (ops/embedding.h): row gather, and a scatter-add made deterministic by
-// grouping tokens per id (ascending) and giving each vocabulary row to one thread.
+// grouping tokens per id (ascending) and giving each vocabulary row to one thread, which calls the
+// shared embedding_bwd_sum.
 #include <stdexcept>
 #include <vector>
 
@@ -48,14 +49,9 @@ void embedding_bwd_cpu(const T* dout, const int32_t* ids, int64_t tokens, int64_
     for (int64_t t = 0; t < tokens; ++t) order[size_t(cursor[size_t(ids[t])]++)] = t;
   }
 #pragma omp parallel for schedule(static) if ((vocab + tokens) * d >= detail::kParallelMinWork)
-  for (int64_t v = 0; v < vocab; ++v) {
-    T* row = dtable + v * d;
-    for (int64_t c = 0; c < d; ++c) row[c] = 0;
-    for (int64_t i = start[size_t(v)]; i < start[size_t(v + 1)]; ++i) {
-      const T* g = dout + order[size_t(i)] * d;
-      for (int64_t c = 0; c < d; ++c) row[c] += g[c];
-    }
-  }
+  for (int64_t v = 0; v < vocab; ++v)
+    embedding_bwd_sum(dout, order.data(), start[size_t(v)], start[size_t(v + 1)], d, 0, d,
+                      dtable + v * d);
 }
 
 template void embedding_fwd_cpu<float>(const float*, int64_t, int64_t, const int32_t*, int64_t,

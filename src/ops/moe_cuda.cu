@@ -106,25 +106,6 @@ __global__ void sigmoid_backward_kernel(const float* dy, const float* y, int64_t
   if (i < n) out[i] = __fmul_rn(dy[i], __fmul_rn(y[i], __fsub_rn(1.0f, y[i])));
 }
 
-__global__ void sigmoid_kernel(float* x, int64_t n) {
-  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i < n) x[i] = __fdiv_rn(1.0f, __fadd_rn(1.0f, num::exp_f32(-x[i])));
-}
-
-__global__ void scale_rows_kernel(const float* x, const float* a, int64_t T, int64_t d, float* out) {
-  for (int64_t t = blockIdx.x; t < T; t += gridDim.x)
-    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) out[t * d + c] = __fmul_rn(a[t], x[t * d + c]);
-}
-
-// One thread per row: the sum runs in ascending column order, as on the CPU.
-__global__ void row_dot_kernel(const float* a, const float* b, int64_t T, int64_t d, float* out) {
-  const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (t >= T) return;
-  float acc = 0.0f;
-  for (int64_t c = 0; c < d; ++c) acc = __fadd_rn(acc, __fmul_rn(a[t * d + c], b[t * d + c]));
-  out[t] = acc;
-}
-
 int row_blocks(int64_t rows) { return int(std::min<int64_t>(std::max<int64_t>(rows, 1), 65535)); }
 int row_threads(int64_t d) { return d >= 256 ? 256 : (d >= 128 ? 128 : 64); }
 
@@ -213,30 +194,6 @@ void moe_gather_slots(const Tensor& v, const MoeRoute& r, Tensor& out) {
   lockstep::cuda::DeviceGuard guard(v.device());
   gather_slots_kernel<<<blocks_for(n), kThreads, 0, cu(Stream{})>>>(
       v.ptr<float>(), r.slot_row.ptr<int32_t>(), n, out.ptr<float>());
-  LOCKSTEP_CUDA_CHECK_LAUNCH();
-}
-
-void sigmoid_inplace(Tensor& x) {
-  const int64_t n = x.numel();
-  if (n == 0) return;
-  lockstep::cuda::DeviceGuard guard(x.device());
-  sigmoid_kernel<<<blocks_for(n), kThreads, 0, cu(Stream{})>>>(x.ptr<float>(), n);
-  LOCKSTEP_CUDA_CHECK_LAUNCH();
-}
-
-void scale_rows(const Tensor& x, const Tensor& a, Tensor& out) {
-  if (x.numel() == 0) return;
-  lockstep::cuda::DeviceGuard guard(x.device());
-  scale_rows_kernel<<<row_blocks(x.rows()), row_threads(x.cols()), 0, cu(Stream{})>>>(
-      x.ptr<float>(), a.ptr<float>(), x.rows(), x.cols(), out.ptr<float>());
-  LOCKSTEP_CUDA_CHECK_LAUNCH();
-}
-
-void row_dot(const Tensor& a, const Tensor& b, Tensor& out) {
-  if (a.rows() == 0) return;
-  lockstep::cuda::DeviceGuard guard(a.device());
-  row_dot_kernel<<<blocks_for(a.rows()), kThreads, 0, cu(Stream{})>>>(
-      a.ptr<float>(), b.ptr<float>(), a.rows(), a.cols(), out.ptr<float>());
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 

@@ -13,9 +13,6 @@ void moe_combine(const Tensor& rows, const MoeRoute& r, Tensor& out);
 void moe_scatter(const Tensor& x, const MoeRoute& r, Tensor& out);
 void moe_scatter_slots(const Tensor& w, const MoeRoute& r, Tensor& out);
 void moe_gather_slots(const Tensor& v, const MoeRoute& r, Tensor& out);
-void sigmoid_inplace(Tensor& x);
-void scale_rows(const Tensor& x, const Tensor& a, Tensor& out);
-void row_dot(const Tensor& a, const Tensor& b, Tensor& out);
 void sigmoid_backward(const Tensor& dy, const Tensor& y, Tensor& out);
 
 }  // namespace lockstep::ops::cuda

@@ -1,5 +1,6 @@
-// AdamW and global gradient-norm clipping CPU reference (ops/optim.h): elementwise update, and a
-// chunked float64 sum of squares combined in chunk and tensor order.
+// AdamW and global gradient-norm clipping CPU reference (ops/optim.h): the shared elementwise
+// update (with the updated weight's amax), and a chunked float64 sum of squares combined in chunk
+// and tensor order.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -11,31 +12,38 @@
 namespace lockstep::ops {
 
 template <class T>
-void adamw_step_cpu(T* param, const T* grad, T* m, T* v, int64_t n, const AdamWConfig& cfg,
-                    int64_t step, T grad_scale) {
-  detail::require(n >= 0 && step >= 1, "adamw: {} parameters at step {}; need step >= 1", n, step);
+AdamWScalars<T> adamw_scalars(const AdamWConfig& cfg, int64_t step, T grad_scale) {
+  detail::require(step >= 1, "adamw: step {}; need step >= 1 (the 1-based update number)", step);
   detail::require(cfg.beta1 >= 0 && cfg.beta1 < 1 && cfg.beta2 >= 0 && cfg.beta2 < 1 &&
                       cfg.lr >= 0 && cfg.eps > 0 && cfg.weight_decay >= 0,
                   "adamw: lr {}, betas ({}, {}), eps {}, weight_decay {}; need betas in [0, 1), "
                   "eps > 0, lr and weight_decay >= 0",
                   cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay);
-  const T decay = T(1.0 - cfg.lr * cfg.weight_decay);
-  const T b1 = T(cfg.beta1), b2 = T(cfg.beta2);
-  const T c1 = T(1.0 - cfg.beta1), c2 = T(1.0 - cfg.beta2);
-  const T step_size = T(cfg.lr / (1.0 - std::pow(cfg.beta1, double(step))));
-  const T bc2_sqrt = T(std::sqrt(1.0 - std::pow(cfg.beta2, double(step))));
-  const T eps = T(cfg.eps);
-#pragma omp parallel for schedule(static) if (n >= detail::kParallelMinWork)
+  AdamWScalars<T> s;
+  s.decay = T(1.0 - cfg.lr * cfg.weight_decay);
+  s.b1 = T(cfg.beta1);
+  s.b2 = T(cfg.beta2);
+  s.c1 = T(1.0 - cfg.beta1);
+  s.c2 = T(1.0 - cfg.beta2);
+  s.step_size = T(cfg.lr / (1.0 - std::pow(cfg.beta1, double(step))));
+  s.bc2_sqrt = T(std::sqrt(1.0 - std::pow(cfg.beta2, double(step))));
+  s.eps = T(cfg.eps);
+  s.grad_scale = grad_scale;
+  return s;
+}
+
+template <class T>
+void adamw_step_cpu(T* param, const T* grad, T* m, T* v, int64_t n, const AdamWConfig& cfg,
+                    int64_t step, T grad_scale, float* amax) {
+  detail::require(n >= 0, "adamw: {} parameters; need n >= 0", n);
+  const AdamWScalars<T> s = adamw_scalars(cfg, step, grad_scale);
+  uint32_t key = 0;
+#pragma omp parallel for schedule(static) reduction(max : key) if (n >= detail::kParallelMinWork)
   for (int64_t i = 0; i < n; ++i) {
-    const T g = grad[i] * grad_scale;
-    const T p = param[i] * decay;
-    const T mi = b1 * m[i] + c1 * g;
-    const T vi = b2 * v[i] + c2 * (g * g);
-    const T denom = OpMath<T>::sqrt(vi) / bc2_sqrt + eps;
-    m[i] = mi;
-    v[i] = vi;
-    param[i] = p - step_size * (mi / denom);
+    adamw_update(s, param[i], grad[i], m[i], v[i]);
+    if (amax) key = std::max(key, adamw_amax_key(float(param[i])));
   }
+  if (amax) *amax = adamw_amax_from_key(key, n > 0);
 }
 
 template <class T>
@@ -53,10 +61,8 @@ double grad_norm_cpu(std::span<const std::span<const T>> grads) {
 #pragma omp parallel for schedule(static) if (nchunks >= 8)
   for (int64_t c = 0; c < nchunks; ++c) {
     double acc = 0;
-    for (int64_t i = 0; i < chunks[size_t(c)].size; ++i) {
-      const double x = double(chunks[size_t(c)].data[i]);
-      acc += x * x;
-    }
+    for (int64_t i = 0; i < chunks[size_t(c)].size; ++i)
+      acc = grad_norm_add(acc, chunks[size_t(c)].data[i]);
     partial[size_t(c)] = acc;
   }
   double total = 0;
@@ -86,10 +92,12 @@ double clip_grad_norm_cpu(std::span<const std::span<T>> grads, double max_norm) 
   return norm;
 }
 
+template AdamWScalars<float> adamw_scalars<float>(const AdamWConfig&, int64_t, float);
+template AdamWScalars<double> adamw_scalars<double>(const AdamWConfig&, int64_t, double);
 template void adamw_step_cpu<float>(float*, const float*, float*, float*, int64_t,
-                                    const AdamWConfig&, int64_t, float);
+                                    const AdamWConfig&, int64_t, float, float*);
 template void adamw_step_cpu<double>(double*, const double*, double*, double*, int64_t,
-                                     const AdamWConfig&, int64_t, double);
+                                     const AdamWConfig&, int64_t, double, float*);
 template double grad_norm_cpu<float>(std::span<const std::span<const float>>);
 template double grad_norm_cpu<double>(std::span<const std::span<const double>>);
 template double clip_grad_norm_cpu<float>(std::span<const std::span<float>>, double);

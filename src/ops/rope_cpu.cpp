@@ -1,5 +1,5 @@
-// Rotary position embedding CPU reference (ops/rope.h): the float64 table and the per-pair
-// rotation, tokens in parallel.
+// Rotary position embedding CPU reference (ops/rope.h): the float64 table and the shared per-pair
+// rotation (rope_pair), tokens in parallel.
 #include <cmath>
 #include <stdexcept>
 
@@ -33,16 +33,7 @@ void rotate(const T* in, const int32_t* positions, int64_t tokens, int64_t heads
     for (int64_t hd = 0; hd < heads; ++hd) {
       const T* a = in + (t * heads + hd) * head_dim;
       T* o = out + (t * heads + hd) * head_dim;
-      for (int64_t i = 0; i < h; ++i) {
-        const T lo = a[i], hi = a[i + h];
-        if constexpr (!kTranspose) {
-          o[i] = lo * c[i] - hi * s[i];
-          o[i + h] = hi * c[i + h] + lo * s[i + h];
-        } else {
-          o[i] = lo * c[i] + hi * s[i + h];
-          o[i + h] = hi * c[i + h] - lo * s[i];
-        }
-      }
+      for (int64_t i = 0; i < h; ++i) rope_pair<T, kTranspose>(a, c, s, h, i, o);
     }
   }
 }

@@ -1,27 +1,21 @@
-// SwiGLU CPU reference (ops/swiglu.h): elementwise over each row's gate and up halves, rows in
-// parallel; the router-probability gradient sums a row in ascending column order.
+// SwiGLU CPU reference (ops/swiglu.h): the shared row functions on HostLanes<32>, rows in
+// parallel.
 #include "check.h"
-#include "lockstep/ops/op_math.h"
 #include "lockstep/ops/swiglu.h"
 
 namespace lockstep::ops {
+
+namespace {
+using Lanes = HostLanes<kSwigluLanes>;
+}  // namespace
 
 template <class T>
 void swiglu_fwd_cpu(const T* x, const T* p, int64_t rows, int64_t inter, T* y) {
   detail::require(rows >= 0 && inter >= 1, "swiglu: x has shape [{}, 2 * {}]; need inter >= 1",
                   rows, inter);
 #pragma omp parallel for schedule(static) if (rows * inter * 8 >= detail::kParallelMinWork)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* g = x + r * 2 * inter;
-    const T* u = g + inter;
-    T* yr = y + r * inter;
-    if (p) {
-      const T pr = p[r];
-      for (int64_t c = 0; c < inter; ++c) yr[c] = (OpMath<T>::silu(g[c]) * u[c]) * pr;
-    } else {
-      for (int64_t c = 0; c < inter; ++c) yr[c] = OpMath<T>::silu(g[c]) * u[c];
-    }
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    swiglu_row(Lanes{}, x + r * 2 * inter, p ? p + r : nullptr, inter, y + r * inter);
 }
 
 template <class T>
@@ -31,26 +25,9 @@ void swiglu_bwd_cpu(const T* x, const T* p, const T* dy, int64_t rows, int64_t i
                   "swiglu backward: x has shape [{}, 2 * {}]; need inter >= 1", rows, inter);
   detail::require(!p || dp, "swiglu backward: weighted (p given) but dp is null");
 #pragma omp parallel for schedule(static) if (rows * inter * 8 >= detail::kParallelMinWork)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* g = x + r * 2 * inter;
-    const T* u = g + inter;
-    const T* dyr = dy + r * inter;
-    T* dg = dx + r * 2 * inter;
-    T* du = dg + inter;
-    const T pr = p ? p[r] : T(1);
-    T dpr = 0;
-    for (int64_t c = 0; c < inter; ++c) {
-      const T den = T(1) + OpMath<T>::exp(-g[c]);
-      const T sig = T(1) / den;
-      const T silu = g[c] / den;
-      const T dsilu = sig * (T(1) + g[c] * (T(1) - sig));
-      const T q = p ? dyr[c] * pr : dyr[c];
-      du[c] = q * silu;
-      dg[c] = (q * u[c]) * dsilu;
-      if (p) dpr += dyr[c] * (silu * u[c]);
-    }
-    if (p) dp[r] = dpr;
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    swiglu_bwd_row(Lanes{}, x + r * 2 * inter, p ? p + r : nullptr, dy + r * inter, inter,
+                   dx + r * 2 * inter, p ? dp + r : nullptr);
 }
 
 template void swiglu_fwd_cpu<float>(const float*, const float*, int64_t, int64_t, float*);

@@ -1,51 +1,71 @@
 // Tensor-level entries of RMSNorm and rotary embedding (ops/tensor_ops.h): checks, outputs on the
-// inputs' device, dispatch to the CPU kernels of ops/rmsnorm.h and ops/rope.h.
+// inputs' device, dispatch to the CPU kernels of ops/rmsnorm.h and ops/rope.h or the CUDA kernels
+// of norm_cuda.h.
 #include <fmt/format.h>
 
 #include "entry_util.h"
 #include "lockstep/ops/rmsnorm.h"
 #include "lockstep/ops/rope.h"
+#if defined(LOCKSTEP_HAVE_CUDA)
+#include "norm_cuda.h"
+#endif
 
 namespace lockstep::ops {
 
 using namespace detail;
 
 Tensor rmsnorm(const Tensor& x_in, const Tensor& w_in, double eps, Tensor* rstd) {
-  const Tensor x = cpu_operand(x_in, "rmsnorm", "x"), w = cpu_operand(w_in, "rmsnorm", "w");
-  same_dtype(x, w, "rmsnorm");
+  const char* op = "rmsnorm";
+  const Device dev = same_device(op, {{&x_in, "x"}, {&w_in, "w"}});
+  const Tensor x = operand(x_in, op, "x"), w = operand(w_in, op, "w");
+  same_dtype(x, w, op);
   const int64_t d = w.numel();
   check(
       w.dim() == 1 && d >= 1 && x.numel() % d == 0,
       fmt::format("rmsnorm: x {} does not have rows of the weight's {} elements", x.describe(), d));
   const int64_t rows = rows_of(x, d);
-  Tensor y = Tensor::empty(x.dtype(), x.shape());
-  Tensor r = Tensor::empty(x.dtype(), {rows});
-  by_dtype(x, [&](auto t) {
-    using T = decltype(t);
-    rmsnorm_fwd_cpu<T>(x.ptr<T>(), w.ptr<T>(), rows, d, T(eps), y.ptr<T>(), r.ptr<T>());
-  });
+  Tensor y = Tensor::empty(x.dtype(), x.shape(), dev);
+  Tensor r = Tensor::empty(x.dtype(), {rows}, dev);
+  if (dev.is_cuda()) {
+    LOCKSTEP_OPS_CUDA(op, rmsnorm_fwd_cuda(x.ptr<float>(), w.ptr<float>(), rows, d, float(eps),
+                                           y.ptr<float>(), r.ptr<float>(), dev));
+  } else {
+    by_dtype(x, [&](auto t) {
+      using T = decltype(t);
+      rmsnorm_fwd_cpu<T>(x.ptr<T>(), w.ptr<T>(), rows, d, T(eps), y.ptr<T>(), r.ptr<T>());
+    });
+  }
   if (rstd) *rstd = r;
   return y;
 }
 
 Tensor rmsnorm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& w_in,
                         const Tensor& rstd_in, Tensor* dw) {
-  const Tensor dy = cpu_operand(dy_in, "rmsnorm_backward", "dy"),
-               x = cpu_operand(x_in, "rmsnorm_backward", "x"),
-               w = cpu_operand(w_in, "rmsnorm_backward", "w"),
-               rstd = cpu_operand(rstd_in, "rmsnorm_backward", "rstd");
-  same_dtype(dy, x, "rmsnorm_backward");
+  const char* op = "rmsnorm_backward";
+  const Device dev =
+      same_device(op, {{&dy_in, "dy"}, {&x_in, "x"}, {&w_in, "w"}, {&rstd_in, "rstd"}});
+  const Tensor dy = operand(dy_in, op, "dy"), x = operand(x_in, op, "x"),
+               w = operand(w_in, op, "w"), rstd = operand(rstd_in, op, "rstd");
+  same_dtype(dy, x, op);
+  same_dtype(w, x, op);
+  same_dtype(rstd, x, op);
   const int64_t d = w.numel(), rows = rows_of(x, d);
-  check(dy.numel() == x.numel() && rstd.numel() == rows,
-        fmt::format("rmsnorm_backward: dy {}, x {}, rstd {} do not match", dy.describe(),
-                    x.describe(), rstd.describe()));
-  Tensor dx = Tensor::empty(x.dtype(), x.shape());
-  Tensor g = Tensor::empty(x.dtype(), {d});
-  by_dtype(x, [&](auto t) {
-    using T = decltype(t);
-    rmsnorm_bwd_cpu<T>(dy.ptr<T>(), x.ptr<T>(), w.ptr<T>(), rstd.ptr<T>(), rows, d, dx.ptr<T>(),
-                       g.ptr<T>());
-  });
+  check(d >= 1 && x.numel() % d == 0 && dy.numel() == x.numel() && rstd.numel() == rows,
+        fmt::format("{}: dy {}, x {}, w {}, rstd {} do not match", op, dy.describe(), x.describe(),
+                    w.describe(), rstd.describe()));
+  Tensor dx = Tensor::empty(x.dtype(), x.shape(), dev);
+  Tensor g = Tensor::empty(x.dtype(), {d}, dev);
+  if (dev.is_cuda()) {
+    LOCKSTEP_OPS_CUDA(
+        op, rmsnorm_bwd_cuda(dy.ptr<float>(), x.ptr<float>(), w.ptr<float>(), rstd.ptr<float>(),
+                             rows, d, dx.ptr<float>(), g.ptr<float>(), dev));
+  } else {
+    by_dtype(x, [&](auto t) {
+      using T = decltype(t);
+      rmsnorm_bwd_cpu<T>(dy.ptr<T>(), x.ptr<T>(), w.ptr<T>(), rstd.ptr<T>(), rows, d, dx.ptr<T>(),
+                         g.ptr<T>());
+    });
+  }
   if (dw) *dw = g;
   return dx;
 }
@@ -61,18 +81,39 @@ RopeTable rope_table(int64_t max_pos, int64_t head_dim, double theta, DType dtyp
   return t;
 }
 
+RopeTable RopeTable::to(Device device, Stream stream) const {
+  if (device.is_cuda())
+    check(cos.dtype() == DType::kF32,
+          fmt::format("rope table {} to {}: a CUDA table is F32 (build it with DType::kF32)",
+                      cos.describe(), device.str()));
+  return RopeTable{cos.to(device, stream), sin.to(device, stream), max_pos, head_dim};
+}
+
 namespace {
 void rope_apply(Tensor& x, const Tensor& positions_in, int64_t heads, const RopeTable& table,
                 bool backward) {
   const char* op = backward ? "rope_backward" : "rope";
-  require_cpu(x, op, "x");
-  check(x.is_contiguous() && x.dtype() == table.cos.dtype(),
-        fmt::format("{}: x {} must be contiguous with the table's dtype", op, x.describe()));
+  const Device dev = same_device(op, {{&x, "x"},
+                                      {&positions_in, "positions"},
+                                      {&table.cos, "table.cos"},
+                                      {&table.sin, "table.sin"}});
+  check(x.defined() && x.is_contiguous() && x.dtype() == table.cos.dtype() &&
+            table.sin.dtype() == table.cos.dtype(),
+        fmt::format("{}: x {} must be contiguous with the table's dtype ({})", op,
+                    x.defined() ? x.describe() : "undefined", table.cos.describe()));
+  operand(x, op, "x");  // (F32 / F64; F64 only on the CPU)
   const Tensor pos = index_operand(positions_in, op, "positions");
   const int64_t tokens = pos.numel();
-  check(x.numel() == tokens * heads * table.head_dim,
+  check(heads >= 1 && table.head_dim >= 2 && table.head_dim % 2 == 0 &&
+            x.numel() == tokens * heads * table.head_dim,
         fmt::format("{}: x {} is not [{} tokens, {} heads, {}]", op, x.describe(), tokens, heads,
                     table.head_dim));
+  if (dev.is_cuda()) {
+    LOCKSTEP_OPS_CUDA(op, rope_cuda(x.ptr<float>(), pos.ptr<int32_t>(), tokens, heads,
+                                    table.head_dim, table.cos.ptr<float>(), table.sin.ptr<float>(),
+                                    table.max_pos, backward, dev));
+    return;
+  }
   by_dtype(x, [&](auto t) {
     using T = decltype(t);
     if (backward)

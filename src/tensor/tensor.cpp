@@ -11,6 +11,9 @@
 
 #include "lockstep/numerics/codecs.h"
 #include "lockstep/numerics/hd.h"
+#if defined(LOCKSTEP_HAVE_CUDA)
+#include "cast_cuda.h"
+#endif
 
 namespace lockstep {
 namespace {
@@ -297,9 +300,28 @@ Tensor from_f32(std::span<const float> values, std::vector<int64_t> shape, DType
   return t;
 }
 
+namespace {
+bool is_16_or_32(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
+}  // namespace
+
 Tensor cast(const Tensor& t_in, DType dtype) {
   if (t_in.dtype() == dtype) return t_in;
-  if (!t_in.is_cpu()) throw std::invalid_argument(fmt::format("cast of {}: host tensors only", t_in.describe()));
+  if (!t_in.is_cpu()) {
+    // Device tensors: F32, BF16 and F16 to one another on the device, with the host's rules.
+    if (!is_16_or_32(t_in.dtype()) || !is_16_or_32(dtype))
+      throw std::invalid_argument(fmt::format("cast {} to {}: on {} only F32, BF16 and F16 convert",
+                                              t_in.describe(), dtype_name(dtype),
+                                              t_in.device().str()));
+#if defined(LOCKSTEP_HAVE_CUDA)
+    const Tensor t = t_in.contiguous();
+    Tensor out = Tensor::empty(dtype, t.shape(), t.device());
+    cuda::cast_cuda(t.raw(), t.dtype(), out.raw(), dtype, t.numel(), t.device());
+    return out;
+#else
+    throw std::invalid_argument(
+        fmt::format("cast of {}: this build has no CUDA backend", t_in.describe()));
+#endif
+  }
   const Tensor t = t_in.contiguous();
   if (dtype == DType::kF64) {
     Tensor out = Tensor::empty(dtype, t.shape());

@@ -29,6 +29,8 @@ void test_gemm();
 void test_gemm_grouped();
 void test_backward();
 void test_chain();
+void test_ops_basic();
+bool perf_ops_basic();
 }  // namespace lockstep::gpu_test
 
 using namespace lockstep;
@@ -38,7 +40,7 @@ namespace {
 
 constexpr const char* kOps =
     "quantize|dequantize|grouped|joint|hadamard|colwise|permute|swiglu|codec|gemm|gemm_grouped|"
-    "backward|chain";
+    "backward|chain|rmsnorm|rope|embedding|adamw|grad_norm|elementwise";
 
 int usage(const char* argv0, int rc) {
   std::printf(
@@ -110,6 +112,7 @@ int main(int argc, char** argv) {
   try {
     require_device(gpu());
     if (g_opt.mode == "perf") {
+      if (perf_ops_basic()) return 0;  // --op rmsnorm, rope, ...: those ops' timings
       const auto rows = bench::bench_quantize_cuda(g_opt.rows, g_opt.cols, g_opt.only);
       std::printf("%s", bench::format_quant_bench(rows).c_str());
       std::printf("%zu passed, 0 failed, 0 skipped\n", rows.size());
@@ -127,6 +130,7 @@ int main(int argc, char** argv) {
     test_gemm_grouped();
     test_backward();
     test_chain();
+    test_ops_basic();
   } catch (const std::exception& e) {
     std::printf("ERROR: %s\n", e.what());
     ++g_fail;

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "lockstep/ops/tensor_ops.h"
 #include "lockstep/tensor/tensor.h"
 
 namespace lockstep::ops {
@@ -47,12 +48,9 @@ Tensor moe_scatter_slots(const Tensor& w, const MoeRoute& route);
 // v [rows] -> [T, k]: v[slot_row[t * k + s]] (the weighted SwiGLU's weight gradient per slot).
 Tensor moe_gather_slots(const Tensor& v, const MoeRoute& route);
 
-// The shared expert's gate: x = 1 / (1 + exp_f32(-x)) in place (numerics/transcendental.h).
-void sigmoid_inplace(Tensor& x);
-// x [T, d], a [T] -> a[t] * x[t, :] (one rounding per element), a new tensor.
-Tensor scale_rows(const Tensor& x, const Tensor& a);
-// a, b [T, d] -> [T]: sum over c ascending of a[t, c] * b[t, c] from +0, one rounding per step.
-Tensor row_dot(const Tensor& a, const Tensor& b);
+// The shared expert's gate forward (sigmoid_inplace, scale_rows) and the dot product of its
+// backward (row_dot, 32 lanes): ops/tensor_ops.h.
+
 // The shared expert's sigmoid gate backward: dy [n], y = sigmoid output [n] (same dtype and
 // device) -> dy * (y * (1 - y)) elementwise, one rounding per step.
 Tensor sigmoid_backward(const Tensor& dy, const Tensor& y);

@@ -12,12 +12,29 @@
 // Backward (the transposed rotation, exact transpose of the table entries used):
 //   dx[i]     = dy[i] * c[i] + dy[i+h] * s[i+h]
 //   dx[i + h] = dy[i+h] * c[i+h] - dy[i] * s[i]
-// Each output element depends only on its own pair; tokens run in parallel.
+// Each output element depends only on its own pair: rope_pair below is the one definition, called
+// by the CPU kernels (tokens in parallel) and the CUDA kernel (a thread per pair).
 #pragma once
 
 #include <cstdint>
 
+#include "lockstep/numerics/hd.h"
+
 namespace lockstep::ops {
+
+// Pair i < h = head_dim / 2 of one (token, head) row: in, out: [head_dim] (out may alias in);
+// c, s: the table rows [head_dim] of the token's position. kBackward applies the transpose.
+template <class T, bool kBackward>
+LOCKSTEP_HD void rope_pair(const T* in, const T* c, const T* s, int64_t h, int64_t i, T* out) {
+  const T lo = in[i], hi = in[i + h];
+  if constexpr (!kBackward) {
+    out[i] = lo * c[i] - hi * s[i];
+    out[i + h] = hi * c[i + h] + lo * s[i + h];
+  } else {
+    out[i] = lo * c[i] + hi * s[i + h];
+    out[i + h] = hi * c[i + h] - lo * s[i];
+  }
+}
 
 // cos, sin: [max_pos, head_dim] T, row-major. head_dim even and >= 2; theta > 0.
 template <class T>

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -20,23 +21,29 @@ class DeviceNotSupported : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// ---- norms
-// --------------------------------------------------------------------------------------- x: [rows,
-// d]; w: [d] (same dtype). Returns y [rows, d]; *rstd: [rows], saved for the backward.
+// ---- norms --------------------------------------------------------------------------------------
+// x: [rows, d]; w: [d] (same dtype). Returns y [rows, d]; *rstd: [rows], saved for the backward.
+// Row sums over 32 lanes (ops/rmsnorm.h); CPU and CUDA give the same bits.
 Tensor rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor* rstd);
-// Returns dx [rows, d]; *dw: [d], the weight gradient of this call (overwritten).
+// Returns dx [rows, d]; *dw: [d], the weight gradient of this call (overwritten; rows summed in
+// chunks of 256, chunk partials in ascending order: ops/rmsnorm.h).
 Tensor rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                         Tensor* dw);
 
-// ---- rotary embedding
-// ------------------------------------------------------------------------------ cos / sin tables
-// [max_pos, head_dim] of dtype F32 or F64.
+// ---- rotary embedding ---------------------------------------------------------------------------
+// cos / sin tables [max_pos, head_dim] of dtype F32 or F64, built on the host in float64 and
+// rounded once (ops/rope.h); to() copies both to a device once (a CUDA table is F32).
 struct RopeTable {
   Tensor cos, sin;
   int64_t max_pos = 0, head_dim = 0;
+  Device device() const { return cos.device(); }
+  RopeTable to(Device device, Stream stream = {}) const;
 };
 RopeTable rope_table(int64_t max_pos, int64_t head_dim, double theta, DType dtype);
-// x: [tokens, heads, head_dim] (or [tokens, heads * head_dim]); positions: I32 [tokens]. In place.
+// x: [tokens, heads, head_dim] (or [tokens, heads * head_dim]), contiguous; positions: I32
+// [tokens]; x, positions and the table on one device. In place. On the CPU a position outside
+// [0, max_pos) throws std::out_of_range before anything is written; on CUDA (positions are never
+// read on the host) that token's rows become NaN.
 void rope_inplace(Tensor& x, const Tensor& positions, int64_t heads, const RopeTable& table);
 void rope_backward_inplace(Tensor& dx, const Tensor& positions, int64_t heads,
                            const RopeTable& table);
@@ -64,9 +71,9 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
 // 1 / sqrt(head_dim) rounded to the dtype (the scale every attention entry uses).
 double attention_scale(int64_t head_dim);
 
-// ---- MLP and MoE
-// ----------------------------------------------------------------------------------- x: [rows, 2I]
-// (gate | up); p: [rows] or undefined. Returns y [rows, I].
+// ---- MLP and MoE --------------------------------------------------------------------------------
+// x: [rows, 2I] (gate | up); p: [rows] or undefined. Returns y [rows, I]. dp sums a row over 32
+// lanes (ops/swiglu.h).
 Tensor swiglu(const Tensor& x, const Tensor& p);
 struct SwigluGrads {
   Tensor dx, dp;  // dp defined when p is
@@ -81,11 +88,13 @@ struct RouterOut {
 RouterOut router_topk(const Tensor& logits, int64_t k, bool renormalize);
 Tensor router_topk_backward(const RouterOut& fwd, const Tensor& dweights, bool renormalize);
 
-// ---- embedding and log-probs
-// ----------------------------------------------------------------------- table: [V, d]; ids: I32
-// [tokens]. Returns [tokens, d].
+// ---- embedding and log-probs --------------------------------------------------------------------
+// table: [V, d]; ids: I32 [tokens] on the table's device. Returns [tokens, d]. On the CPU an id
+// outside [0, V) throws std::out_of_range; on CUDA (ids are never read on the host) that token's
+// row is NaN.
 Tensor embedding(const Tensor& table, const Tensor& ids);
-// Returns dtable [V, d] (this call's gradient).
+// Returns dtable [V, d] (this call's gradient): each row sums its tokens in ascending token order
+// (ops/embedding.h). On CUDA a token whose id is outside [0, V) adds to no row.
 Tensor embedding_backward(const Tensor& dout, const Tensor& ids, int64_t vocab);
 
 struct TokenLogprobs {
@@ -98,15 +107,23 @@ Tensor token_logprobs_backward(const Tensor& logits, const Tensor& targets,
                                const TokenLogprobs& fwd, const Tensor& dlogp,
                                const Tensor& dentropy);
 
-// ---- optimizer
-// ------------------------------------------------------------------------------------- AdamW on
-// one parameter (ops/optim.h): param, m, v updated in place; grad read.
+// ---- optimizer ----------------------------------------------------------------------------------
+// AdamW on one parameter (ops/optim.h): param, m, v updated in place; grad read; all contiguous,
+// of one dtype, on one device. grad_scale (a clipping coefficient, or 1) is rounded to the dtype
+// once. amax: when not null, receives an F32 [1] tensor on the param's device holding the amax of
+// the updated param (ops/optim.h); an F32 tensor of one element already there is written in place
+// (so a caller can keep one buffer per weight), anything else is replaced by a new one.
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& cfg,
-                int64_t step, double grad_scale);
+                int64_t step, double grad_scale, Tensor* amax = nullptr);
+// The global L2 norm of a list of gradients (F32 or F64 on the CPU, F32 on CUDA; one dtype, one
+// device), in float64 with the fixed order of ops/optim.h (chunks of kGradNormChunk, tensors in
+// list order), returned on the host: a CUDA call ends with one 8-byte device-to-host copy.
+double grad_norm(std::span<const Tensor> grads);
 
-// ---- elementwise helpers
-// --------------------------------------------------------------------------- y = x * s elementwise
-// (one rounding per element), a new tensor.
+// ---- elementwise helpers ------------------------------------------------------------------------
+// No reductions except row_dot; every element is one expression of its inputs (ops/elementwise.h),
+// the same bits on every backend.
+// y = x * T(s) elementwise (one rounding per element), a new tensor.
 Tensor scale(const Tensor& x, double s);
 // a + b elementwise (same dtype and element count), a new tensor of a's shape.
 Tensor add(const Tensor& a, const Tensor& b);
@@ -114,6 +131,13 @@ Tensor add(const Tensor& a, const Tensor& b);
 void add_inplace(Tensor& a, const Tensor& b);
 // Every element of an F32 tensor rounded to bf16 (RNE) and widened back, in place; F64 untouched.
 void round_bf16_inplace(Tensor& x);
+// x = 1 / (1 + exp(-x)) per element, in place (float: exp_f32 of numerics/transcendental.h).
+void sigmoid_inplace(Tensor& x);
+// x: [T, d]; a: [T]. Returns y [T, d] with y[t, c] = a[t] * x[t, c].
+Tensor scale_rows(const Tensor& x, const Tensor& a);
+// a, b: [T, d]. Returns [T]: sum_c a[t, c] * b[t, c] over 32 lanes (row_exec.h: lane l sums
+// c = l, l + 32, ... ascending from +0, then the fixed pairwise tree).
+Tensor row_dot(const Tensor& a, const Tensor& b);
 
 // Throws DeviceNotSupported unless t lives on the CPU; names the op and the tensor.
 void require_cpu(const Tensor& t, std::string_view op, std::string_view name);

@@ -138,8 +138,10 @@ std::vector<float> to_f32(const Tensor& t);
 // 65504) holding `values` with the given shape.
 Tensor from_f32(std::span<const float> values, std::vector<int64_t> shape,
                 DType dtype = DType::kF32);
-// A host tensor converted to another floating dtype (F32, F64, BF16, F16), rounding to nearest
-// even where the target is narrower. Returns `t` itself when the dtype already matches.
+// A tensor converted to another floating dtype, rounding to nearest even where the target is
+// narrower, on the tensor's device: host tensors among F32, F64, BF16, F16 (and from the F8 types),
+// CUDA tensors among F32, BF16, F16 (a kernel ordered on the thread's current stream, the same
+// bits as the host). Returns `t` itself when the dtype already matches.
 Tensor cast(const Tensor& t, DType dtype);
 
 }  // namespace lockstep

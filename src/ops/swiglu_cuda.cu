@@ -1,0 +1,52 @@
+// CUDA kernels of SwiGLU: swiglu_row / swiglu_bwd_row (ops/swiglu.h) on a warp per row, so dp sums
+// in the CPU's HostLanes<32> order. Bytes per output element (F32): forward 12 (gate, up in; y
+// out), backward 20 (gate, up, dy in; dgate, dup out); about 25 flops per element for the portable
+// exp and the divisions, far below the H200's fp32 rate at these bytes: memory-bound.
+#include "lockstep/ops/swiglu.h"
+#include "ops_cuda.cuh"
+#include "swiglu_cuda.h"
+
+namespace lockstep::ops {
+
+using namespace cuda_detail;
+
+namespace {
+
+__global__ void __launch_bounds__(kRowThreads)
+    swiglu_fwd_kernel(const float* x, const float* p, int64_t rows, int64_t inter, float* y) {
+  const int64_t r = warp_row();
+  if (r >= rows) return;  // warp-uniform
+  swiglu_row(WarpLanes{int(threadIdx.x % 32)}, x + r * 2 * inter, p ? p + r : nullptr, inter,
+             y + r * inter);
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    swiglu_bwd_kernel(const float* x, const float* p, const float* dy, int64_t rows, int64_t inter,
+                      float* dx, float* dp) {
+  const int64_t r = warp_row();
+  if (r >= rows) return;
+  swiglu_bwd_row(WarpLanes{int(threadIdx.x % 32)}, x + r * 2 * inter, p ? p + r : nullptr,
+                 dy + r * inter, inter, dx + r * 2 * inter, p ? dp + r : nullptr);
+}
+
+}  // namespace
+
+void swiglu_fwd_cuda(const float* x, const float* p, int64_t rows, int64_t inter, float* y,
+                     Device device) {
+  if (rows == 0) return;
+  lockstep::cuda::DeviceGuard guard(device);
+  swiglu_fwd_kernel<<<row_blocks(rows), kRowThreads, 0, lockstep::cuda::cu(Stream{})>>>(x, p, rows,
+                                                                                        inter, y);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_bwd_cuda(const float* x, const float* p, const float* dy, int64_t rows, int64_t inter,
+                     float* dx, float* dp, Device device) {
+  if (rows == 0) return;
+  lockstep::cuda::DeviceGuard guard(device);
+  swiglu_bwd_kernel<<<row_blocks(rows), kRowThreads, 0, lockstep::cuda::cu(Stream{})>>>(
+      x, p, dy, rows, inter, dx, dp);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace lockstep::ops

@@ -1,0 +1,177 @@
+// The Tensor-level entries of the basic op families on the CPU (ops/tensor_ops.h): the AdamW step
+// and its amax output, the global gradient norm over a list of tensors, the elementwise helpers
+// (sigmoid, scale_rows, scale, add, bf16 rounding) against their documented expressions, the rope
+// table's device copy, and the argument checks. The CUDA side: tests/cuda/test_gpu_ops_basic.cpp.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+
+#include "lockstep/numerics/transcendental.h"
+#include "lockstep/ops/optim.h"
+#include "lockstep/ops/tensor_ops.h"
+#include "ops_test_util.h"
+
+using namespace lockstep;
+using namespace lockstep::ops;
+using ops_test::SeedTrace;
+
+namespace entries_test {
+
+uint32_t bits(float x) { return std::bit_cast<uint32_t>(x); }
+
+Tensor f32(const std::vector<float>& v) {
+  return Tensor::from_vector<float>(v, {int64_t(v.size())}, DType::kF32);
+}
+
+std::vector<float> values(const Tensor& t) {
+  const auto d = t.data<float>();
+  return {d.begin(), d.end()};
+}
+
+TEST(OpsEntryAdamW, AmaxIsTheLargestMagnitudeOfTheUpdatedWeight) {
+  SeedTrace seed;
+  std::mt19937_64 g(seed.value);
+  const int64_t n = 70000;
+  const AdamWConfig cfg{1e-3, 0.9, 0.95, 1e-8, 0.1};
+  auto p0 = ops_test::uniform<float>(size_t(n), g, -2, 2);
+  p0[123] = -7.5f;                                   // the largest magnitude is negative
+  p0[77] = std::numeric_limits<float>::quiet_NaN();  // NaN elements are ignored
+  const auto grad = ops_test::uniform<float>(size_t(n), g);
+  Tensor p = f32(p0), m(DType::kF32, {n}), v(DType::kF32, {n});
+  Tensor amax;
+  adamw_step(p, f32(grad), m, v, cfg, 3, 0.5, &amax);
+  ASSERT_EQ(amax.dtype(), DType::kF32);
+  ASSERT_EQ(amax.numel(), 1);
+  float expect = 0;
+  for (float x : values(p))
+    if (!std::isnan(x)) expect = std::max(expect, std::fabs(x));
+  EXPECT_EQ(bits(amax.ptr<float>()[0]), bits(expect));
+  EXPECT_GT(expect, 7.0f);
+  // The same update without the amax output: identical weights and moments.
+  Tensor p2 = f32(p0), m2(DType::kF32, {n}), v2(DType::kF32, {n});
+  adamw_step(p2, f32(grad), m2, v2, cfg, 3, 0.5);
+  EXPECT_TRUE(ops_test::same_bits(values(p), values(p2)));
+  EXPECT_TRUE(ops_test::same_bits(values(m), values(m2)));
+  // A caller's F32 [1] buffer is written in place.
+  const void* where = amax.raw();
+  adamw_step(p2, f32(grad), m2, v2, cfg, 4, 1.0, &amax);
+  EXPECT_EQ(amax.raw(), where);
+}
+
+TEST(OpsEntryAdamW, AmaxOfOnlyNanIsTheQuietNanAndOfNothingZero) {
+  const AdamWConfig cfg{};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor p = f32({nan, -nan}), m(DType::kF32, {2}), v(DType::kF32, {2});
+  Tensor amax;
+  adamw_step(p, f32({1.0f, 2.0f}), m, v, cfg, 1, 1.0, &amax);
+  EXPECT_EQ(bits(amax.ptr<float>()[0]), 0x7FC00000u);
+  Tensor e(DType::kF32, {0}), em(DType::kF32, {0}), ev(DType::kF32, {0});
+  adamw_step(e, Tensor(DType::kF32, {0}), em, ev, cfg, 1, 1.0, &amax);
+  EXPECT_EQ(bits(amax.ptr<float>()[0]), 0u);
+  // Infinity counts as the largest magnitude.
+  Tensor pi = f32({1.0f, -std::numeric_limits<float>::infinity()}), mi(DType::kF32, {2}),
+         vi(DType::kF32, {2});
+  adamw_step(pi, f32({0.0f, 0.0f}), mi, vi, cfg, 1, 1.0, &amax);
+  EXPECT_EQ(amax.ptr<float>()[0], std::numeric_limits<float>::infinity());
+}
+
+TEST(OpsEntryAdamW, F64AmaxIsThatOfTheValuesRoundedToFloat) {
+  std::vector<double> p0{1.0000000001, -3.00000000007, 0.5};
+  Tensor p = Tensor::from_vector<double>(p0, {3}, DType::kF64), m(DType::kF64, {3}),
+         v(DType::kF64, {3});
+  const Tensor grad(DType::kF64, {3});
+  Tensor amax;
+  AdamWConfig cfg;
+  cfg.lr = 0;  // the weight stays
+  adamw_step(p, grad, m, v, cfg, 1, 1.0, &amax);
+  EXPECT_EQ(amax.ptr<float>()[0], float(3.00000000007));
+}
+
+TEST(OpsEntryGradNorm, TheListEntryIsTheChunkedFloat64Norm) {
+  SeedTrace seed;
+  std::mt19937_64 g(seed.value);
+  std::vector<std::vector<float>> gs;
+  for (size_t n : {10000u, 4096u, 1u, 0u, 50001u}) gs.push_back(ops_test::uniform<float>(n, g));
+  std::vector<Tensor> ts;
+  std::vector<std::span<const float>> views;
+  for (const auto& x : gs) {
+    ts.push_back(f32(x));
+    views.emplace_back(x);
+  }
+  EXPECT_EQ(grad_norm(ts), grad_norm_cpu<float>(views));
+  EXPECT_EQ(grad_norm(std::span<const Tensor>{}), 0.0);
+  // Order matters and is the list order: the entry follows it (reversed lists may differ, but each
+  // equals the kernel on the same list).
+  std::vector<Tensor> rts(ts.rbegin(), ts.rend());
+  std::vector<std::span<const float>> rviews(views.rbegin(), views.rend());
+  EXPECT_EQ(grad_norm(rts), grad_norm_cpu<float>(rviews));
+  std::vector<Tensor> mixed{ts[0], Tensor(DType::kF64, {3})};
+  EXPECT_THROW(grad_norm(mixed), std::invalid_argument);
+}
+
+TEST(OpsEntryElementwise, SigmoidScaleRowsScaleAddAndRounding) {
+  SeedTrace seed;
+  std::mt19937_64 g(seed.value);
+  auto xv = ops_test::uniform<float>(1000, g, -30, 30);
+  xv[0] = std::numeric_limits<float>::infinity();
+  xv[1] = -std::numeric_limits<float>::infinity();
+  xv[2] = -0.0f;
+  Tensor x = f32(xv);
+  sigmoid_inplace(x);
+  for (size_t i = 0; i < xv.size(); ++i)
+    ASSERT_EQ(bits(x.ptr<float>()[i]), bits(1.0f / (1.0f + num::exp_f32(-xv[i])))) << i;
+  EXPECT_EQ(x.ptr<float>()[0], 1.0f);
+  EXPECT_EQ(x.ptr<float>()[1], 0.0f);
+
+  const int64_t rows = 7, d = 33;
+  const auto mv = ops_test::uniform<float>(size_t(rows * d), g);
+  const auto av = ops_test::uniform<float>(size_t(rows), g);
+  const Tensor mt = Tensor::from_vector<float>(mv, {rows, d}, DType::kF32);
+  const Tensor y = scale_rows(mt, f32(av));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < d; ++c)
+      ASSERT_EQ(bits(y.ptr<float>()[r * d + c]), bits(av[size_t(r)] * mv[size_t(r * d + c)]));
+  EXPECT_THROW(scale_rows(mt, f32({1.0f})), std::invalid_argument);
+
+  const Tensor s = scale(mt, 0.1);
+  const Tensor sum = add(mt, s);
+  Tensor acc = mt.clone();
+  add_inplace(acc, s);
+  Tensor rounded = mt.clone();
+  round_bf16_inplace(rounded);
+  for (int64_t i = 0; i < rows * d; ++i) {
+    const float e = mv[size_t(i)] * float(0.1);
+    ASSERT_EQ(bits(s.ptr<float>()[i]), bits(e));
+    ASSERT_EQ(bits(sum.ptr<float>()[i]), bits(mv[size_t(i)] + e));
+    ASSERT_EQ(bits(acc.ptr<float>()[i]), bits(mv[size_t(i)] + e));
+    ASSERT_EQ(bits(rounded.ptr<float>()[i]),
+              bits(num::bf16_to_f32(num::f32_to_bf16(mv[size_t(i)]))));
+  }
+  Tensor strided = mt.transpose();
+  EXPECT_THROW(add_inplace(strided, mt.transpose().contiguous()), std::invalid_argument);
+}
+
+TEST(OpsEntryRope, TheTableCopyKeepsItsValuesAndTheEntryChecksShapes) {
+  const RopeTable t = rope_table(16, 8, 1e4, DType::kF32);
+  EXPECT_EQ(t.device(), Device::cpu());
+  const RopeTable c = t.to(Device::cpu());
+  EXPECT_EQ(c.cos.raw(), t.cos.raw());  // already there: no copy
+  EXPECT_EQ(c.max_pos, 16);
+  Tensor x(DType::kF32, {3, 2 * 8});
+  Tensor pos = Tensor::from_vector<int32_t>(std::vector<int32_t>{0, 5, 15}, {3}, DType::kI32);
+  rope_inplace(x, pos, 2, t);
+  EXPECT_THROW(rope_inplace(x, pos, 3, t), std::invalid_argument);  // not [3, 3, 8]
+  Tensor bad = Tensor::from_vector<int32_t>(std::vector<int32_t>{0, 16, 1}, {3}, DType::kI32);
+  EXPECT_THROW(rope_inplace(x, bad, 2, t), std::out_of_range);
+}
+
+TEST(OpsEntryEmbedding, BackwardChecksThatDoutHasARowPerToken) {
+  const Tensor ids = Tensor::from_vector<int32_t>(std::vector<int32_t>{0, 1, 1}, {3}, DType::kI32);
+  EXPECT_THROW(embedding_backward(Tensor(DType::kF32, {2, 4}), ids, 5), std::invalid_argument);
+  const Tensor dt = embedding_backward(Tensor(DType::kF32, {3, 4}), ids, 5);
+  EXPECT_EQ(dt.shape(), (std::vector<int64_t>{5, 4}));
+}
+
+}  // namespace entries_test
