@@ -29,6 +29,7 @@ void test_gemm();
 void test_gemm_grouped();
 void test_backward();
 void test_chain();
+void test_softmax_family();
 }  // namespace lockstep::gpu_test
 
 using namespace lockstep;
@@ -38,7 +39,7 @@ namespace {
 
 constexpr const char* kOps =
     "quantize|dequantize|grouped|joint|hadamard|colwise|permute|swiglu|codec|gemm|gemm_grouped|"
-    "backward|chain";
+    "backward|chain|softmax|log_softmax|token_logprobs|router|sample";
 
 int usage(const char* argv0, int rc) {
   std::printf(
@@ -127,6 +128,7 @@ int main(int argc, char** argv) {
     test_gemm_grouped();
     test_backward();
     test_chain();
+    test_softmax_family();
   } catch (const std::exception& e) {
     std::printf("ERROR: %s\n", e.what());
     ++g_fail;
