@@ -31,8 +31,11 @@
 #include "../tensor/cuda_util.h"
 #include "lockstep/ops/row_exec.h"
 
-namespace lockstep::cuda::rows {
+namespace lockstep::ops::cuda::rows {
 
+using lockstep::cuda::cu;
+using lockstep::cuda::DeviceGuard;
+using lockstep::cuda::Scratch;
 using ops::kBlockLanes;
 using ops::kWarpLanes;
 using ops::Sum2;
@@ -298,4 +301,4 @@ void launch_warp_rows(const Op& op, int64_t rows, Device device, Stream stream) 
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace lockstep::cuda::rows
+}  // namespace lockstep::ops::cuda::rows

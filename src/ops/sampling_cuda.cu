@@ -21,10 +21,13 @@
 #include "row_launch_cuda.cuh"
 #include "softmax_cuda.h"
 
-namespace lockstep::cuda {
+namespace lockstep::ops::cuda {
 
 namespace {
 
+using lockstep::cuda::cu;
+using lockstep::cuda::DeviceGuard;
+using lockstep::cuda::Scratch;
 using ops::kSampleBlock;
 using ops::RowStats;
 
@@ -259,4 +262,4 @@ void sample_tokens_rows(const float* logits, int64_t rows, int64_t vocab, const 
   }
 }
 
-}  // namespace lockstep::cuda
+}  // namespace lockstep::ops::cuda

@@ -16,7 +16,7 @@
 #include "row_launch_cuda.cuh"
 #include "softmax_cuda.h"
 
-namespace lockstep::cuda {
+namespace lockstep::ops::cuda {
 
 namespace {
 
@@ -145,4 +145,4 @@ void router_topk_rows_bwd(const float* probs, const int32_t* expert_ids, const f
                          tokens, device, stream);
 }
 
-}  // namespace lockstep::cuda
+}  // namespace lockstep::ops::cuda

@@ -10,7 +10,7 @@
 #include "lockstep/ops/sampling.h"
 #include "lockstep/tensor/device.h"
 
-namespace lockstep::cuda {
+namespace lockstep::ops::cuda {
 
 // x, y, dy, dx: [rows, n] float; log selects log_softmax. y may alias x, dx may alias dy.
 void softmax_rows(const float* x, int64_t rows, int64_t n, bool log, float* y, Device device,
@@ -42,4 +42,4 @@ void sample_tokens_rows(const float* logits, int64_t rows, int64_t vocab, const 
                         const int32_t* pos32, const int64_t* pos64, const ops::SampleConfig& cfg,
                         int32_t* tokens, float* logprobs, Device device, Stream stream);
 
-}  // namespace lockstep::cuda
+}  // namespace lockstep::ops::cuda

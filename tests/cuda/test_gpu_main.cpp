@@ -30,6 +30,7 @@ void test_gemm_grouped();
 void test_backward();
 void test_chain();
 void test_softmax_family();
+void perf_softmax_family();
 }  // namespace lockstep::gpu_test
 
 using namespace lockstep;
@@ -110,6 +111,13 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   try {
     require_device(gpu());
+    if (g_opt.mode == "perf" && !g_opt.op.empty() &&
+        (want("softmax") || want("log_softmax") || want("token_logprobs") || want("router") ||
+         want("sample"))) {
+      perf_softmax_family();
+      std::printf("0 passed, 0 failed, 0 skipped\n");
+      return 0;
+    }
     if (g_opt.mode == "perf") {
       const auto rows = bench::bench_quantize_cuda(g_opt.rows, g_opt.cols, g_opt.only);
       std::printf("%s", bench::format_quant_bench(rows).c_str());
