@@ -102,7 +102,7 @@ TEST(OpsMoeRouter, TopkFollowsSoftmaxWithTiesToTheLowerExpert) {
       moe_router_topk_fwd_cpu<float>(logits.data(), T, E, k, renorm, probs.data(), ids.data(),
                                      w.data());
       for (int64_t t = 0; t < T; ++t) {
-        softmax_row<float>(logits.data() + t * E, E, row.data());
+        softmax_row(HostRouterLanes{}, logits.data() + t * E, E, row.data());
         ASSERT_TRUE(ops_test::same_bits(
             row, std::vector<float>(probs.begin() + t * E, probs.begin() + (t + 1) * E)));
         const auto ref = topk_reference(row.data(), E, k);

@@ -10,46 +10,10 @@
 #include <cmath>
 #include <numeric>
 
-#include "lockstep/numerics/philox.h"
 #include "lockstep/ops/softmax.h"
+#include "lockstep/ops/tensor_ops.h"
 
 namespace lockstep::model {
-
-double sampling_uniform(uint64_t seed, uint32_t stream, int64_t position) {
-  const num::Philox4x32 c{{uint32_t(position), uint32_t(uint64_t(position) >> 32), stream, 0u}};
-  const num::Philox4x32 r = num::philox4x32_10(c, uint32_t(seed), uint32_t(seed >> 32));
-  return double(r.v[0] >> 8) * (1.0 / 16777216.0);
-}
-
-int32_t sample_from_logprobs(std::span<const float> lp, int64_t top_k, double top_p, double u) {
-  const int64_t V = int64_t(lp.size());
-  std::vector<int32_t> idx(static_cast<size_t>(V));
-  std::iota(idx.begin(), idx.end(), 0);
-  std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) {
-    return lp[size_t(a)] > lp[size_t(b)] || (lp[size_t(a)] == lp[size_t(b)] && a < b);
-  });
-  int64_t n = top_k > 0 ? std::min(top_k, V) : V;
-  std::vector<double> p(static_cast<size_t>(n));
-  double cum = 0.0;
-  int64_t keep = n;
-  for (int64_t i = 0; i < n; ++i) {
-    p[size_t(i)] = std::exp(double(lp[size_t(idx[size_t(i)])]));
-    cum += p[size_t(i)];
-    if (top_p < 1.0 && cum >= top_p) {
-      keep = i + 1;
-      break;
-    }
-  }
-  double total = 0.0;
-  for (int64_t i = 0; i < keep; ++i) total += p[size_t(i)];
-  const double target = u * total;
-  double acc = 0.0;
-  for (int64_t i = 0; i < keep; ++i) {
-    acc += p[size_t(i)];
-    if (target < acc) return idx[size_t(i)];
-  }
-  return idx[size_t(keep - 1)];
-}
 
 struct Sampler::Impl {
   SamplerConfig cfg;
@@ -123,7 +87,6 @@ std::vector<SampleResult> Sampler::generate(std::span<const SampleRequest> reque
   m.check_ready();
   for (size_t i = 0; i < requests.size(); ++i) m.validate(requests[i].prompt, i);
   const ModelConfig& c = m.policy->config;
-  const int64_t V = c.vocab_size;
   struct Active {
     size_t req;
     int64_t slot;
@@ -135,7 +98,6 @@ std::vector<SampleResult> Sampler::generate(std::span<const SampleRequest> reque
   size_t next = 0;
   std::vector<int32_t> ids;
   std::vector<int64_t> pos, slots, last_row;
-  std::vector<float> lp(static_cast<size_t>(V));
   while (next < requests.size() || !active.empty()) {
     while (int64_t(active.size()) < m.cfg.max_batch && next < requests.size()) {
       if (m.cfg.max_new == 0) {
@@ -166,20 +128,24 @@ std::vector<SampleResult> Sampler::generate(std::span<const SampleRequest> reque
       last_row.push_back(int64_t(ids.size()) - 1);
     }
     const Tensor idt = Tensor::from_vector<int32_t>(ids, {int64_t(ids.size())}, DType::kI32);
-    const Tensor logits = m.scaled(m.dec->forward_cached(idt, pos, slots, *m.cache));
-    const float* lg = logits.ptr<float>();
+    const Tensor logits = m.dec->forward_cached(idt, pos, slots, *m.cache);
+    const ops::SampleConfig sc{m.cfg.temperature, m.cfg.top_k, m.cfg.top_p, m.cfg.seed};
     std::vector<Active> still;
     for (size_t i = 0; i < active.size(); ++i) {
       Active a = active[i];
       const SampleRequest& r = requests[a.req];
       a.len = a.prefilled ? a.len + 1 : int64_t(r.prompt.size());
       a.prefilled = true;
-      const float* row = lg + last_row[i] * V;
-      ops::log_softmax_row<float>(row, V, lp.data());
-      const double u = sampling_uniform(m.cfg.seed, r.stream, a.len);
-      const int32_t tok = sample_from_logprobs(lp, m.cfg.top_k, m.cfg.top_p, u);
-      float logp = 0, ent = 0, lse = 0;
-      ops::token_logprobs_fwd_cpu<float>(row, &tok, 1, V, &logp, &ent, &lse);
+      const int32_t stream = int32_t(r.stream);
+      const ops::SampledTokens st = ops::sample_tokens(
+          logits.slice_rows(last_row[i], last_row[i] + 1),
+          Tensor::from_vector<int32_t>(std::span<const int32_t>(&stream, 1), {1}, DType::kI32),
+          Tensor::from_vector<int64_t>(std::span<const int64_t>(&a.len, 1), {1}, DType::kI64), sc);
+      const int32_t tok = st.tokens.ptr<int32_t>()[0];
+      const float logp = st.logprobs.ptr<float>()[0];
+      if (tok < 0)
+        throw std::runtime_error(fmt::format(
+            "sampler: the logits of request {} have no distribution (a NaN or +inf logit)", a.req));
       SampleResult& res = out[a.req];
       res.tokens.push_back(tok);
       res.logprobs.push_back(logp);

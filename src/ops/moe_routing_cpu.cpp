@@ -1,5 +1,5 @@
-// MoE routing CPU reference (ops/moe_routing.h): router top-k over the softmax row function,
-// a counting-sort permutation (expert-major, tokens ascending) and the slot-ordered combine.
+// MoE routing CPU reference (ops/moe_routing.h): a counting-sort permutation (expert-major, tokens
+// ascending) and the slot-ordered combine.
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
@@ -7,17 +7,10 @@
 
 #include "check.h"
 #include "lockstep/ops/moe_routing.h"
-#include "lockstep/ops/softmax.h"
 
 namespace lockstep::ops {
 
 namespace {
-
-void check_router(const char* what, int64_t tokens, int64_t experts, int64_t k) {
-  detail::require(tokens >= 0 && experts >= 1 && k >= 1 && k <= experts,
-                  "{}: logits [{}, {}] with top-k {}; need experts >= 1 and 1 <= k <= experts",
-                  what, tokens, experts, k);
-}
 
 void check_perm(const char* what, const MoePermutation& perm, int64_t d) {
   detail::require(d >= 1 && int64_t(perm.slot_row.size()) == perm.tokens * perm.k &&
@@ -29,66 +22,6 @@ void check_perm(const char* what, const MoePermutation& perm, int64_t d) {
 bool parallel(int64_t work) { return work >= detail::kParallelMinWork; }
 
 }  // namespace
-
-template <class T>
-void moe_router_topk_fwd_cpu(const T* logits, int64_t tokens, int64_t experts, int64_t k,
-                             bool renormalize, T* probs, int32_t* expert_ids, T* weights) {
-  check_router("moe router", tokens, experts, k);
-#pragma omp parallel if (parallel(tokens * experts * (k + 8)))
-  {
-    std::vector<char> taken(static_cast<size_t>(experts));
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < tokens; ++t) {
-      const T* pr = probs + t * experts;
-      softmax_row(logits + t * experts, experts, probs + t * experts);
-      std::fill(taken.begin(), taken.end(), char(0));
-      T sum = 0;
-      for (int64_t s = 0; s < k; ++s) {
-        int64_t best = -1;
-        for (int64_t e = 0; e < experts; ++e)
-          if (!taken[size_t(e)] && (best < 0 || pr[e] > pr[best])) best = e;
-        taken[size_t(best)] = 1;
-        expert_ids[t * k + s] = int32_t(best);
-        weights[t * k + s] = pr[best];
-        sum += pr[best];
-      }
-      if (renormalize)
-        for (int64_t s = 0; s < k; ++s) weights[t * k + s] = weights[t * k + s] / sum;
-    }
-  }
-}
-
-template <class T>
-void moe_router_topk_bwd_cpu(const T* probs, const int32_t* expert_ids, const T* dweights,
-                             int64_t tokens, int64_t experts, int64_t k, bool renormalize,
-                             T* dlogits) {
-  check_router("moe router backward", tokens, experts, k);
-  for (int64_t i = 0; i < tokens * k; ++i)
-    if (expert_ids[i] < 0 || expert_ids[i] >= experts)
-      throw std::out_of_range(fmt::format(
-          "moe router backward: expert_ids[{}] = {} outside [0, {})", i, expert_ids[i], experts));
-#pragma omp parallel if (parallel(tokens * experts * 8))
-  {
-    std::vector<T> dprob(static_cast<size_t>(experts));
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < tokens; ++t) {
-      const T* pr = probs + t * experts;
-      const int32_t* ids = expert_ids + t * k;
-      const T* dw = dweights + t * k;
-      std::fill(dprob.begin(), dprob.end(), T(0));
-      if (renormalize) {
-        T sum = 0;
-        for (int64_t s = 0; s < k; ++s) sum += pr[ids[s]];
-        T dot = 0;  // sum_r dw_r * w_r with w_r = p_r / S as in the forward
-        for (int64_t s = 0; s < k; ++s) dot += dw[s] * (pr[ids[s]] / sum);
-        for (int64_t s = 0; s < k; ++s) dprob[size_t(ids[s])] += (dw[s] - dot) / sum;
-      } else {
-        for (int64_t s = 0; s < k; ++s) dprob[size_t(ids[s])] += dw[s];
-      }
-      softmax_row_bwd(pr, dprob.data(), experts, dlogits + t * experts);
-    }
-  }
-}
 
 MoePermutation moe_permutation_cpu(const int32_t* expert_ids, int64_t tokens, int64_t experts,
                                    int64_t k) {
@@ -188,15 +121,11 @@ void moe_combine_bwd_cpu(const T* dout, const T* expert_out, const T* weights,
   }
 }
 
-#define LOCKSTEP_MOE_INSTANTIATE(T)                                                              \
-  template void moe_router_topk_fwd_cpu<T>(const T*, int64_t, int64_t, int64_t, bool, T*,        \
-                                           int32_t*, T*);                                        \
-  template void moe_router_topk_bwd_cpu<T>(const T*, const int32_t*, const T*, int64_t, int64_t, \
-                                           int64_t, bool, T*);                                   \
-  template void moe_gather_fwd_cpu<T>(const T*, const MoePermutation&, int64_t, T*);             \
-  template void moe_gather_bwd_cpu<T>(const T*, const MoePermutation&, int64_t, T*);             \
-  template void moe_combine_fwd_cpu<T>(const T*, const T*, const MoePermutation&, int64_t, T*);  \
-  template void moe_combine_bwd_cpu<T>(const T*, const T*, const T*, const MoePermutation&,      \
+#define LOCKSTEP_MOE_INSTANTIATE(T)                                                             \
+  template void moe_gather_fwd_cpu<T>(const T*, const MoePermutation&, int64_t, T*);            \
+  template void moe_gather_bwd_cpu<T>(const T*, const MoePermutation&, int64_t, T*);            \
+  template void moe_combine_fwd_cpu<T>(const T*, const T*, const MoePermutation&, int64_t, T*); \
+  template void moe_combine_bwd_cpu<T>(const T*, const T*, const T*, const MoePermutation&,     \
                                        int64_t, T*, T*);
 LOCKSTEP_MOE_INSTANTIATE(float)
 LOCKSTEP_MOE_INSTANTIATE(double)

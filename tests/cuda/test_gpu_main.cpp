@@ -31,6 +31,8 @@ void test_backward();
 void test_chain();
 void test_ops_basic();
 bool perf_ops_basic();
+void test_softmax_family();
+void perf_softmax_family();
 }  // namespace lockstep::gpu_test
 
 using namespace lockstep;
@@ -40,7 +42,8 @@ namespace {
 
 constexpr const char* kOps =
     "quantize|dequantize|grouped|joint|hadamard|colwise|permute|swiglu|codec|gemm|gemm_grouped|"
-    "backward|chain|rmsnorm|rope|embedding|adamw|grad_norm|elementwise";
+    "backward|chain|rmsnorm|rope|embedding|adamw|grad_norm|elementwise|softmax|log_softmax|"
+    "token_logprobs|router|sample";
 
 int usage(const char* argv0, int rc) {
   std::printf(
@@ -111,6 +114,13 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   try {
     require_device(gpu());
+    if (g_opt.mode == "perf" && !g_opt.op.empty() &&
+        (want("softmax") || want("log_softmax") || want("token_logprobs") || want("router") ||
+         want("sample"))) {
+      perf_softmax_family();
+      std::printf("0 passed, 0 failed, 0 skipped\n");
+      return 0;
+    }
     if (g_opt.mode == "perf") {
       if (perf_ops_basic()) return 0;  // --op rmsnorm, rope, ...: those ops' timings
       const auto rows = bench::bench_quantize_cuda(g_opt.rows, g_opt.cols, g_opt.only);
@@ -131,6 +141,7 @@ int main(int argc, char** argv) {
     test_backward();
     test_chain();
     test_ops_basic();
+    test_softmax_family();
   } catch (const std::exception& e) {
     std::printf("ERROR: %s\n", e.what());
     ++g_fail;

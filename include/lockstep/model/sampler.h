@@ -1,7 +1,7 @@
 // The sampler: its own copy of the weights (a policy version), a KV cache (bf16 or FP8 E4M3),
 // continuous batching over a request list (sequences join as slots free up and leave at eos or
-// max_new), temperature / top-k / top-p sampling with one Philox uniform per (sequence, position),
-// returning tokens and the sampler's log-probs of them.
+// max_new), temperature / top-k / top-p sampling with one Philox uniform per (sequence, position)
+// (ops::sample_tokens, ops/sampling.h), returning tokens and the sampler's log-probs of them.
 #pragma once
 
 #include <cstdint>
@@ -61,14 +61,5 @@ class Sampler {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// One uniform in [0, 1) for (seed, stream, position): Philox4x32-10, key = seed, counter =
-// (position, 0, stream, 0), word 0, (w >> 8) * 2^-24.
-double sampling_uniform(uint64_t seed, uint32_t stream, int64_t position);
-
-// Inverse-CDF choice over logits / temperature (already scaled: `lp` are the row's log-probs):
-// candidates sorted by probability descending then index ascending, truncated to top_k, then to
-// the shortest prefix whose mass reaches top_p, renormalised; returns the chosen token.
-int32_t sample_from_logprobs(std::span<const float> lp, int64_t top_k, double top_p, double u);
 
 }  // namespace lockstep::model

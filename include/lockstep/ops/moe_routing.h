@@ -1,15 +1,7 @@
-// Qwen3-MoE routing: router softmax + top-k (+ optional renormalisation) with backward, and the
-// permutation helpers that group token rows by expert and combine expert outputs back to tokens.
+// Qwen3-MoE routing: the permutation helpers that group token rows by expert and combine expert
+// outputs back to tokens; the router (softmax + top-k + renormalisation) is ops/router.h.
 // CPU reference kernels on raw arrays of T in {float, double}.
 //
-// Router, per token (every step one rounded operation of T):
-//   probs = softmax_row(logits) (ops/softmax.h);  top-k by repeated selection of the largest
-//   remaining prob, a tie going to the lower expert index; slot s holds the s-th largest.
-//   weights_s = probs[e_s], or with renormalisation (norm_topk_prob) probs[e_s] / S with
-//   S = sum_s probs[e_s] (slot order 0..k-1).
-// Backward (selection is piecewise constant): dprob[e_s] = dw_s, or with renormalisation
-//   (dw_s - sum_r dw_r * w_r) / S (sum in slot order); other experts 0; then
-//   dlogits = softmax_row_bwd(probs, dprob).
 // Permutation: expert-major rows, tokens ascending within an expert (slots ascending for a token
 //   that picks an expert twice); offsets [E+1], zero-token experts allowed.
 // Combine: out[t] = sum over slots s = 0..k-1 in order of w[t,s] * expert_out[slot_row[t,s]]
@@ -21,18 +13,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "lockstep/ops/router.h"
+
 namespace lockstep::ops {
-
-// logits, probs: [tokens, experts] T, row-major; expert_ids, weights: [tokens, k], 1 <= k <= E.
-template <class T>
-void moe_router_topk_fwd_cpu(const T* logits, int64_t tokens, int64_t experts, int64_t k,
-                             bool renormalize, T* probs, int32_t* expert_ids, T* weights);
-
-// probs, expert_ids: forward results; dweights: [tokens, k]; dlogits: [tokens, experts].
-template <class T>
-void moe_router_topk_bwd_cpu(const T* probs, const int32_t* expert_ids, const T* dweights,
-                             int64_t tokens, int64_t experts, int64_t k, bool renormalize,
-                             T* dlogits);
 
 // Token rows grouped by expert, built from expert_ids [tokens, k].
 struct MoePermutation {

@@ -9,6 +9,8 @@
 //   then the partials combine by a fixed tree: for off = L/2, L/4, ..., 1: p[l] = p[l] + p[l + off]
 //   for every l < off; the result is p[0]. Every step is one rounded operation of T.
 //   max over j: the same lanes and tree with a > b ? a : b (lanes start at -inf).
+//   sum2 over j of a pair (a_j, b_j): two sums in one pass over j, each component in exactly the
+//   order (lanes and tree) of sum, so sum2(...).a has the bits of sum over the a_j.
 //
 // Ops choose L = 32 (rows up to a few thousand: norms, head norms, router, SwiGLU sums, a warp per
 // row on the GPU) or L = 1024 (vocabulary-sized rows: log-softmax, token log-probs, sampling; a
@@ -29,6 +31,12 @@ namespace lockstep::ops {
 
 inline constexpr int kWarpLanes = 32;
 inline constexpr int kBlockLanes = 1024;
+
+// The two components of a sum2 (one pass, two sums).
+template <class T>
+struct Sum2 {
+  T a, b;
+};
 
 // ---- host ----------------------------------------------------------------------------------------
 
@@ -61,6 +69,24 @@ struct HostLanes {
     for (int off = L / 2; off >= 1; off /= 2)
       for (int l = 0; l < off; ++l) p[l] = p[l] + p[l + off];
     return p[0];
+  }
+
+  template <class T, class F>
+  Sum2<T> sum2(int64_t n, F&& f) const {
+    T pa[L], pb[L];
+    for (int l = 0; l < L; ++l) pa[l] = pb[l] = T(0);
+    for (int64_t j0 = 0; j0 < n; j0 += L)
+      for (int l = 0; l < L && j0 + l < n; ++l) {
+        const Sum2<T> v = f(j0 + l);
+        pa[l] = pa[l] + v.a;
+        pb[l] = pb[l] + v.b;
+      }
+    for (int off = L / 2; off >= 1; off /= 2)
+      for (int l = 0; l < off; ++l) {
+        pa[l] = pa[l] + pa[l + off];
+        pb[l] = pb[l] + pb[l + off];
+      }
+    return {pa[0], pb[0]};
   }
 
   template <class T, class F>
@@ -138,6 +164,26 @@ struct WarpLanes {
   }
 
   template <class T, class F>
+  __device__ Sum2<T> sum2(int64_t n, F&& f) const {
+    T pa = T(0), pb = T(0);
+    for (int64_t j = lane; j < n; j += kWarpLanes) {
+      const Sum2<T> v = f(j);
+      pa = pa + v.a;
+      pb = pb + v.b;
+    }
+#pragma unroll
+    for (int off = kWarpLanes / 2; off >= 1; off /= 2) {
+      const T oa = __shfl_down_sync(0xffffffffu, pa, off);
+      const T ob = __shfl_down_sync(0xffffffffu, pb, off);
+      if (lane < off) {
+        pa = pa + oa;
+        pb = pb + ob;
+      }
+    }
+    return {__shfl_sync(0xffffffffu, pa, 0), __shfl_sync(0xffffffffu, pb, 0)};
+  }
+
+  template <class T, class F>
   __device__ T max(int64_t n, F&& f) const {
     T p = -std::numeric_limits<T>::infinity();
     for (int64_t j = lane; j < n; j += kWarpLanes) {
@@ -207,16 +253,33 @@ struct BlockLanes {
     return r;
   }
 
+  // The loops are unrolled so that several loads of a lane are in flight at once; the adds stay
+  // in ascending j.
   template <class T, class F>
   __device__ T sum(int64_t n, F&& f) const {
     T p = T(0);
+#pragma unroll 4
     for (int64_t j = tid; j < n; j += kBlockLanes) p = p + f(j);
     return tree(p, [](T a, T b) { return a + b; });
   }
 
   template <class T, class F>
+  __device__ Sum2<T> sum2(int64_t n, F&& f) const {
+    T pa = T(0), pb = T(0);
+#pragma unroll 4
+    for (int64_t j = tid; j < n; j += kBlockLanes) {
+      const Sum2<T> v = f(j);
+      pa = pa + v.a;
+      pb = pb + v.b;
+    }
+    const T a = tree(pa, [](T x, T y) { return x + y; });
+    return {a, tree(pb, [](T x, T y) { return x + y; })};
+  }
+
+  template <class T, class F>
   __device__ T max(int64_t n, F&& f) const {
     T p = -std::numeric_limits<T>::infinity();
+#pragma unroll 4
     for (int64_t j = tid; j < n; j += kBlockLanes) {
       const T x = f(j);
       p = x > p ? x : p;

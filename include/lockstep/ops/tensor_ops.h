@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "lockstep/ops/optim.h"
+#include "lockstep/ops/sampling.h"
 #include "lockstep/tensor/tensor.h"
 
 namespace lockstep::ops {
@@ -85,7 +86,9 @@ struct RouterOut {
   Tensor expert_ids;  // I32 [tokens, k]
   Tensor weights;     // [tokens, k]
 };
+// ops/router.h, 32 lanes. logits: [tokens, E], 1 <= k <= E.
 RouterOut router_topk(const Tensor& logits, int64_t k, bool renormalize);
+// Expert ids on the host are checked; on the device an id outside [0, E) gives a NaN row.
 Tensor router_topk_backward(const RouterOut& fwd, const Tensor& dweights, bool renormalize);
 
 // ---- embedding and log-probs --------------------------------------------------------------------
@@ -106,6 +109,26 @@ TokenLogprobs token_logprobs(const Tensor& logits, const Tensor& targets);
 Tensor token_logprobs_backward(const Tensor& logits, const Tensor& targets,
                                const TokenLogprobs& fwd, const Tensor& dlogp,
                                const Tensor& dentropy);
+// Targets on the host are checked ([0, V), std::out_of_range); targets on the device are never read
+// there: an out-of-range one gives logp = NaN and a NaN gradient row.
+
+// ---- softmax and sampling ----------------------------------------------------------------------
+// Rows of the last dimension of x, 1024 lanes (ops/softmax.h). Returns y of x's shape.
+Tensor softmax(const Tensor& x);
+Tensor log_softmax(const Tensor& x);
+// y: the forward output; dy: y's gradient. Returns dx of y's shape.
+Tensor softmax_backward(const Tensor& y, const Tensor& dy);
+Tensor log_softmax_backward(const Tensor& y, const Tensor& dy);
+
+struct SampledTokens {
+  Tensor tokens;    // I32 [B]: -1 for a row without a distribution
+  Tensor logprobs;  // F32 [B]: lp of each token (log_softmax of logits * float(1 / temperature))
+};
+// The definition of ops/sampling.h on every device. logits: F32 [B, V]; streams: I32 [B] (the
+// Philox stream of each row, read as uint32); positions: I32 or I64 [B] (the Philox position);
+// all three on one device, where the outputs are allocated.
+SampledTokens sample_tokens(const Tensor& logits, const Tensor& streams, const Tensor& positions,
+                            const SampleConfig& cfg);
 
 // ---- optimizer ----------------------------------------------------------------------------------
 // AdamW on one parameter (ops/optim.h): param, m, v updated in place; grad read; all contiguous,

@@ -1,0 +1,110 @@
+// The Qwen3-MoE router: softmax over the E experts of a token, top-k by repeated selection,
+// optional renormalisation, and its backward. Row functions written once over a row executor with
+// 32 lanes (HostLanes<32> on the CPU, a warp per token on CUDA: ops/row_exec.h); CPU kernels on raw
+// arrays of T in {float, double}.
+//
+// Per token (every step one rounded operation of T; sums and maxes in the 32-lane order):
+//   probs = softmax_row(logits) with 32 lanes (ops/softmax.h), p_e = exp(x_e - m) / S.
+//   Slot s = 0..k-1 holds the largest p_e not taken by slots 0..s-1, a tie going to the lower
+//   expert index: the experts in the order (p descending, e ascending). Each slot is two 32-lane
+//   maxes: the best p among the experts after the previous slot in that order, then the lowest e
+//   with that p (as the max of -e).
+//   weights_s = p[e_s], or with renormalisation (norm_topk_prob) p[e_s] / W with
+//   W = sum_s p[e_s] in slot order 0..k-1 from 0.
+//   A token whose softmax has no distribution (a NaN or +inf logit, or every logit -inf: NaN
+//   probabilities) takes experts 0..k-1 in order with NaN weights.
+// Backward (the selection is piecewise constant): the probability gradient is
+//   g_e = sum over the slots s with e_s = e (slot order, from 0) of c_s, with c_s = dw_s, or with
+//   renormalisation c_s = (dw_s - D) / W, D = sum_r dw_r * (p[e_r] / W) in slot order;
+//   then dlogits = softmax_row_bwd(probs, g) with 32 lanes. An expert id outside [0, E) in the
+//   backward's input gives a NaN row (nothing outside the row is read).
+// Every value depends only on its own token's row; tokens run in parallel.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+#include "lockstep/ops/softmax.h"
+
+namespace lockstep::ops {
+
+inline constexpr int kRouterLanes = kWarpLanes;
+using HostRouterLanes = HostLanes<kRouterLanes>;
+
+// One token: logits, probs: [E]; ids, weights: [k], 1 <= k <= E <= 2^24.
+template <class X, class T>
+LOCKSTEP_HD void router_topk_row(const X& ex, const T* logits, int64_t E, int64_t k,
+                                 bool renormalize, T* probs, int32_t* ids, T* weights) {
+  constexpr T kInf = std::numeric_limits<T>::infinity();
+  const RowStats<T> st = softmax_stats<T>(ex, E, [&](int64_t e) { return logits[e]; });
+  const auto prob = [&](int64_t e) { return softmax_value(logits[e], st); };
+  ex.for_each(E, [&](int64_t e) { probs[e] = prob(e); });
+  const bool valid = st.s >= T(1);  // S >= exp(0) = 1 whenever the row has a distribution
+  T prev_p = kInf;                  // the previous slot's (probability, expert)
+  int64_t prev_e = -1;
+  T sum = 0;
+  for (int64_t s = 0; s < k; ++s) {
+    const auto after = [&](int64_t e, T p) { return p < prev_p || (p == prev_p && e > prev_e); };
+    const T best = ex.template max<T>(E, [&](int64_t e) {
+      const T p = prob(e);
+      return after(e, p) ? p : -kInf;
+    });
+    const T neg_e = ex.template max<T>(E, [&](int64_t e) {
+      const T p = prob(e);
+      return after(e, p) && p == best ? -T(e) : -kInf;
+    });
+    const int64_t e = valid && neg_e > -kInf ? int64_t(-neg_e) : s;
+    const T p = valid ? prob(e) : std::numeric_limits<T>::quiet_NaN();
+    prev_p = p;
+    prev_e = e;
+    sum = sum + p;
+    if (ex.leader()) {
+      ids[s] = int32_t(e);
+      weights[s] = p;
+    }
+  }
+  if (renormalize && ex.leader())
+    for (int64_t s = 0; s < k; ++s) weights[s] = weights[s] / sum;
+}
+
+// One token: probs [E], ids / dweights [k] from the forward; dlogits [E] overwritten.
+template <class X, class T>
+LOCKSTEP_HD void router_topk_row_bwd(const X& ex, const T* probs, const int32_t* ids,
+                                     const T* dweights, int64_t E, int64_t k, bool renormalize,
+                                     T* dlogits) {
+  bool ok = true;
+  for (int64_t s = 0; s < k; ++s) ok = ok && ids[s] >= 0 && ids[s] < E;
+  if (!ok) {
+    ex.for_each(E, [&](int64_t e) { dlogits[e] = std::numeric_limits<T>::quiet_NaN(); });
+    return;
+  }
+  T w_sum = 0, dot = 0;
+  if (renormalize) {
+    for (int64_t s = 0; s < k; ++s) w_sum = w_sum + probs[ids[s]];
+    for (int64_t s = 0; s < k; ++s) dot = dot + dweights[s] * (probs[ids[s]] / w_sum);
+  }
+  const auto grad = [&](int64_t e) {
+    T g = 0;
+    for (int64_t s = 0; s < k; ++s)
+      if (ids[s] == e) g = g + (renormalize ? (dweights[s] - dot) / w_sum : dweights[s]);
+    return g;
+  };
+  const T d = ex.template sum<T>(E, [&](int64_t e) { return grad(e) * probs[e]; });
+  ex.for_each(E, [&](int64_t e) { dlogits[e] = probs[e] * (grad(e) - d); });
+}
+
+// ---- CPU kernels (HostLanes<32> per token, tokens in parallel) ---------------------------------
+
+// logits, probs: [tokens, experts] T, row-major; expert_ids, weights: [tokens, k], 1 <= k <= E.
+template <class T>
+void moe_router_topk_fwd_cpu(const T* logits, int64_t tokens, int64_t experts, int64_t k,
+                             bool renormalize, T* probs, int32_t* expert_ids, T* weights);
+
+// probs, expert_ids: forward results (ids in [0, experts): std::out_of_range otherwise); dweights:
+// [tokens, k]; dlogits: [tokens, experts].
+template <class T>
+void moe_router_topk_bwd_cpu(const T* probs, const int32_t* expert_ids, const T* dweights,
+                             int64_t tokens, int64_t experts, int64_t k, bool renormalize,
+                             T* dlogits);
+
+}  // namespace lockstep::ops
