@@ -1,10 +1,12 @@
 // The scalar functions the ops/ kernels are written with, per scalar type T. For float: the
 // portable numerics (exp_f32, log_f32, sqrt_rn, silu_f32) so that a GPU port reproduces the bits;
-// for double: the C library (the float64 instantiations exist for gradient checks).
+// for double: the C library (the float64 instantiations exist for gradient checks, host only).
+// The float functions are LOCKSTEP_HD: row functions call them on the host and in CUDA kernels.
 #pragma once
 
 #include <cmath>
 
+#include "lockstep/numerics/hd.h"
 #include "lockstep/numerics/transcendental.h"
 
 namespace lockstep::ops {
@@ -14,11 +16,11 @@ struct OpMath;
 
 template <>
 struct OpMath<float> {
-  static float exp(float x) { return num::exp_f32(x); }
-  static float log(float x) { return num::log_f32(x); }
-  static float sqrt(float x) { return num::sqrt_rn(x); }
+  LOCKSTEP_HD static float exp(float x) { return num::exp_f32(x); }
+  LOCKSTEP_HD static float log(float x) { return num::log_f32(x); }
+  LOCKSTEP_HD static float sqrt(float x) { return num::sqrt_rn(x); }
   // RN(g / RN(1 + exp_f32(-g))), the silu of numerics/transcendental.h.
-  static float silu(float g) { return num::silu_f32(g); }
+  LOCKSTEP_HD static float silu(float g) { return num::silu_f32(g); }
 };
 
 template <>
