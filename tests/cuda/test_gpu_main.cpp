@@ -29,6 +29,8 @@ void test_gemm();
 void test_gemm_grouped();
 void test_backward();
 void test_chain();
+void test_attention();
+void test_kv_cache();
 }  // namespace lockstep::gpu_test
 
 using namespace lockstep;
@@ -38,7 +40,7 @@ namespace {
 
 constexpr const char* kOps =
     "quantize|dequantize|grouped|joint|hadamard|colwise|permute|swiglu|codec|gemm|gemm_grouped|"
-    "backward|chain";
+    "backward|chain|attention|attention_prefill|attention_backward|kv_cache|attention_cached";
 
 int usage(const char* argv0, int rc) {
   std::printf(
@@ -127,6 +129,8 @@ int main(int argc, char** argv) {
     test_gemm_grouped();
     test_backward();
     test_chain();
+    test_attention();
+    test_kv_cache();
   } catch (const std::exception& e) {
     std::printf("ERROR: %s\n", e.what());
     ++g_fail;
