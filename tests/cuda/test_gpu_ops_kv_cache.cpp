@@ -9,8 +9,8 @@
 #include <random>
 #include <span>
 
-#include "attention_cuda.h"
 #include "lockstep/ops/tensor_ops.h"
+#include "ops/attention_cuda.h"
 #include "test_gpu.h"
 
 namespace lockstep::gpu_test {
@@ -293,7 +293,7 @@ void cached_cases() {
       const Tensor out_l = ops::attention(to_gpu(q), kr, vr, index_tensor(cu, true), {hq, hkv, D},
                                           ops::AttentionKernel::kRowwise, &lse_l);
       ops::KvCacheLayer L = ops::kv_cache_layer(1, n, hkv, D, dt, gpu());
-      std::vector<int64_t> s(size_t(n), 0), p(size_t(n));
+      std::vector<int64_t> s(static_cast<size_t>(n), 0), p(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) p[size_t(i)] = i;
       ops::kv_cache_write(L, to_gpu(k), to_gpu(v), to_gpu(index_tensor(s, false)),
                           to_gpu(index_tensor(p, false)));
