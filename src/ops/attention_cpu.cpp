@@ -1,67 +1,19 @@
-// Causal GQA attention CPU reference (ops/attention.h): attention_row is the one definition of a
-// query row; the packed forward calls it per (token, query head), the backward recomputes the
-// probabilities from logsumexp per (sequence, kv head).
+// Causal GQA attention CPU reference (ops/attention.h): attention_row (the one definition of a
+// query row, run by the host executor) per (token, GQA group) for the packed forward; the backward
+// recomputes the probabilities from logsumexp per (sequence, kv head).
 #include <algorithm>
 #include <limits>
 #include <vector>
 
+#include "attention_heads.h"
 #include "check.h"
 #include "lockstep/ops/attention.h"
 #include "lockstep/ops/op_math.h"
+#include "lockstep/ops/row_exec.h"
 
 namespace lockstep::ops {
 
 namespace {
-
-constexpr int64_t kChunk = kAttentionKeyChunk;
-
-template <class T>
-void attention_row_body(const T* q, const T* k, const T* v, int64_t kv_stride, int64_t n_keys,
-                        int64_t head_dim, T scale, T* out, T* lse) {
-  const int64_t D = head_dim;
-  alignas(64) T kt[kAttentionMaxHeadDim * kChunk];  // chunk keys transposed: kt[d * kChunk + j]
-  alignas(64) T s[kChunk];
-  alignas(64) T acc[kAttentionMaxHeadDim];
-  alignas(64) T pv[kAttentionMaxHeadDim];
-  T m = -std::numeric_limits<T>::infinity();
-  T l = 0;
-  for (int64_t d = 0; d < D; ++d) acc[d] = 0;
-  for (int64_t c0 = 0; c0 < n_keys; c0 += kChunk) {
-    const int64_t nc = std::min(kChunk, n_keys - c0);
-    for (int64_t j = 0; j < nc; ++j) {
-      const T* kj = k + (c0 + j) * kv_stride;
-      for (int64_t d = 0; d < D; ++d) kt[d * kChunk + j] = kj[d];
-    }
-    // Scores: each s[j] sums q[d] * k_j[d] in ascending d; the inner loop runs across keys.
-    for (int64_t j = 0; j < nc; ++j) s[j] = 0;
-    for (int64_t d = 0; d < D; ++d) {
-      const T qd = q[d];
-      const T* kd = kt + d * kChunk;
-      for (int64_t j = 0; j < nc; ++j) s[j] += qd * kd[j];
-    }
-    for (int64_t j = 0; j < nc; ++j) s[j] *= scale;
-    T mc = s[0];
-    for (int64_t j = 1; j < nc; ++j) mc = s[j] > mc ? s[j] : mc;
-    const T m_new = mc > m ? mc : m;
-    const T alpha = OpMath<T>::exp(m - m_new);
-    T lc = 0;
-    for (int64_t j = 0; j < nc; ++j) {
-      s[j] = OpMath<T>::exp(s[j] - m_new);
-      lc += s[j];
-    }
-    for (int64_t d = 0; d < D; ++d) pv[d] = 0;
-    for (int64_t j = 0; j < nc; ++j) {
-      const T pj = s[j];
-      const T* vj = v + (c0 + j) * kv_stride;
-      for (int64_t d = 0; d < D; ++d) pv[d] += pj * vj[d];
-    }
-    l = l * alpha + lc;
-    for (int64_t d = 0; d < D; ++d) acc[d] = acc[d] * alpha + pv[d];
-    m = m_new;
-  }
-  for (int64_t d = 0; d < D; ++d) out[d] = acc[d] / l;
-  *lse = m + OpMath<T>::log(l);
-}
 
 // Validates cu_seqlens and the head layout; returns the token count cu[num_seqs].
 template <class Idx>
@@ -88,7 +40,13 @@ void attention_row(const T* q, const T* k, const T* v, int64_t kv_stride, int64_
   detail::require(head_dim >= 1 && head_dim <= kAttentionMaxHeadDim && kv_stride >= head_dim,
                   "attention_row: head_dim {} outside [1, {}] or kv_stride {} < head_dim", head_dim,
                   kAttentionMaxHeadDim, kv_stride);
-  attention_row_body(q, k, v, kv_stride, n_keys, head_dim, scale, out, lse);
+  StridedKvSource<T> src;
+  src.q = q;
+  src.k = k;
+  src.v_ = v;
+  src.kv_stride = kv_stride;
+  attention_row<1, kAttentionMaxHeadDim>(HostWarp{}, src, n_keys, head_dim, scale, out, head_dim,
+                                         lse, 1);
 }
 
 template <class T, class Idx>
@@ -100,13 +58,25 @@ void attention_fwd_cpu(const T* q, const T* k, const T* v, const Idx* cu_seqlens
   for (int64_t s = 0; s < num_seqs; ++s)
     for (int64_t t = int64_t(cu_seqlens[s]); t < int64_t(cu_seqlens[s + 1]); ++t)
       seq_start[size_t(t)] = int64_t(cu_seqlens[s]);
-  const int64_t rows = tokens * hq;
-#pragma omp parallel for schedule(dynamic, 8) if (rows * D * 16 >= detail::kParallelMinWork)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = r / hq, h = r % hq, g = h / rep, s0 = seq_start[size_t(t)];
-    attention_row_body(q + r * D, k + (s0 * hkv + g) * D, v + (s0 * hkv + g) * D, hkv * D,
-                       t - s0 + 1, D, scale, out + r * D, lse + r);
-  }
+  // One attention_row call per (token, NH query heads of one GQA group): the group's keys are read
+  // once; every head's bits are those of its own NH = 1 row.
+  with_row_heads(attention_row_heads(rep), [&](auto nh_c) {
+    constexpr int NH = decltype(nh_c)::value;
+    const int64_t calls_per_token = hq / NH, calls = tokens * calls_per_token;
+#pragma omp parallel for schedule(dynamic, 8) if (calls * NH * D * 16 >= detail::kParallelMinWork)
+    for (int64_t r = 0; r < calls; ++r) {
+      const int64_t t = r / calls_per_token, h0 = (r % calls_per_token) * NH, g = h0 / rep;
+      const int64_t s0 = seq_start[size_t(t)];
+      StridedKvSource<T> src;
+      src.q = q + (t * hq + h0) * D;
+      src.head_stride = D;
+      src.k = k + (s0 * hkv + g) * D;
+      src.v_ = v + (s0 * hkv + g) * D;
+      src.kv_stride = hkv * D;
+      attention_row<NH, kAttentionMaxHeadDim>(HostWarp{}, src, t - s0 + 1, D, scale,
+                                              out + (t * hq + h0) * D, D, lse + t * hq + h0, 1);
+    }
+  });
 }
 
 template <class T, class Idx>

@@ -33,6 +33,8 @@ void test_ops_basic();
 bool perf_ops_basic();
 void test_softmax_family();
 void perf_softmax_family();
+void test_attention();
+void test_kv_cache();
 }  // namespace lockstep::gpu_test
 
 using namespace lockstep;
@@ -43,7 +45,8 @@ namespace {
 constexpr const char* kOps =
     "quantize|dequantize|grouped|joint|hadamard|colwise|permute|swiglu|codec|gemm|gemm_grouped|"
     "backward|chain|rmsnorm|rope|embedding|adamw|grad_norm|elementwise|softmax|log_softmax|"
-    "token_logprobs|router|sample";
+    "token_logprobs|router|sample"
+    "|attention|attention_prefill|attention_backward|kv_cache|attention_cached";
 
 int usage(const char* argv0, int rc) {
   std::printf(
@@ -142,6 +145,8 @@ int main(int argc, char** argv) {
     test_chain();
     test_ops_basic();
     test_softmax_family();
+    test_attention();
+    test_kv_cache();
   } catch (const std::exception& e) {
     std::printf("ERROR: %s\n", e.what());
     ++g_fail;

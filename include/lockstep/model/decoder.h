@@ -59,8 +59,8 @@ LinearSpec site_spec(const ModelPlan& plan, const LinearSite& s);
 // KV cache of the sampler: per slot (a sequence) and layer, K and V [max_pos, Hkv, D] as fp32
 // values already rounded to the cache dtype (bf16, or FP8 E4M3 with a per-(slot, layer, head)
 // scale from the first rows written, the prompt's prefill amax: s = 448 / amax, values
-// decode(E4M3(x * s)) / s).
-enum class KvDtype : uint8_t { kBf16, kFp8E4M3 };
+// decode(E4M3(x * s)) / s). The dtype enum is the ops layer's (ops/kv_cache.h).
+using KvDtype = ops::KvDtype;
 class KvCache {
  public:
   KvCache(const ModelConfig& c, KvDtype dtype);

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "lockstep/numerics/hd.h"
 #include "lockstep/numerics/transcendental.h"
 
 namespace lockstep::ops {

@@ -19,7 +19,8 @@
 // Per-key executors for attention (attention.h): a chunk of up to 32 keys is spread over 32 lanes
 // (one key per lane), head dimensions over the same lanes (d = lane, lane + 32, ...); per-key
 // values are read back by key index in ascending order, so sequential sums over keys keep their
-// order on both sides.
+// order on both sides. per_key computes a value per key, map_keys an elementwise step on such
+// values, key(k, j) reads key j's value back (every lane, converged), for_dims visits dimensions.
 #pragma once
 
 #include <cstdint>
@@ -115,12 +116,19 @@ struct HostLanes {
     for (int j = 0; j < nc; ++j) k.v[j] = f(j);
     return k;
   }
+  // f(value of key j) for the keys j < nc: an elementwise step on per-key values.
+  template <class R, class T, class F>
+  Keys<R> map_keys(const Keys<T>& in, int nc, F&& f) const {
+    Keys<R> k;
+    for (int j = 0; j < nc; ++j) k.v[j] = f(in.v[j]);
+    return k;
+  }
   template <class T>
   T key(const Keys<T>& k, int j) const {
     return k.v[j];
   }
-  // f(d, i) for every dimension d < D; i indexes a Dims array.
-  template <class F>
+  // f(d, i) for every dimension d < D; i indexes a Dims array of at least MaxDim entries.
+  template <int MaxDim = 256, class F>
   void for_dims(int64_t D, F&& f) const {
     for (int64_t d = 0; d < D; ++d) f(d, int(d));
   }
@@ -206,16 +214,38 @@ struct WarpLanes {
   template <class T, class F>
   __device__ Keys<T> per_key(int nc, F&& f) const {
     Keys<T> k;
-    k.v = lane < nc ? f(lane) : T(0);
+    k.v = lane < nc ? f(lane) : T{};
     return k;
   }
+  template <class R, class T, class F>
+  __device__ Keys<R> map_keys(const Keys<T>& in, int nc, F&& f) const {
+    Keys<R> k;
+    k.v = lane < nc ? f(in.v) : R{};
+    return k;
+  }
+  // T of any size that is a multiple of 4 bytes (several heads' values of one key): word by word.
   template <class T>
   __device__ T key(const Keys<T>& k, int j) const {
-    return __shfl_sync(0xffffffffu, k.v, j);
+    static_assert(sizeof(T) % 4 == 0, "per-key values are whole 32-bit words");
+    if constexpr (sizeof(T) == 4) {
+      return __shfl_sync(0xffffffffu, k.v, j);
+    } else {
+      T r;
+      const uint32_t* src = reinterpret_cast<const uint32_t*>(&k.v);
+      uint32_t* dst = reinterpret_cast<uint32_t*>(&r);
+#pragma unroll
+      for (int w = 0; w < int(sizeof(T) / 4); ++w) dst[w] = __shfl_sync(0xffffffffu, src[w], j);
+      return r;
+    }
   }
-  template <class F>
+  // Unrolled to MaxDim / 32 steps so that Dims arrays stay in registers.
+  template <int MaxDim = 256, class F>
   __device__ void for_dims(int64_t D, F&& f) const {
-    for (int64_t d = lane, i = 0; d < D; d += kWarpLanes, ++i) f(d, int(i));
+#pragma unroll
+    for (int i = 0; i < (MaxDim + kWarpLanes - 1) / kWarpLanes; ++i) {
+      const int64_t d = lane + int64_t(i) * kWarpLanes;
+      if (d < D) f(d, i);
+    }
   }
 };
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "lockstep/ops/kv_cache.h"
 #include "lockstep/ops/optim.h"
 #include "lockstep/ops/sampling.h"
 #include "lockstep/tensor/tensor.h"
@@ -50,17 +51,19 @@ void rope_backward_inplace(Tensor& dx, const Tensor& positions, int64_t heads,
                            const RopeTable& table);
 
 // ---- attention
-// ------------------------------------------------------------------------------------- Which
-// kernel the packed forward runs. kRowwise: attention_row per (token, head) (the sampler's
-// function: deterministic, batch-invariant). kPrefill: one two-pass softmax over the whole key
-// range of each query, K and V of a (sequence, kv head) transposed once (faster, another order).
+// -------------------------------------------------------------------------------------
+// Which kernel the packed forward runs. kRowwise: attention_row per (token, head) (the sampler's
+// function: deterministic, batch-invariant; the same bits on the CPU and the GPU). kPrefill: the
+// fast path, another order: on the CPU one two-pass softmax per query; on the GPU a tensor-core
+// flash kernel with bf16 Q / K / V / P operands (within the bound of docs/ops.md of the CPU).
 enum class AttentionKernel : uint8_t { kRowwise, kPrefill };
 
 struct AttentionShape {
   int64_t q_heads = 0, kv_heads = 0, head_dim = 0;
 };
-// q: [tokens, Hq * D]; k, v: [tokens, Hkv * D]; cu_seqlens: I32 or I64 [b + 1] (host). Returns out
-// [tokens, Hq * D]; *lse: [tokens, Hq].
+// q: [tokens, Hq * D]; k, v: [tokens, Hkv * D]; cu_seqlens: I32 or I64 [b + 1], on the host
+// (validated) or, for CUDA tensors, on the device (never read on the host: see docs/ops.md for
+// what a malformed one does). Returns out [tokens, Hq * D]; *lse: [tokens, Hq].
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
                  const AttentionShape& shape, AttentionKernel kernel, Tensor* lse);
 struct AttentionGrads {
@@ -71,6 +74,39 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& cu_seqlens, const AttentionShape& shape);
 // 1 / sqrt(head_dim) rounded to the dtype (the scale every attention entry uses).
 double attention_scale(int64_t head_dim);
+
+// ---- KV cache (ops/kv_cache.h: KvDtype and the rounding rule the learner and the sampler share)
+// One layer of the sampler's cache. k, v: [slots, max_pos, Hkv, D], BF16 values or U8 E4M3 codes;
+// k_scale, v_scale: F32 [slots, max_pos, Hkv] (fp8; undefined for bf16).
+struct KvCacheLayer {
+  Tensor k, v;
+  Tensor k_scale, v_scale;
+  KvDtype dtype = KvDtype::kBf16;
+  int64_t slots() const { return k.size(0); }
+  int64_t max_pos() const { return k.size(1); }
+  int64_t kv_heads() const { return k.size(2); }
+  int64_t head_dim() const { return k.size(3); }
+};
+// A zero-filled layer on `device`.
+KvCacheLayer kv_cache_layer(int64_t slots, int64_t max_pos, int64_t kv_heads, int64_t head_dim,
+                            KvDtype dtype, Device device = Device::cpu());
+// x: F32 [tokens, Hkv * D], every (token, kv head) row rounded in place by the cache rule (the
+// learner's K and V; F64 is left untouched, as round_bf16_inplace does).
+void kv_round_inplace(Tensor& x, int64_t kv_heads, KvDtype dtype);
+// Row r of k_rows / v_rows (F32 [rows, Hkv * D]) rounded by the rule and stored at position
+// positions[r] of slot slots[r]. slots, positions: I32 or I64 [rows] on the cache's device; host
+// ones are checked (an index out of range is an error), device ones never read on the host: a row
+// whose slot or position is out of range is not written. Rows must name distinct (slot, position)
+// pairs.
+void kv_cache_write(KvCacheLayer& layer, const Tensor& k_rows, const Tensor& v_rows,
+                    const Tensor& slots, const Tensor& positions);
+// q: F32 [rows, Hq * D]. Row r attends to positions 0 .. positions[r] of slot slots[r] with
+// attention_row: the bits of the learner's kRowwise attention for that token. Returns out
+// [rows, Hq * D]; *lse [rows, Hq] when lse is given. Device indices out of range give a NaN row
+// (out and lse).
+Tensor attention_cached(const Tensor& q, const KvCacheLayer& layer, const Tensor& slots,
+                        const Tensor& positions, const AttentionShape& shape,
+                        Tensor* lse = nullptr);
 
 // ---- MLP and MoE --------------------------------------------------------------------------------
 // x: [rows, 2I] (gate | up); p: [rows] or undefined. Returns y [rows, I]. dp sums a row over 32
