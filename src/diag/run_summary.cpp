@@ -9,6 +9,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "lockstep/tensor/file_io.h"
+
 namespace lockstep::diag {
 
 std::optional<double> row_number(const MetricsRow& row, std::string_view key) {
@@ -35,11 +37,8 @@ std::string folder_name(const std::filesystem::path& dir) {
 }
 
 void read_meta(const std::filesystem::path& file, RunData& run) {
-  std::ifstream f(file, std::ios::binary);
-  if (!f) throw std::runtime_error(fmt::format("cannot open '{}'", file.string()));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  const nlohmann::json meta = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  const std::string text = read_input_file(file.string());  // a FIFO or device is refused
+  const nlohmann::json meta = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (meta.is_discarded() || !meta.is_object())
     throw std::runtime_error(fmt::format("'{}' is not a JSON object", file.string()));
   if (const auto r = meta.find("recipe"); r != meta.end()) {
