@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace lockstep {
@@ -35,6 +36,24 @@ struct Stream {
   void* handle = nullptr;
 };
 
+// The stream of the calling thread that work runs on when a call names none (a null Stream in a
+// config or argument): the legacy default stream unless a StreamGuard set another. The learner
+// and the sampler set theirs once, so every op, quantizer, GEMM and allocation underneath them is
+// ordered on one stream (and can be captured into a CUDA graph) without passing it everywhere.
+Stream current_stream();
+// `s` when it names a stream, else the current stream.
+inline Stream resolve_stream(Stream s) { return s.handle ? s : current_stream(); }
+class StreamGuard {
+ public:
+  explicit StreamGuard(Stream s);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  Stream prev_;
+};
+
 struct GpuInfo {
   int index = 0;
   std::string name;  // "NVIDIA H200"
@@ -59,5 +78,13 @@ DeviceReport query_devices();
 
 // Throws std::runtime_error naming the reason when `d` cannot run in this build / machine.
 void require_device(Device d);
+
+// The device a `--device` choice means: "cpu", "cuda" / "cuda:N" (checked with require_device),
+// or "auto": cuda:0 when this build has CUDA and a GPU is visible, else the CPU. Throws
+// std::invalid_argument for any other spelling and std::runtime_error when the device is missing.
+Device select_device(std::string_view choice);
+
+// Free and total bytes of a CUDA device's memory (cudaMemGetInfo); {0, 0} for the CPU.
+std::pair<size_t, size_t> device_memory(Device d);
 
 }  // namespace lockstep
