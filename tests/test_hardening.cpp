@@ -27,9 +27,9 @@
 namespace lockstep {
 namespace {
 
-using test_util::TempDir;
 
-std::vector<std::byte> file_bytes(const std::string& header, size_t data) {
+
+std::vector<std::byte> header_file_bytes(const std::string& header, size_t data) {
   std::vector<std::byte> out(8 + header.size() + data);
   for (int i = 0; i < 8; ++i)
     out[size_t(i)] = std::byte(uint8_t(uint64_t(header.size()) >> (8 * i)));
@@ -37,7 +37,7 @@ std::vector<std::byte> file_bytes(const std::string& header, size_t data) {
   return out;
 }
 
-std::string error_of(const std::vector<std::byte>& bytes) {
+std::string header_error_of(const std::vector<std::byte>& bytes) {
   try {
     parse_safetensors_header(bytes, bytes.size(), "f");
   } catch (const SafetensorsError& e) {
@@ -49,7 +49,7 @@ std::string error_of(const std::vector<std::byte>& bytes) {
 // ---- inputs that are not regular files -------------------------------------------------------
 
 TEST(FileInputs, FifoDeviceAndFolderAreRefusedWithoutBlocking) {
-  TempDir dir;
+  test_util::TempDir dir;
   const std::string fifo = (dir / "fifo").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   // No writer ever opens the FIFO: a blocking open(2) would hang this test until ctest kills it.
@@ -74,7 +74,7 @@ TEST(FileInputs, FifoDeviceAndFolderAreRefusedWithoutBlocking) {
 // ---- a write past the file size limit ----------------------------------------------------------
 
 TEST(FileOutputs, FileSizeLimitFailsTheWriteAndRemovesTheTemporary) {
-  TempDir dir;
+  test_util::TempDir dir;
   const std::string target = (dir / "big.bin").string();
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
@@ -104,7 +104,7 @@ TEST(FileOutputs, FileSizeLimitFailsTheWriteAndRemovesTheTemporary) {
 // -------------------------------------------------------------------------
 
 TEST(FolderLock, SecondHolderIsRefusedUntilTheFirstGoes) {
-  TempDir dir;
+  test_util::TempDir dir;
   {
     rl::detail::FolderLock first(dir.path());
     first.record_holder();
@@ -121,7 +121,7 @@ TEST(FolderLock, SecondHolderIsRefusedUntilTheFirstGoes) {
 }
 
 TEST(FolderLock, ReleasedWhenTheHolderIsKilled) {
-  TempDir dir;
+  test_util::TempDir dir;
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
   const pid_t child = ::fork();
@@ -163,7 +163,7 @@ TEST(SafetensorsHeaderParse, SameResultWhateverTheKeyOrder) {
     std::string h = R"({"__metadata__":{"k":"v"})";
     for (const auto& e : entries) h += "," + e;
     h += "}";
-    const auto bytes = file_bytes(h, off);
+    const auto bytes = header_file_bytes(h, off);
     const SafetensorsHeader p = parse_safetensors_header(bytes, bytes.size(), "f");
     EXPECT_EQ(p.metadata.at("k"), "v");
     std::vector<std::string> got;
@@ -180,18 +180,18 @@ TEST(SafetensorsHeaderParse, SameResultWhateverTheKeyOrder) {
 TEST(SafetensorsHeaderParse, TheFirstBadEntryInNameOrderIsReported) {
   const std::string h = R"({"zz":{"dtype":"Q9","shape":[1],"data_offsets":[0,1]},)"
                         R"("aa":{"dtype":"U8","shape":[-1],"data_offsets":[1,2]}})";
-  const std::string m = error_of(file_bytes(h, 2));
+  const std::string m = header_error_of(header_file_bytes(h, 2));
   EXPECT_NE(m.find("tensor 'aa'"), std::string::npos) << m;
   // A JSON error anywhere wins over entry errors, a duplicate over both.
-  EXPECT_NE(error_of(file_bytes(h.substr(0, h.size() - 1), 2)).find("not valid JSON"),
+  EXPECT_NE(header_error_of(header_file_bytes(h.substr(0, h.size() - 1), 2)).find("not valid JSON"),
             std::string::npos);
   const std::string dup = R"({"aa":{"dtype":"Q9","shape":[1],"data_offsets":[0,1]},)"
                           R"("b":{"dtype":"U8","shape":[1],"data_offsets":[1,2]},)"
                           R"("b":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})";
-  EXPECT_NE(error_of(file_bytes(dup, 2)).find("duplicate tensor name 'b'"), std::string::npos);
-  EXPECT_NE(error_of(file_bytes(R"([1, 2])", 0)).find("a JSON array, not an object"),
+  EXPECT_NE(header_error_of(header_file_bytes(dup, 2)).find("duplicate tensor name 'b'"), std::string::npos);
+  EXPECT_NE(header_error_of(header_file_bytes(R"([1, 2])", 0)).find("a JSON array, not an object"),
             std::string::npos);
-  EXPECT_NE(error_of(file_bytes(R"("text")", 0)).find("a JSON string, not an object"),
+  EXPECT_NE(header_error_of(header_file_bytes(R"("text")", 0)).find("a JSON string, not an object"),
             std::string::npos);
 }
 
@@ -199,10 +199,10 @@ TEST(SafetensorsHeaderParse, NulBytesAreRefusedWhereverTheyAre) {
   const std::string ok = R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})";
   for (const std::string& h :
        {ok + std::string(3, '\0'), ok + std::string("\0xyz", 4), std::string("{\0}", 3)}) {
-    const std::string m = error_of(file_bytes(h, 1));
+    const std::string m = header_error_of(header_file_bytes(h, 1));
     EXPECT_NE(m.find("NUL byte"), std::string::npos) << m;
   }
-  EXPECT_EQ(error_of(file_bytes(ok + "   ", 1)), "") << "trailing spaces are JSON whitespace";
+  EXPECT_EQ(header_error_of(header_file_bytes(ok + "   ", 1)), "") << "trailing spaces are JSON whitespace";
 }
 
 // ---- the inverse Hadamard transform ------------------------------------------------------------

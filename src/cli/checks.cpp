@@ -201,7 +201,7 @@ void check_output_folder(std::string_view flag, const std::string& path) {
   struct stat st {};
   if (::stat(p.c_str(), &st) == 0) {
     if (!S_ISDIR(st.st_mode))
-      throw UsageError(fmt::format("{} {}: exists and is not a folder", flag, path));
+      throw UsageError(fmt::format("{} {}: exists and is not a directory", flag, path));
     if (::access(p.c_str(), W_OK | X_OK) != 0)
       throw UsageError(
           fmt::format("{} {}: cannot write into the folder: {}", flag, path, std::strerror(errno)));

@@ -87,7 +87,11 @@ void MetricsWriter::append(const MetricsRow& row) {
 namespace {
 
 std::string read_all(const std::filesystem::path& path) {
-  return read_input_file(path.string());  // regular files only: a FIFO or device is refused
+  try {
+    return read_input_file(path.string());  // regular files only: a FIFO or device is refused
+  } catch (const InputPathError& e) {
+    throw std::runtime_error(e.what());
+  }
 }
 
 bool blank(std::string_view line) {

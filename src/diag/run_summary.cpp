@@ -37,7 +37,12 @@ std::string folder_name(const std::filesystem::path& dir) {
 }
 
 void read_meta(const std::filesystem::path& file, RunData& run) {
-  const std::string text = read_input_file(file.string());  // a FIFO or device is refused
+  std::string text;
+  try {
+    text = read_input_file(file.string());  // regular files only: a FIFO or device is refused
+  } catch (const InputPathError& e) {
+    throw std::runtime_error(e.what());
+  }
   const nlohmann::json meta = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (meta.is_discarded() || !meta.is_object())
     throw std::runtime_error(fmt::format("'{}' is not a JSON object", file.string()));
