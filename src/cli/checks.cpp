@@ -1,8 +1,14 @@
-// Checks of command-line values shared by the commands: output paths validated before any work,
-// outputs committed only once all of them are written, and strict unsigned integers for seeds.
+// Checks of command-line values shared by the commands: output paths validated before any work
+// (and never one of the inputs), outputs committed only once all of them are written, and the one
+// strict parser of integer and real flags.
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 
@@ -53,28 +59,171 @@ void write_outputs(const std::string& output, const SafetensorsFile& file,
   commit_outputs(out, run_meta_path, run_meta);
 }
 
-uint64_t parse_unsigned(const std::string& text, std::string_view flag, uint64_t max) {
+namespace {
+
+bool all_digits(std::string_view s) {
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
+}  // namespace
+
+uint64_t parse_unsigned(const std::string& text, std::string_view flag, uint64_t max,
+                        uint64_t min) {
   uint64_t v = 0;
   const char* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, v);
-  const bool digits_only =
-      !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
-  if (!digits_only || ec != std::errc() || ptr != end || v > max)
-    throw UsageError(fmt::format("{} '{}': expected an integer from 0 to {} (decimal digits only)",
-                                 flag, text, max));
+  if (!all_digits(text) || ec != std::errc() || ptr != end || v < min || v > max)
+    throw UsageError(fmt::format("{} '{}': expected an integer from {} to {} (decimal digits only)",
+                                 flag, text, min, max));
+  return v;
+}
+
+int64_t parse_integer(const std::string& text, std::string_view flag, int64_t min, int64_t max) {
+  int64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  const std::string_view digits =
+      text.starts_with('-') && min < 0 ? std::string_view(text).substr(1) : std::string_view(text);
+  if (!all_digits(digits) || ec != std::errc() || ptr != end || v < min || v > max)
+    throw UsageError(fmt::format("{} '{}': expected an integer from {} to {} (decimal digits only)",
+                                 flag, text, min, max));
   return v;
 }
 
 CLI::Option* add_unsigned_option(CLI::App& app, const std::string& name, uint64_t& target,
                                  uint64_t max, const std::string& description) {
-  const std::string flag = name.substr(0, name.find(','));
-  return app
-      .add_option_function<std::string>(
-          name,
-          [&target, flag, max](const std::string& s) { target = parse_unsigned(s, flag, max); },
-          description)
-      ->type_name("UINT")
-      ->default_str(std::to_string(target));
+  return add_integer_option<uint64_t>(app, name, target, 0, max, description);
+}
+
+double parse_real(const std::string& text, std::string_view flag, double lo, double hi,
+                  bool lo_open) {
+  double v = 0;
+  const char* end = text.data() + text.size();
+  // Decimal notation only (digits, '.', 'e', sign): from_chars would also read "inf" and "nan".
+  const bool chars_ok =
+      !text.empty() && text.find_first_not_of("0123456789.eE+-") == std::string::npos;
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v, std::chars_format::general);
+  const bool in_range = std::isfinite(v) && v <= hi && (lo_open ? v > lo : v >= lo);
+  if (!chars_ok || ec != std::errc() || ptr != end || !in_range)
+    throw UsageError(fmt::format("{} '{}': expected a finite number in {}{}, {}]", flag, text,
+                                 lo_open ? "(" : "[", lo, hi));
+  return v;
+}
+
+// ---- outputs against inputs
+// ----------------------------------------------------------------------
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct FileId {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool operator==(const FileId&) const = default;
+};
+
+std::optional<FileId> file_id(const fs::path& p) {
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0) return std::nullopt;
+  return FileId{st.st_dev, st.st_ino};
+}
+
+// The folders that hold `p` once symbolic links are resolved, innermost first, up to the root
+// (the nearest existing folder and every folder above it).
+std::vector<std::pair<FileId, fs::path>> enclosing_folders(const std::string& p) {
+  std::error_code ec;
+  fs::path abs = fs::absolute(p, ec);
+  if (ec) return {};
+  // weakly_canonical resolves the existing part (symbolic links, "..") and keeps the rest.
+  fs::path canon = fs::weakly_canonical(abs, ec);
+  if (ec) canon = abs.lexically_normal();
+  std::vector<std::pair<FileId, fs::path>> out;
+  for (fs::path d = canon.parent_path();; d = d.parent_path()) {
+    if (const auto id = file_id(d)) out.emplace_back(*id, d);
+    if (d == d.root_path() || d.empty()) break;
+  }
+  return out;
+}
+
+struct InputId {
+  const PathArg* arg;
+  FileId id;
+  bool folder;
+};
+
+}  // namespace
+
+void check_outputs_not_inputs(const std::vector<PathArg>& outputs,
+                              const std::vector<PathArg>& inputs) {
+  std::vector<InputId> ins;
+  for (const PathArg& in : inputs) {
+    if (in.path.empty()) continue;
+    struct stat st {};
+    if (::stat(in.path.c_str(), &st) != 0) continue;  // a missing input is the command's to report
+    ins.push_back({&in, FileId{st.st_dev, st.st_ino}, S_ISDIR(st.st_mode)});
+  }
+  for (const PathArg& out : outputs) {
+    if (out.path.empty()) continue;
+    const std::optional<FileId> self = file_id(out.path);  // symbolic links followed
+    const auto folders = enclosing_folders(out.path);
+    for (const InputId& in : ins) {
+      const std::string what = in.folder ? "folder" : "file";
+      if (self && *self == in.id)
+        throw UsageError(fmt::format(
+            "{} {}: is the input {} {} ({}); writing it would destroy the input: give the output "
+            "another path",
+            out.flag, out.path, what, in.arg->path, in.arg->flag));
+      if (in.folder)
+        for (const auto& [id, dir] : folders)
+          if (id == in.id)
+            throw UsageError(fmt::format(
+                "{} {}: lies inside the input folder {} ({}); lockstep never writes into a folder "
+                "it reads: give the output a path outside it",
+                out.flag, out.path, in.arg->path, in.arg->flag));
+      // An output folder (created or written into) must not hold an input.
+      if (out.folder && self)
+        for (const auto& [id, dir] : enclosing_folders(in.arg->path))
+          if (id == *self)
+            throw UsageError(fmt::format(
+                "{} {}: holds the input {} ({}); writing into it could replace the input: give "
+                "the output another folder",
+                out.flag, out.path, in.arg->path, in.arg->flag));
+    }
+  }
+}
+
+void check_output_folder(std::string_view flag, const std::string& path) {
+  if (path.empty()) throw UsageError(fmt::format("{}: the folder path is empty", flag));
+  std::error_code ec;
+  fs::path p = fs::absolute(path, ec);
+  if (ec) throw UsageError(fmt::format("{} {}: {}", flag, path, ec.message()));
+  struct stat st {};
+  if (::stat(p.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode))
+      throw UsageError(fmt::format("{} {}: exists and is not a directory", flag, path));
+    if (::access(p.c_str(), W_OK | X_OK) != 0)
+      throw UsageError(
+          fmt::format("{} {}: cannot write into the folder: {}", flag, path, std::strerror(errno)));
+    return;
+  }
+  if (errno != ENOENT) throw UsageError(fmt::format("{} {}: {}", flag, path, std::strerror(errno)));
+  // The nearest existing parent must be a folder lockstep can create the rest in.
+  for (fs::path d = p.lexically_normal().parent_path();; d = d.parent_path()) {
+    if (::stat(d.c_str(), &st) == 0) {
+      if (!S_ISDIR(st.st_mode))
+        throw UsageError(fmt::format("{} {}: '{}' is not a folder", flag, path, d.string()));
+      if (::access(d.c_str(), W_OK | X_OK) != 0)
+        throw UsageError(fmt::format("{} {}: cannot create folders in '{}': {}", flag, path,
+                                     d.string(), std::strerror(errno)));
+      return;
+    }
+    if (errno != ENOENT)
+      throw UsageError(
+          fmt::format("{} {}: '{}': {}", flag, path, d.string(), std::strerror(errno)));
+    if (d == d.root_path() || d.empty()) break;
+  }
+  throw UsageError(fmt::format("{} {}: no existing parent folder", flag, path));
 }
 
 }  // namespace lockstep::cli

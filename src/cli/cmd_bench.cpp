@@ -123,22 +123,24 @@ void register_bench_commands(CLI::App& app) {
                             "--threads 2");
   q->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
   q->add_flag("--json", a->json, "machine-readable output");
-  q->add_option("--rows", a->rows, "input rows (default: cpu 1024, cuda 16384)");
-  q->add_option("--cols", a->cols, "input columns (default: cpu 2048, cuda 8192)");
+  add_integer_option<int64_t>(*q, "--rows", a->rows, 1, int64_t(1) << 24,
+                              "input rows (default: cpu 1024, cuda 16384)");
+  add_integer_option<int64_t>(*q, "--cols", a->cols, 1, int64_t(1) << 24,
+                              "input columns (default: cpu 2048, cuda 8192)");
   q->add_option("--only", a->filter, "run only the ops whose name contains this text");
-  q->add_option(
-       "--file-mb", a->file_mb,
-       "cpu: size in MiB of the bf16 file the whole `lockstep quantize` command is timed on")
-      ->capture_default_str();
-  q->add_option("--threads", a->threads,
-                "cpu: threads of the timed command and of memcpy (default: all)");
-  q->add_option("--runs", a->runs, "cpu: timed runs of the command (median; after one warm-up)")
-      ->capture_default_str();
+  add_real_option(
+      *q, "--file-mb", a->file_mb, 1.0, double(1 << 20), false,
+      "cpu: size in MiB of the bf16 file the whole `lockstep quantize` command is timed on");
+  add_integer_option(*q, "--threads", a->threads, 0, 4096,
+                     "cpu: threads of the timed command and of memcpy (0: all)");
+  add_integer_option(*q, "--runs", a->runs, 1, 1000,
+                     "cpu: timed runs of the command (median; after one warm-up)");
   q->add_option("--dir", a->dir,
                 "cpu: folder for the generated input and the output (default: temp)");
   q->callback([a] { run_bench_quantize(*a); });
-  register_bench_gemm_command(*bench);   // bench gemm (cmd_bench_gemm.cpp)
-  register_bench_model_command(*bench);  // bench model (cmd_bench_model.cpp)
+  register_bench_gemm_command(*bench);    // bench gemm (cmd_bench_gemm.cpp)
+  register_bench_header_command(*bench);  // bench safetensors-header (cmd_bench_header.cpp)
+  register_bench_model_command(*bench);   // bench model (cmd_bench_model.cpp)
 }
 
 }  // namespace lockstep::cli

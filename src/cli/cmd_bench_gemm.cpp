@@ -73,7 +73,7 @@ void register_bench_gemm_command(CLI::App& bench) {
   g->add_flag("--json", a->json, "machine-readable output");
   g->add_flag("--quick", a->quick, "fewer, smaller shapes (smoke run)");
   g->add_option("--only", a->filter, "run only the rows whose section or name contains this text");
-  g->add_option("--iters", a->iters, "timed iterations per row (median)")->capture_default_str();
+  add_integer_option(*g, "--iters", a->iters, 1, 1'000'000, "timed iterations per row (median)");
   g->callback([a] { run_bench_gemm(*a); });
 }
 

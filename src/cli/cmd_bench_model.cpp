@@ -221,11 +221,15 @@ void register_bench_model_command(CLI::App& bench) {
       "Example: lockstep bench model --baseline torch_baseline.json --json");
   c->add_option("--preset", a->presets, "presets to run (default tiny-dense tiny-moe)");
   c->add_option("--recipe", a->recipes, "recipes to run (default bf16 nvfp4_per_token)");
-  c->add_option("--batch", a->batch, "sequences per learner batch and decode batch (default 64)");
-  c->add_option("--min-len", a->min_len, "shortest sequence / prompt (default 12)");
-  c->add_option("--max-len", a->max_len, "longest sequence / prompt (default 24)");
-  c->add_option("--new-tokens", a->new_tokens, "tokens generated per prompt (default 16)");
-  c->add_option("--reps", a->reps, "timed repetitions (median; default 5)");
+  add_integer_option<int64_t>(*c, "--batch", a->batch, 1, 1'000'000,
+                              "sequences per learner batch and decode batch");
+  add_integer_option<int64_t>(*c, "--min-len", a->min_len, 1, 1'000'000,
+                              "shortest sequence / prompt");
+  add_integer_option<int64_t>(*c, "--max-len", a->max_len, 1, 1'000'000,
+                              "longest sequence / prompt");
+  add_integer_option<int64_t>(*c, "--new-tokens", a->new_tokens, 1, 1'000'000,
+                              "tokens generated per prompt");
+  add_integer_option(*c, "--reps", a->reps, 1, 1'000'000, "timed repetitions (median)");
   c->add_option("--baseline", a->baseline,
                 "PyTorch baseline JSON (bench/torch_baseline.py): preset, learner_tokens_per_s, "
                 "decode_tokens_per_s");

@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "lockstep/diag/compare.h"
 #include "lockstep/diag/report.h"
+#include "lockstep/diag/run_meta.h"
 #include "lockstep/rl/objectives.h"
 #include "lockstep/rl/trainer.h"
 #include "train_cli.h"
@@ -22,7 +23,6 @@ struct CompareCmd {
   std::vector<std::string> guards{"none", "tis", "triage"};
   bool deterministic_too = false;
   std::string out;
-  CLI::App* cmd = nullptr;
 };
 
 struct PlannedRun {
@@ -32,17 +32,24 @@ struct PlannedRun {
   fs::path dir;
 };
 
+// Refuses a name given twice in a comma-separated list (two runs in one folder).
+void refuse_duplicates(const std::vector<std::string>& names, std::string_view flag) {
+  for (size_t i = 0; i < names.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (names[i] == names[j])
+        throw UsageError(
+            fmt::format("{}: '{}' is given twice; name each one once", flag, names[i]));
+}
+
 void run_compare(CompareCmd& c) {
   TrainArgs& a = c.a;
   if (c.recipes.empty() || c.guards.empty()) throw UsageError("--recipes and --guards need a name");
-  // Every input is checked before anything is written.
+  refuse_duplicates(c.recipes, "--recipes");
+  refuse_duplicates(c.guards, "--guards");
+  // Every input and output is checked before anything is written.
   std::vector<PlannedRun> plan;
   const fs::path out = c.out.empty() ? default_run_dir("runs", "compare") : fs::path(c.out);
-  try {
-    rl::check_new_run_dir(out);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
+  check_run_outputs(a, "--out", out);
   for (const std::string& g : c.guards) {
     try {
       rl::parse_guard(g);
@@ -67,27 +74,26 @@ void run_compare(CompareCmd& c) {
       plan.push_back({sel, c.guards.front(), true,
                       out / dir_name(fmt::format("{}-{}-det", rn, c.guards.front()))});
   }
-  const bool preset_given = c.cmd->get_option("--preset")->count() > 0;
-  if (!a.model_dir.empty() && is_checkpoint_dir(a.model_dir))
-    throw UsageError(fmt::format(
-        "--model {}: compare starts every recipe from one model; give a model directory (a "
-        "checkpoint belongs to the recipe it was trained with)",
-        a.model_dir));
   for (const PlannedRun& p : plan) {
     rl::TrainOptions o = a.opt;
     o.guard = p.guard;
     o.deterministic = p.deterministic;
-    try {
-      o.validate();
-    } catch (const std::invalid_argument& e) {
-      throw UsageError(e.what());
-    }
+    validate_train_options(o);
   }
-  check_model_source(a, preset_given);
+  // One model for every recipe: a checkpoint (bound to its recipe) is refused.
+  rl::PolicySource source = open_source(a, rl::max_sequence_length(a.opt), false);
+  if (a.dry_run) {
+    std::string runs;
+    for (const PlannedRun& p : plan) runs += (runs.empty() ? "" : ", ") + p.dir.string();
+    print_dry_run(stdout, plan.front().recipe, command_line());
+    fmt::print("would run: {}, then {} runs of {} steps from {}: {}\n",
+               describe_warm_start(source, a), plan.size(), a.opt.steps, source.where, runs);
+    return;
+  }
 
   fs::create_directories(out);
   // The warm start is the same for every run (bf16, keyed without the recipe): made once.
-  InitialPolicy ip = initial_policy(a, plan.front().recipe.recipe, preset_given);
+  rl::InitialPolicy ip = initial_policy(std::move(source), a);
   std::vector<fs::path> dirs;
   for (size_t i = 0; i < plan.size(); ++i) {
     const PlannedRun& p = plan[i];
@@ -147,7 +153,6 @@ void register_compare_command(CLI::App& app) {
       "Every train option applies to all runs.\n"
       "Example: lockstep compare --recipes bf16,nvfp4_per_token --guards none,tis,triage "
       "--deterministic-too --out runs/compare");
-  c->cmd = cmd;
   cmd->add_option("--recipes", c->recipes, "built-in recipes, comma separated")
       ->delimiter(',')
       ->capture_default_str();

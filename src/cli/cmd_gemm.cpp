@@ -85,6 +85,8 @@ void prepare(Side& s, const GemmArgs& a, const std::string& path, const std::str
 
 void run_gemm(const GemmArgs& a) {
   check_output_paths({{"-o", a.output}, {"--run-meta", a.run_meta}});
+  check_outputs_not_inputs({{"-o", a.output}, {"--run-meta", a.run_meta}},
+                           {{"--a", a.a_path}, {"--w", a.w_path}});
   if (dry_run(a.dry_run, fmt::format("quantize {} and {} ({}), multiply on {} -> {}", a.a_path, a.w_path, a.format,
                                      a.device, a.output)))
     return;
@@ -177,7 +179,7 @@ void register_gemm_command(CLI::App& app) {
   g->add_flag("--allow-nonfinite", a->allow_nonfinite, "quantize NaN/Inf inputs by the contract's rules instead of refusing");
   g->add_flag("--json", a->json, "machine-readable summary on stdout");
   g->add_option("--run-meta", a->run_meta, "also write the run's provenance (run_meta.json) to this file");
-  g->add_flag("--dry-run", a->dry_run, "print the resolved recipe, environment and command; create nothing");
+  g->add_flag("--dry-run", a->dry_run, "print the environment and the command; create nothing");
   g->callback([a] { run_gemm(*a); });
 }
 

@@ -20,7 +20,7 @@ using model::ModelConfig;
 struct InitArgs {
   std::string config, preset, output, dtype = "f32";
   uint64_t seed = 0;
-  size_t max_shard_bytes = 0;
+  uint64_t max_shard_bytes = 0;
   bool force = false, json = false, dry_run = false, list_presets = false;
 };
 
@@ -75,6 +75,8 @@ void run_init(const InitArgs& a) {
     throw UsageError("give exactly one of --config CONFIG.json and --preset NAME");
   if (a.output.empty()) throw UsageError("-o MODEL_DIR is required");
   const DType dtype = parse_dtype(a.dtype);
+  check_output_folder("-o", a.output);
+  check_outputs_not_inputs({{"-o", a.output, /*folder=*/true}}, {{"--config", a.config}});
   const ModelConfig config =
       a.preset.empty() ? model::load_config(a.config) : model::preset(a.preset);
   check_output(a);
@@ -97,7 +99,7 @@ void run_init(const InitArgs& a) {
                                 model::kInitStd)},
            {"config", Json(model::config_to_json(config))}},
       Json::object(), {{"init", a.seed}});
-  model::save_model_dir(w, a.output, dtype, a.max_shard_bytes,
+  model::save_model_dir(w, a.output, dtype, size_t(a.max_shard_bytes),
                         {{"lockstep.run_meta", meta.dump()}});
   write_file_atomic(fs::path(a.output) / "run_meta.json", meta.dump(2) + "\n");
 
@@ -138,16 +140,15 @@ void register_init_commands(CLI::App& app) {
   init->add_option("--config", a->config, "a Hugging Face config.json (Qwen3 or Qwen3-MoE)");
   init->add_option("--preset", a->preset, "a built-in preset (lockstep presets lists them)");
   init->add_option("-o,--output", a->output, "the model directory to create");
-  init->add_option("--seed", a->seed, "Philox seed of the random weights")->capture_default_str();
+  add_unsigned_option(*init, "--seed", a->seed, UINT64_MAX,
+                      "Philox seed of the random weights (0 to 2^64 - 1)");
   init->add_option("--dtype", a->dtype, "stored dtype: f32 or bf16")->capture_default_str();
-  init->add_option("--max-shard-bytes", a->max_shard_bytes,
-                   "shard the weights into files of at most this many bytes (0: one file)")
-      ->capture_default_str();
+  add_unsigned_option(*init, "--max-shard-bytes", a->max_shard_bytes, uint64_t(1) << 62,
+                      "shard the weights into files of at most this many bytes (0: one file)");
   init->add_flag("--force", a->force, "write into an existing non-empty directory");
   init->add_flag("--list-presets", a->list_presets, "list the built-in presets and exit");
   init->add_flag("--json", a->json, "machine-readable summary on stdout");
-  init->add_flag("--dry-run", a->dry_run,
-                 "print the resolved recipe, environment and command; create nothing");
+  init->add_flag("--dry-run", a->dry_run, "print the environment and the command; create nothing");
   init->callback([a] { run_init(*a); });
 
   auto json = std::make_shared<bool>(false);

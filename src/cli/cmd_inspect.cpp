@@ -21,9 +21,11 @@ namespace {
 // Tensor-name suffixes of a quantized tensor's parts, in the order they are listed.
 constexpr std::array<std::string_view, 6> kPartSuffixes = {
     ".qdata", ".block_scale", ".amax", ".scale_inv", ".qdata_colwise", ".block_scale_colwise"};
-// Per-tensor metadata attributes: `lockstep.NAME.<attr>`.
-constexpr std::array<std::string_view, 6> kAttrs = {"format", "scaling", "block2d",
-                                                    "elem",   "shape",   "dtype"};
+// Per-tensor metadata attributes: `lockstep.NAME.<attr>`. `hadamard` is written only when true
+// (the values were Hadamard-transformed before quantizing; dequantize transforms them back).
+constexpr std::array<std::string_view, 8> kAttrs = {
+    "format", "scaling", "block2d", "elem", "shape", "dtype", "hadamard", "scale_layout"};
+constexpr size_t kHadamardAttr = 6;
 constexpr std::string_view kPrefix = "lockstep.";
 
 struct QuantGroup {
@@ -84,7 +86,8 @@ Json shape_attr_json(const std::string& s) {
 
 Json attr_json(std::string_view attr, const std::string* value) {
   if (!value) return nullptr;
-  if (attr == "block2d" && (*value == "true" || *value == "false")) return *value == "true";
+  if ((attr == "block2d" || attr == "hadamard") && (*value == "true" || *value == "false"))
+    return *value == "true";
   if (attr == "shape") return shape_attr_json(*value);
   return *value;
 }
@@ -107,6 +110,7 @@ Json to_json(const std::string& path, const SafetensorsHeader& h,
     q["name"] = g.name;
     for (size_t i = 0; i < kAttrs.size(); ++i)
       q[std::string(kAttrs[i])] = attr_json(kAttrs[i], g.attrs[i]);
+    if (!g.attrs[kHadamardAttr] && g.attrs[0]) q["hadamard"] = false;
     q["parts"] = g.parts;
     out["quantized"].push_back(std::move(q));
   }
@@ -175,7 +179,11 @@ void print_human(const std::string& path, const SafetensorsHeader& h,
     rows[0].emplace_back("parts");
     for (const auto& g : groups) {
       std::vector<std::string> r{printable(g.name)};
-      for (const auto* v : g.attrs) r.push_back(v ? printable(*v) : "-");
+      for (size_t i = 0; i < kAttrs.size(); ++i) {
+        const std::string* v = g.attrs[i];
+        const bool absent_false = i == kHadamardAttr && g.attrs[0];  // written only when true
+        r.push_back(v ? printable(*v) : absent_false ? "false" : "-");
+      }
       std::string parts;
       for (const auto& p : g.parts)
         parts += (parts.empty() ? "" : " ") + p.substr(g.name.size() + 1);

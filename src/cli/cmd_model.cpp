@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "commands.h"
@@ -12,7 +14,9 @@
 #include "lockstep/model/policy.h"
 #include "lockstep/model/sampler.h"
 #include "lockstep/recipe/json.h"
+#include "lockstep/quant/quantize.h"
 #include "lockstep/recipe/registry.h"
+#include "lockstep/tensor/file_io.h"
 #include "lockstep/tensor/safetensors.h"
 #include "model_cli.h"
 
@@ -25,7 +29,8 @@ void add_model_source_options(CLI::App& app, ModelSource& src, bool allow_preset
     app.add_option("--preset", src.preset,
                    "a built-in config with random weights instead of --model (tiny-dense, "
                    "tiny-moe, ...)");
-    app.add_option("--init-seed", src.init_seed, "seed of the preset's random weights (default 0)");
+    add_unsigned_option(app, "--init-seed", src.init_seed, UINT64_MAX,
+                        "seed of the preset's random weights");
   }
 }
 
@@ -42,9 +47,15 @@ model::ModelWeights load_model_source(const ModelSource& src) {
   }
 }
 
-Recipe select_run_recipe(SelectionInputs in) {
+SelectedRecipe select_run_recipe(SelectionInputs in) {
   in.read_environment();
-  return select_recipe(in).recipe;
+  return select_recipe(in);
+}
+
+static std::vector<PathArg> model_inputs(const ModelSource& src, const SelectionInputs& recipe) {
+  std::vector<PathArg> in{{"--model", src.model_dir}};
+  if (recipe.recipe_file) in.push_back({"--recipe-file", *recipe.recipe_file});
+  return in;
 }
 
 namespace {
@@ -55,7 +66,7 @@ struct ForwardArgs {
   ModelSource src;
   SelectionInputs recipe;
   std::string tokens, output;
-  bool deterministic = false, json = false;
+  bool deterministic = false, json = false, dry_run = false;
 };
 
 std::vector<int64_t> int_values(const Tensor& t, const std::string& what) {
@@ -69,8 +80,13 @@ std::vector<int64_t> int_values(const Tensor& t, const std::string& what) {
 }
 
 void run_forward(const ForwardArgs& a) {
+  check_output_paths({{"-o", a.output}});
+  std::vector<PathArg> inputs = model_inputs(a.src, a.recipe);
+  inputs.push_back({"--tokens", a.tokens});
+  check_outputs_not_inputs({{"-o", a.output}}, inputs);
+  const SelectedRecipe sel = select_run_recipe(a.recipe);
+  const Recipe& recipe = sel.recipe;
   const model::ModelWeights w = load_model_source(a.src);
-  const Recipe recipe = select_run_recipe(a.recipe);
   const SafetensorsFile f = read_safetensors(a.tokens);
   const Tensor* ids_t = f.find("ids");
   if (!ids_t) throw UsageError(fmt::format("{}: no tensor named 'ids' (I32/I64 [n])", a.tokens));
@@ -86,15 +102,34 @@ void run_forward(const ForwardArgs& a) {
                       v, w.config.vocab_size));
     ids32.push_back(int32_t(v));
   }
+  if (cu.size() < 2 || cu.front() != 0 || cu.back() != int64_t(ids.size()) ||
+      !std::is_sorted(cu.begin(), cu.end()))
+    throw UsageError(fmt::format(
+        "{}: 'cu_seqlens' must rise from 0 to the token count {} (one entry per sequence start, "
+        "plus the end)",
+        a.tokens, ids.size()));
+  const model::ExecMode mode =
+      a.deterministic ? model::ExecMode::kDeterministic : model::ExecMode::kFast;
+  if (dry_run(a.dry_run, sel,
+              fmt::format("logits [{}, {}] F32 of {} sequence(s) from {} ({} mode) -> {}",
+                          ids.size(), w.config.vocab_size, cu.size() - 1,
+                          a.src.model_dir.empty() ? "preset " + a.src.preset : a.src.model_dir,
+                          model::exec_mode_name(mode), a.output)))
+    return;
   model::DecoderWeights dw;
   dw.config = w.config;
   dw.plan = model::plan_for(w.config, recipe);
   dw.tensors = w.tensors;
   model::Decoder dec(std::move(dw));
-  const model::ExecMode mode =
-      a.deterministic ? model::ExecMode::kDeterministic : model::ExecMode::kFast;
   const Tensor logits = dec.forward(
       Tensor::from_vector<int32_t>(ids32, {int64_t(ids32.size())}, DType::kI32), cu, mode, false);
+  // Finite weights can still overflow fp32 on the way to the logits: an error, never a file of
+  // NaN.
+  if (const int64_t bad = count_nonfinite(to_f32(logits)); bad > 0)
+    throw UsageError(fmt::format(
+        "{} of {} logits are not finite (NaN or Inf): the model's activations overflow fp32 on "
+        "these tokens; nothing was written",
+        bad, logits.numel()));
   SafetensorsFile out;
   out.tensors.push_back({"logits", logits});
   out.metadata["lockstep.recipe"] = recipe.name;
@@ -122,13 +157,18 @@ struct SampleArgs {
   double temperature = 1.0, top_p = 1.0;
   uint64_t seed = 0;
   std::optional<int64_t> eos;
-  bool json = false;
+  bool json = false, dry_run = false;
 };
 
 // One JSON array of token ids per non-empty line.
 std::vector<model::SampleRequest> read_prompts(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError(fmt::format("cannot read prompts file '{}'", path));
+  std::string text;
+  try {
+    text = read_input_file(path);  // a FIFO or device (/dev/zero) is refused, never read
+  } catch (const InputPathError& e) {
+    throw UsageError(fmt::format("cannot read prompts file: {}", e.what()));
+  }
+  std::istringstream in(text);
   std::vector<model::SampleRequest> reqs;
   std::string line;
   int64_t lineno = 0;
@@ -170,9 +210,27 @@ model::KvDtype kv_from_name(const std::string& s) {
 }
 
 void run_sample(const SampleArgs& a) {
+  const SelectedRecipe sel = select_run_recipe(a.recipe);
+  const Recipe& recipe = sel.recipe;
   const model::ModelWeights w = load_model_source(a.src);
-  const Recipe recipe = select_run_recipe(a.recipe);
   const std::vector<model::SampleRequest> reqs = read_prompts(a.prompts);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    for (int32_t id : reqs[i].prompt)
+      if (id < 0 || id >= w.config.vocab_size)
+        throw UsageError(
+            fmt::format("{}: prompt {}: token id {} is outside the vocabulary of {} "
+                        "tokens",
+                        a.prompts, i + 1, id, w.config.vocab_size));
+  if (a.eos && (*a.eos < 0 || *a.eos >= w.config.vocab_size))
+    throw UsageError(
+        fmt::format("--eos {}: outside the vocabulary of {} tokens", *a.eos, w.config.vocab_size));
+  if (dry_run(a.dry_run, sel,
+              fmt::format("sample up to {} tokens for each of {} prompt(s) from {} (seed {}, "
+                          "temperature {})",
+                          a.max_new, reqs.size(),
+                          a.src.model_dir.empty() ? "preset " + a.src.preset : a.src.model_dir,
+                          a.seed, a.temperature)))
+    return;
   model::SamplerConfig sc;
   sc.temperature = a.temperature;
   sc.top_p = a.top_p;
@@ -185,6 +243,14 @@ void run_sample(const SampleArgs& a) {
   model::Sampler s(sc);
   s.load_policy(model::export_policy(w, recipe, 0), 0, recipe.name);
   const std::vector<model::SampleResult> res = s.generate(reqs);
+  // A non-finite log-prob means the logits overflowed: an error, never a null in the output.
+  for (size_t i = 0; i < res.size(); ++i)
+    for (size_t k = 0; k < res[i].logprobs.size(); ++k)
+      if (!std::isfinite(res[i].logprobs[k]))
+        throw UsageError(fmt::format(
+            "prompt {}: the log-prob of generated token {} is {} (the model's logits are not "
+            "finite: its activations overflow fp32)",
+            i + 1, k + 1, res[i].logprobs[k]));
   if (a.json) {
     Json j{{"recipe", recipe.name}, {"seed", a.seed}, {"temperature", a.temperature}};
     j["results"] = Json::array();
@@ -212,18 +278,36 @@ struct AlignArgs {
   std::string learner_recipe;
   model::AlignOptions opt;
   std::string kv = "bf16";
-  bool deterministic = false, json = false;
+  bool deterministic = false, json = false, dry_run = false;
 };
 
 void run_align(AlignArgs a) {
-  const model::ModelWeights w = load_model_source(a.src);
-  const Recipe recipe = select_run_recipe(a.recipe);
+  const SelectedRecipe sel = select_run_recipe(a.recipe);
+  const Recipe& recipe = sel.recipe;
   a.opt.mode = a.deterministic ? model::ExecMode::kDeterministic : model::ExecMode::kFast;
   a.opt.kv = kv_from_name(a.kv);
   if (!a.learner_recipe.empty())
     a.opt.learner_recipe = builtin_recipe_or_throw(a.learner_recipe, "--learner-recipe").recipe;
+  if (a.opt.max_prompt < a.opt.min_prompt)
+    throw UsageError(fmt::format("--max-prompt {} is below the shortest prompt ({})",
+                                 a.opt.max_prompt, a.opt.min_prompt));
+  const model::ModelWeights w = load_model_source(a.src);
+  if (dry_run(a.dry_run, sel,
+              fmt::format("sample {} sequence(s) of up to {} tokens from {} and score them with "
+                          "the learner ({})",
+                          a.opt.batch, a.opt.max_new,
+                          a.src.model_dir.empty() ? "preset " + a.src.preset : a.src.model_dir,
+                          a.deterministic ? "deterministic" : "fast")))
+    return;
   const model::AlignResult r = model::align(w, recipe, a.opt);
   const model::GapStats& g = r.stats;
+  // A NaN gap is no agreement at all: an error, never a max of 0.
+  for (size_t i = 0; i < r.delta.size(); ++i)
+    if (!std::isfinite(r.delta[i]))
+      throw UsageError(fmt::format(
+          "the learner - sampler log-prob gap of generated token {} is {} (the model's logits "
+          "are not finite: its activations overflow fp32)",
+          i + 1, r.delta[i]));
   if (a.json) {
     Json j{{"recipe", recipe.name},
            {"deterministic", a.deterministic},
@@ -265,6 +349,8 @@ void register_model_commands(CLI::App& app) {
     c->add_flag("--deterministic", a->deterministic,
                 "batch-invariant attention (the sampler's per-row function)");
     c->add_flag("--json", a->json, "print a JSON summary");
+    c->add_flag("--dry-run", a->dry_run,
+                "check the model, tokens and output, print what would run; write nothing");
     c->callback([a] { run_forward(*a); });
   }
   {
@@ -278,15 +364,22 @@ void register_model_commands(CLI::App& app) {
     add_model_source_options(*c, a->src, true);
     add_recipe_options(*c, a->recipe);
     c->add_option("--prompts", a->prompts, "JSON lines file of token id arrays")->required();
-    c->add_option("--max-new", a->max_new, "tokens to generate per prompt (default 16)");
-    c->add_option("--temperature", a->temperature, "sampling temperature > 0 (default 1)");
-    c->add_option("--top-p", a->top_p, "nucleus mass in (0, 1] (default 1)");
-    c->add_option("--top-k", a->top_k, "keep the k most likely tokens (0: all)");
-    c->add_option("--seed", a->seed, "Philox seed of the sampling uniforms (default 0)");
-    c->add_option("--eos", a->eos, "stop token (default: the config's eos_token_id)");
+    add_integer_option<int64_t>(*c, "--max-new", a->max_new, 1, 1'000'000,
+                                "tokens to generate per prompt");
+    add_real_option(*c, "--temperature", a->temperature, 0.0, 100.0, true,
+                    "sampling temperature, finite and > 0");
+    add_real_option(*c, "--top-p", a->top_p, 0.0, 1.0, true, "nucleus mass in (0, 1]");
+    add_integer_option<int64_t>(*c, "--top-k", a->top_k, 0, int64_t(1) << 31,
+                                "keep the k most likely tokens (0: all)");
+    add_unsigned_option(*c, "--seed", a->seed, UINT64_MAX, "Philox seed of the sampling uniforms");
+    add_integer_option<int64_t>(*c, "--eos", a->eos, 0, int64_t(1) << 31,
+                                "stop token (default: the config's eos_token_id)");
     c->add_option("--kv-cache", a->kv, "bf16 or fp8 (E4M3 with per-head scales)");
-    c->add_option("--max-batch", a->max_batch, "sequences decoded together (default 64)");
+    add_integer_option<int64_t>(*c, "--max-batch", a->max_batch, 1, 1'000'000,
+                                "sequences decoded together");
     c->add_flag("--json", a->json, "print the results as JSON");
+    c->add_flag("--dry-run", a->dry_run,
+                "check the model and prompts, print what would run; sample nothing");
     c->callback([a] { run_sample(*a); });
   }
   {
@@ -300,18 +393,23 @@ void register_model_commands(CLI::App& app) {
     add_recipe_options(*c, a->recipe);
     c->add_flag("--deterministic", a->deterministic,
                 "batch-invariant learner (the gap must then be exactly 0 for row-local recipes)");
-    c->add_option("--batch", a->opt.batch, "sequences (default 8), of mixed prompt lengths");
+    add_integer_option<int64_t>(*c, "--batch", a->opt.batch, 1, 1'000'000,
+                                "sequences, of mixed prompt lengths");
     c->add_flag("--alone", a->opt.alone, "sample and score each sequence alone");
-    c->add_option("--max-new", a->opt.max_new, "generated tokens per sequence (default 16)");
-    c->add_option("--max-prompt", a->opt.max_prompt, "longest prompt (default 8)");
-    c->add_option("--temperature", a->opt.temperature, "sampling temperature (default 1)");
-    c->add_option("--seed", a->opt.seed, "seed of prompts and sampling (default 0)");
+    add_integer_option<int64_t>(*c, "--max-new", a->opt.max_new, 1, 1'000'000,
+                                "generated tokens per sequence");
+    add_integer_option<int64_t>(*c, "--max-prompt", a->opt.max_prompt, 1, 1'000'000,
+                                "longest prompt");
+    add_real_option(*c, "--temperature", a->opt.temperature, 0.0, 100.0, true,
+                    "sampling temperature, finite and > 0");
+    add_unsigned_option(*c, "--seed", a->opt.seed, UINT64_MAX, "seed of prompts and sampling");
     c->add_option("--kv-cache", a->kv, "bf16 or fp8 (fp8 differs by construction)");
     c->add_option(
         "--learner-recipe", a->learner_recipe,
         "rescore with this built-in recipe instead (e.g. bf16 behind a quantized sampler)");
     c->add_flag("--json", a->json,
                 "print {recipe, deterministic, tokens, mean_abs_gap, max_abs_gap, q05_gap}");
+    c->add_flag("--dry-run", a->dry_run, "check the model and options, print what would run");
     c->callback([a] { run_align(*a); });
   }
 }

@@ -1,6 +1,7 @@
 // `lockstep quantize` and `lockstep dequantize`: whole safetensors files through the contract's
 // quantizers. Output paths and input shapes are validated before any work; outputs are written
 // all or none, each atomically. quantize streams: memory-mapped input, one tensor at a time.
+// dequantize undoes the Hadamard transform of tensors quantized with --hadamard.
 #include <fmt/format.h>
 
 #include <cfloat>
@@ -10,6 +11,7 @@
 
 #include "commands.h"
 #include "lockstep/diag/run_meta.h"
+#include "lockstep/numerics/hadamard.h"
 #include "lockstep/quant/format.h"
 #include "lockstep/quant/qtensor_io.h"
 #include "lockstep/quant/quantize.h"
@@ -25,9 +27,9 @@ struct QuantizeArgs {
   bool block2d = false, colwise = false, pow2 = false, allow_nonfinite = false, stochastic = false,
        hadamard = false, json = false, dry_run = false;
   std::string device = "cpu", run_meta;
-  uint64_t seed = 0;
-  uint64_t stream = 0;        // a Philox stream id: 32 bits (parse_unsigned bounds it)
-  std::optional<double> eps;  // fp8 amax floor; unset means 0
+  std::optional<uint64_t> seed;    // Philox seed of --stochastic (unset: 0)
+  std::optional<uint64_t> stream;  // a Philox stream id: 32 bits (unset: 0)
+  std::optional<double> eps;       // fp8 amax floor; unset means 0
 };
 
 // --eps: finite, >= 0, within fp32 range, and for fp8 only (nvfp4 and mxfp8 have no amax floor).
@@ -71,8 +73,12 @@ QuantConfig make_spec(const QuantizeArgs& a) {
   s.pow2 = a.pow2;
   s.eps = checked_eps(a, s.format);
   s.stochastic = a.stochastic;
-  s.seed = a.seed;
-  s.rng_stream = uint32_t(a.stream);
+  if ((a.seed || a.stream) && !a.stochastic)
+    throw UsageError(
+        fmt::format("{} applies to --stochastic rounding only; add --stochastic or drop it",
+                    a.seed ? "--seed" : "--stream"));
+  s.seed = a.seed.value_or(0);
+  s.rng_stream = uint32_t(a.stream.value_or(0));
   s.hadamard = a.hadamard;
   if (a.scale_layout != "compact" && a.scale_layout != "swizzled")
     throw UsageError(fmt::format("unknown --scale-layout '{}' (compact or swizzled)", a.scale_layout));
@@ -116,6 +122,7 @@ void refuse_nonfinite(const QuantizeArgs& a, const NamedTensor& nt, int64_t nonf
 // one tensor's output. Nothing is renamed into place unless every tensor was written.
 void run_quantize(const QuantizeArgs& a) {
   check_output_paths({{"-o", a.output}, {"--run-meta", a.run_meta}});
+  check_outputs_not_inputs({{"-o", a.output}, {"--run-meta", a.run_meta}}, {{"input", a.input}});
   const QuantConfig spec = make_spec(a);
   const Device device = device_arg(a.device);
   if (dry_run(a.dry_run, fmt::format("{} {} of every 2-D float tensor of {} on {} -> {}", a.format,
@@ -140,15 +147,25 @@ void run_quantize(const QuantizeArgs& a) {
   }
   if (report.empty())
     throw UsageError(fmt::format("{}: no 2-D F32, BF16 or F16 tensor to quantize", a.input));
-  const Json meta = provenance(
-      "quantize", a.device,
-      Json{{"input", a.input}, {"output", a.output}, {"format", a.format},
-           {"scaling", std::string(scaling_name(spec.scaling))}, {"block2d", a.block2d},
-           {"colwise", a.colwise}, {"pow2", a.pow2}, {"eps", spec.eps}, {"elem", a.elem},
-           {"stochastic", a.stochastic}, {"hadamard", a.hadamard}, {"allow_nonfinite", a.allow_nonfinite}},
-      Json{{"block_scale", a.scale_layout}, {"fp4_packing", "two codes per byte, even column in the low nibble"}},
-      a.stochastic ? std::map<std::string, uint64_t>{{"stochastic_rounding", a.seed}, {"stream", a.stream}}
-                   : std::map<std::string, uint64_t>{});
+  const Json meta =
+      provenance("quantize", a.device,
+                 Json{{"input", a.input},
+                      {"output", a.output},
+                      {"format", a.format},
+                      {"scaling", std::string(scaling_name(spec.scaling))},
+                      {"block2d", a.block2d},
+                      {"colwise", a.colwise},
+                      {"pow2", a.pow2},
+                      {"eps", spec.eps},
+                      {"elem", a.elem},
+                      {"stochastic", a.stochastic},
+                      {"hadamard", a.hadamard},
+                      {"allow_nonfinite", a.allow_nonfinite}},
+                 Json{{"block_scale", a.scale_layout},
+                      {"fp4_packing", "two codes per byte, even column in the low nibble"}},
+                 a.stochastic ? std::map<std::string, uint64_t>{{"stochastic_rounding", spec.seed},
+                                                                {"stream", spec.rng_stream}}
+                              : std::map<std::string, uint64_t>{});
   metadata["lockstep.run_meta"] = meta.dump();
   SafetensorsStreamWriter writer(std::move(specs), metadata, a.output);
   AtomicFile out(a.output);
@@ -206,9 +223,31 @@ int64_t count_inf(std::span<const float> v) {
   return n;
 }
 
+// Undoes the random Hadamard transform (CONTRACT.md section 6) of values rebuilt from one copy:
+// along rows for the rowwise copy, along columns (the rows of X^T) for the transposed copy.
+// values: [rows, cols] row-major. The transform's bf16 rounding and the quantization error stay.
+void invert_hadamard(std::vector<float>& values, int64_t rows, int64_t cols, Copy copy) {
+  float in[16], out[16];
+  if (copy == Copy::kRowwise) {
+    for (size_t k = 0; k + 16 <= values.size(); k += 16) {
+      std::copy_n(values.data() + k, 16, in);
+      num::inverse_hadamard16_chunk(in, out);
+      std::copy_n(out, 16, values.data() + k);
+    }
+    return;
+  }
+  for (int64_t c = 0; c < cols; ++c)
+    for (int64_t r0 = 0; r0 + 16 <= rows; r0 += 16) {
+      for (int i = 0; i < 16; ++i) in[i] = values[size_t((r0 + i) * cols + c)];
+      num::inverse_hadamard16_chunk(in, out);
+      for (int i = 0; i < 16; ++i) values[size_t((r0 + i) * cols + c)] = out[i];
+    }
+}
+
 void run_dequantize(const DequantizeArgs& a) {
   const std::string &input = a.input, &output = a.output, &dtype_arg = a.dtype;
   check_output_paths({{"-o", output}, {"--run-meta", a.run_meta}});
+  check_outputs_not_inputs({{"-o", output}, {"--run-meta", a.run_meta}}, {{"input", input}});
   const Device device = device_arg(a.device);
   if (dry_run(a.dry_run, fmt::format("dequantize every quantized tensor of {} on {} -> {} ({})", input,
                                      a.device, output, dtype_arg)))
@@ -225,14 +264,19 @@ void run_dequantize(const DequantizeArgs& a) {
   // dtype, or Inf inputs quantized with --allow-nonfinite.
   std::vector<std::pair<std::string, int64_t>> overflowed;
   int64_t overflowed_total = 0;
+  int64_t inverted = 0;  // tensors quantized with --hadamard, transformed back
   for (const std::string& name : names) {
     DType source = DType::kF32;
     QTensor q = naming_file(input, [&] { return read_qtensor(in, name, &source); });
     const DType dt = output_dtype(dtype_arg, source, input, name);
     DequantConfig dc;
     dc.copy = q.has_rowwise() ? Copy::kRowwise : Copy::kColwise;
-    const std::vector<float> values =
+    std::vector<float> values =
         naming_file(input, [&] { return to_f32(dequantize(q.to(device), dc).to(Device::cpu())); });
+    if (q.hadamard) {
+      invert_hadamard(values, q.rows, q.cols, dc.copy);
+      ++inverted;
+    }
     Tensor t = from_f32(values, {q.rows, q.cols}, dt);
     const int64_t inf = dt == DType::kF32 ? count_inf(values) : count_inf(to_f32(t));
     if (inf > 0) {
@@ -252,7 +296,8 @@ void run_dequantize(const DequantizeArgs& a) {
                                Json{{"input", input},
                                     {"output", output},
                                     {"dtype", dtype_arg},
-                                    {"overflowed_to_inf", overflowed_total}},
+                                    {"overflowed_to_inf", overflowed_total},
+                                    {"hadamard_inverted", inverted}},
                                Json::object(), {});
   out.metadata["lockstep.run_meta"] = meta.dump();
   write_outputs(output, out, a.run_meta, meta);
@@ -263,6 +308,11 @@ void run_dequantize(const DequantizeArgs& a) {
       note += fmt::format("{}'{}' {}", i ? ", " : "", overflowed[i].first, overflowed[i].second);
     note += ")";
   }
+  if (inverted > 0)
+    note += fmt::format(
+        "; {} tensor(s) quantized with --hadamard transformed back (exact inverse of the "
+        "transform; its bf16 rounding and the quantization error remain)",
+        inverted);
   fmt::print("dequantized {} tensor(s) -> {}{}\n", names.size(), output, note);
 }
 
@@ -291,17 +341,17 @@ void register_quantize_commands(CLI::App& app) {
   q->add_option("--eps", a->eps, "fp8: amax floor (finite, >= 0; default 0)");
   q->add_option("--elem", a->elem, "fp8/mxfp8 element type: e4m3 or e5m2")->capture_default_str();
   q->add_flag("--stochastic", a->stochastic, "stochastic rounding of elements (Philox, CONTRACT section 5)");
-  add_unsigned_option(*q, "--seed", a->seed, UINT64_MAX,
-                      "Philox seed for --stochastic (0 to 2^64 - 1)");
-  add_unsigned_option(*q, "--stream", a->stream, UINT32_MAX,
-                      "Philox stream id for --stochastic (0 to 2^32 - 1)");
+  add_integer_option<uint64_t>(*q, "--seed", a->seed, 0, UINT64_MAX,
+                               "Philox seed for --stochastic (0 to 2^64 - 1; default 0)");
+  add_integer_option<uint64_t>(*q, "--stream", a->stream, 0, UINT32_MAX,
+                               "Philox stream id for --stochastic (0 to 2^32 - 1; default 0)");
   q->add_flag("--hadamard", a->hadamard, "random Hadamard transform along rows before quantizing (section 6)");
   q->add_option("--scale-layout", a->scale_layout, "compact or swizzled (128x4 tiles) block scales")->capture_default_str();
   q->add_flag("--allow-nonfinite", a->allow_nonfinite, "quantize NaN/Inf inputs by the contract's rules instead of refusing");
   q->add_flag("--json", a->json, "machine-readable summary on stdout");
   q->add_option("--device", a->device, "cpu or cuda (same bytes either way)")->capture_default_str();
   q->add_option("--run-meta", a->run_meta, "also write the run's provenance (run_meta.json) to this file");
-  q->add_flag("--dry-run", a->dry_run, "print the resolved recipe, environment and command; create nothing");
+  q->add_flag("--dry-run", a->dry_run, "print the environment and the command; create nothing");
   q->callback([a] { run_quantize(*a); });
 
   auto da = std::make_shared<DequantizeArgs>();
@@ -313,7 +363,7 @@ void register_quantize_commands(CLI::App& app) {
   d->add_option("-o,--output", da->output, "output safetensors file (written atomically)")->required();
   d->add_option("--device", da->device, "cpu or cuda (same bytes either way)")->capture_default_str();
   d->add_option("--run-meta", da->run_meta, "also write the run's provenance (run_meta.json) to this file");
-  d->add_flag("--dry-run", da->dry_run, "print the resolved recipe, environment and command; create nothing");
+  d->add_flag("--dry-run", da->dry_run, "print the environment and the command; create nothing");
   d->add_option(
        "--dtype", da->dtype,
        "f32 (exact), bf16, or source (the dtype the tensor was quantized from: F32, BF16 or F16)")

@@ -167,9 +167,8 @@ void register_recipe_commands(CLI::App& app) {
   desc->add_option("RECIPE", d->positional,
                    "recipe name (default: --recipe-file, then $LOCKSTEP_RECIPE, then bf16)");
   add_recipe_options(*desc, d->sel);
-  desc->add_option("--layers", d->layers,
-                   fmt::format("number of transformer layers (1 to {})", kMaxModelLayers))
-      ->default_val(kDefaultDescribeLayers);
+  add_integer_option(*desc, "--layers", d->layers, 1, int(kMaxModelLayers),
+                     fmt::format("number of transformer layers (1 to {})", kMaxModelLayers));
   desc->add_flag("--json", d->json,
                  "print {recipe, layers: [{layer, modules}], lm_head} as JSON");
   desc->add_flag("--explain", d->explain, "also show which rule decided each module");

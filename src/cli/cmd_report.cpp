@@ -24,6 +24,10 @@ struct ReportArgs {
 void run_report(const ReportArgs& a) {
   if (!(a.smoothing >= 0 && a.smoothing < 1))
     throw UsageError(fmt::format("--smoothing {} must be in [0, 1)", a.smoothing));
+  check_output_paths({{"-o", a.out}});
+  std::vector<PathArg> inputs;
+  for (const std::string& d : a.run_dirs) inputs.push_back({"RUN_DIR", d});
+  check_outputs_not_inputs({{"-o", a.out}}, inputs);
   // Every folder is read before anything is written: a bad one leaves no output file.
   std::vector<diag::RunData> runs;
   for (const std::string& d : a.run_dirs) {

@@ -48,6 +48,7 @@ void run_sweep(const SweepArgs& a) {
     int64_t rows, cols;
   };
   check_output_paths({{"--run-meta", a.run_meta}});
+  check_outputs_not_inputs({{"--run-meta", a.run_meta}}, {{"file", a.file}});
   if (dry_run(a.dry_run, a.file.empty() ? "sweep the generated tensor" : "sweep " + a.file)) return;
   std::vector<Item> items;
   std::string source;
@@ -138,13 +139,15 @@ void register_sweep_command(CLI::App& app) {
   s->add_option("--tensor", a->tensor, "sweep only this tensor of FILE");
   s->add_option("--scaling", a->scaling, "outer scaling of the E4M3-scaled formats: per_tensor or per_row")
       ->capture_default_str();
-  s->add_option("--rows", a->rows, "rows of the generated tensor")->capture_default_str();
-  s->add_option("--cols", a->cols, "cols of the generated tensor")->capture_default_str();
+  add_integer_option<int64_t>(*s, "--rows", a->rows, 1, int64_t(1) << 20,
+                              "rows of the generated tensor");
+  add_integer_option<int64_t>(*s, "--cols", a->cols, 16, int64_t(1) << 20,
+                              "cols of the generated tensor (a multiple of 16)");
   add_unsigned_option(*s, "--seed", a->seed, UINT64_MAX,
                       "seed of the generated tensor (0 to 2^64 - 1)");
   s->add_flag("--json", a->json, "machine-readable output");
   s->add_option("--run-meta", a->run_meta, "write the results with their provenance (run_meta.json) to this file");
-  s->add_flag("--dry-run", a->dry_run, "print the resolved recipe, environment and command; run nothing");
+  s->add_flag("--dry-run", a->dry_run, "print the environment and the command; run nothing");
   s->callback([a] { run_sweep(*a); });
 }
 

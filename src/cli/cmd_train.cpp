@@ -84,34 +84,33 @@ void run_resume(const TrainCmd& c) {
 void run_train(TrainCmd& c) {
   if (!c.resume.empty()) return run_resume(c);
   TrainArgs& a = c.a;
-  // Every input is checked before anything is written (and before the warm start).
-  try {
-    a.opt.validate();
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
+  // Every input and output is checked before anything is written (and before the warm start).
+  validate_train_options(a.opt);
   a.recipe.read_environment();
   if (!a.recipe.recipe_name && !a.recipe.recipe_file && !a.recipe.env_recipe)
     a.recipe.recipe_name = "nvfp4_per_token";
   const SelectedRecipe sel = select_recipe(a.recipe);
-  const bool preset_given = c.cmd->get_option("--preset")->count() > 0;
-  check_model_source(a, preset_given);
   const std::string name = fmt::format("{}-{}-{}{}", a.opt.task, sel.recipe.name, a.opt.guard,
                                        a.opt.deterministic ? "-det" : "");
   const fs::path dir = c.out.empty() ? default_run_dir("runs", name) : fs::path(c.out);
+  check_run_outputs(a, "--out", dir);
+  // The model source is read once: a checkpoint's config, recipe and weights come from one load.
+  rl::PolicySource source = open_source(a, rl::max_sequence_length(a.opt), true);
   try {
-    rl::check_new_run_dir(dir);
+    rl::check_source_recipe(source, sel.recipe);
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
+  const std::string plan = fmt::format(
+      "{} (model {}, task {} difficulty {}, recipe {}, guard {}{}, {} steps of {} x {} samples)",
+      dir.string(), source.where, a.opt.task, a.opt.difficulty, sel.recipe.name, a.opt.guard,
+      a.opt.deterministic ? ", deterministic" : "", a.opt.steps, a.opt.prompts, a.opt.group);
+  if (dry_run(a.dry_run, sel,
+              fmt::format("{}, then the RL run {}", describe_warm_start(source, a), plan)))
+    return;
 
-  fmt::print(stderr,
-             "lockstep train: {} (model {}, task {} difficulty {}, recipe {}, guard {}{}, {} steps "
-             "of {} x {} samples)\n",
-             dir.string(), a.model_dir.empty() ? a.preset : a.model_dir, a.opt.task,
-             a.opt.difficulty, sel.recipe.name, a.opt.guard,
-             a.opt.deterministic ? ", deterministic" : "", a.opt.steps, a.opt.prompts, a.opt.group);
-  InitialPolicy ip = initial_policy(a, sel.recipe, preset_given);
+  fmt::print(stderr, "lockstep train: {}\n", plan);
+  rl::InitialPolicy ip = initial_policy(std::move(source), a);
   RunMetaExtras meta;
   meta.argv = command_line();
   meta.extra = ip.meta;
@@ -133,38 +132,40 @@ struct PretrainCmd {
   std::string out;
   int64_t eval_every = 0;
   int min_difficulty = 0;
-  CLI::App* cmd = nullptr;
 };
 
 void run_pretrain(PretrainCmd& c) {
   TrainArgs& a = c.a;
-  try {
-    a.opt.validate();
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
-  const bool preset_given = c.cmd->get_option("--preset")->count() > 0;
-  check_model_source(a, preset_given);
+  validate_train_options(a.opt);
+  check_output_folder("-o", c.out);
   try {
     rl::check_new_run_dir(c.out);
   } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
+    throw UsageError(fmt::format("-o: {}", e.what()));
   }
-  if (a.pretrain_steps < 0) throw UsageError("--steps must be >= 0");
-  model::ModelWeights init;
-  std::string source;
-  if (!a.model_dir.empty()) {
-    InitialPolicy ip =
-        initial_policy(a, builtin_recipe_or_throw(rl::kPretrainRecipe, "").recipe, preset_given);
-    init = std::move(ip.weights);
-    source = "model_dir:" + a.model_dir;
-  } else {
-    init = model::init_weights(model::preset(a.preset), a.opt.seed);
-    source = "preset:" + a.preset;
+  check_outputs_not_inputs({{"-o", c.out, /*folder=*/true}}, {{"--model", a.model_dir}});
+  rl::PolicySource source = open_source(a, rl::max_sequence_length(a.opt), true);
+  SelectionInputs pretrain_recipe;
+  pretrain_recipe.recipe_name = rl::kPretrainRecipe;
+  const SelectedRecipe bf16 = select_recipe(pretrain_recipe);
+  try {
+    rl::check_source_recipe(source, bf16.recipe);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
   }
   rl::PretrainOptions po = pretrain_options(a);
   po.eval_every = c.eval_every;
   po.min_difficulty = c.min_difficulty;
+  if (po.min_difficulty > po.difficulty)
+    throw UsageError(fmt::format("--min-difficulty {} is above --difficulty {}", po.min_difficulty,
+                                 po.difficulty));
+  if (dry_run(a.dry_run, bf16,
+              fmt::format("{} supervised steps of {} examples (task {}, difficulty {}) from {}, "
+                          "written to {}",
+                          po.steps, po.batch, po.task, po.difficulty, source.where, c.out)))
+    return;
+  const std::string init_source = source.init_source;
+  const model::ModelWeights init = std::move(source.weights);
   diag::ProgressDisplay progress = diag::ProgressDisplay::for_stderr({a.log_every, 20});
   std::optional<double> acc;
   const rl::PretrainResult r = rl::pretrain(init, po, [&](const rl::PretrainProgress& p) {
@@ -178,7 +179,7 @@ void run_pretrain(PretrainCmd& c) {
   auto eval_json = [](const rl::EvalResult& e) {
     return Json{{"accuracy", e.accuracy}, {"correct", e.correct}, {"prompts", e.prompts}};
   };
-  const Json key = rl::warm_start_key(init.config, source, a.opt.seed, po);
+  const Json key = rl::warm_start_key(init.config, init_source, a.opt.seed, po);
   Json info = {{"key", key},
                {"hash", rl::warm_start_hash(key)},
                {"eval_before", eval_json(r.before)},
@@ -239,32 +240,36 @@ void register_train_commands(CLI::App& app) {
       "directory (config.json, model.safetensors, warm_start.json) for `train --model`.\n"
       "(`lockstep train` does this itself and caches it.)\n"
       "Example: lockstep pretrain --task add --difficulty 3 --steps 200 -o models/add3");
-  p->cmd = pc;
+  p->a.cmd = pc;
   pc->add_option("-o,--output", p->out, "model directory to create")->required();
   pc->add_option("--task", p->a.opt.task, "task (add, sort, reverse, count)")
       ->capture_default_str();
-  pc->add_option("--difficulty", p->a.opt.difficulty, "task difficulty")->capture_default_str();
+  add_integer_option(*pc, "--difficulty", p->a.opt.difficulty, 0, 1000, "task difficulty");
   pc->add_option("--preset", p->a.preset, "built-in model config (random weights, --seed)")
       ->capture_default_str();
   pc->add_option("--model", p->a.model_dir, "start from this model directory instead");
-  pc->add_option("--steps", p->a.pretrain_steps, "supervised steps")->capture_default_str();
-  pc->add_option("--batch", p->a.pretrain_batch, "examples per step")->capture_default_str();
-  pc->add_option("--lr", p->a.pretrain_lr, "AdamW learning rate")->capture_default_str();
+  add_integer_option<int64_t>(*pc, "--steps", p->a.pretrain_steps, 0, 1'000'000'000,
+                              "supervised steps");
+  add_integer_option<int64_t>(*pc, "--batch", p->a.pretrain_batch, 1, 1'000'000,
+                              "examples per step");
+  add_real_option(*pc, "--lr", p->a.pretrain_lr, 0.0, 1.0, true, "AdamW learning rate");
   add_unsigned_option(*pc, "--seed", p->a.opt.seed, UINT64_MAX,
                       "seed of the model init and the task examples");
-  pc->add_option("--eval-prompts", p->a.opt.eval_prompts, "held-out prompts (greedy decoding)")
-      ->capture_default_str();
-  pc->add_option("--min-difficulty", p->min_difficulty,
-                 "cycle the examples through difficulties min..difficulty (0: difficulty only)")
-      ->capture_default_str();
-  pc->add_option("--eval-every", p->eval_every,
-                 "also evaluate every N steps (shown in the progress; 0: only before and after)")
-      ->capture_default_str();
-  pc->add_option("--max-new", p->a.opt.max_new, "tokens per held-out answer at most")
-      ->capture_default_str();
-  pc->add_option("--log-every", p->a.log_every, "plain progress line every N steps")
-      ->capture_default_str();
+  add_integer_option<int64_t>(*pc, "--eval-prompts", p->a.opt.eval_prompts, 0, 1'000'000,
+                              "held-out prompts (greedy decoding)");
+  add_integer_option(
+      *pc, "--min-difficulty", p->min_difficulty, 0, 1000,
+      "cycle the examples through difficulties min..difficulty (0: difficulty only)");
+  add_integer_option<int64_t>(
+      *pc, "--eval-every", p->eval_every, 0, 1'000'000'000,
+      "also evaluate every N steps (shown in the progress; 0: only before and after)");
+  add_integer_option<int64_t>(*pc, "--max-new", p->a.opt.max_new, 1, 1'000'000,
+                              "tokens per held-out answer at most");
+  add_integer_option<int64_t>(*pc, "--log-every", p->a.log_every, 1, 1'000'000'000,
+                              "plain progress line every N steps");
   pc->add_flag("--json", p->a.json, "print a JSON summary");
+  pc->add_flag("--dry-run", p->a.dry_run,
+               "check every input and output, print what would run; write nothing");
   pc->callback([p] { run_pretrain(*p); });
 }
 

@@ -2,11 +2,15 @@
 // main.cpp maps exceptions to exit codes (kExitBadInput for anything the user can fix).
 #pragma once
 
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "lockstep/quant/quantize.h"
@@ -34,10 +38,14 @@ void set_command_line(int argc, char** argv);
 // Provenance (src/cli/provenance.cpp). Commands that run work take --dry-run: dry_run() prints
 // the resolved recipe, environment and command and returns true, and the command returns before
 // creating anything. Commands that produce results record provenance() in run_meta.json.
-SelectedRecipe environment_recipe();
+// Commands that use no recipe (quantize, dequantize, gemm, sweep, init) never read
+// LOCKSTEP_RECIPE: their provenance records "recipe": null and their dry run shows no recipe.
 Json provenance(const std::string& command, const std::string& device, Json extra, Json layouts,
                 std::map<std::string, uint64_t> seeds);
 bool dry_run(bool requested, const std::string& what);
+// The dry run of a command that runs with a recipe (train, pretrain, compare, forward, sample,
+// align): the recipe block as well.
+bool dry_run(bool requested, const SelectedRecipe& recipe, const std::string& what);
 
 // Runs f(); a QuantError or SafetensorsError it throws is thrown again with "FILE: " in front
 // (unless the message already starts with it), so that every shape-rule or metadata error names
@@ -69,19 +77,55 @@ void write_outputs(const std::string& output, const SafetensorsFile& file,
 // The same for an output already written into `out` (a streamed file): writes run_meta, then
 // commits both.
 void commit_outputs(AtomicFile& out, const std::string& run_meta_path, const Json& run_meta);
-// A decimal unsigned integer in [0, max] ("-1", "1e3", "0x10", "" are refused); UsageError
-// naming the flag otherwise.
-uint64_t parse_unsigned(const std::string& text, std::string_view flag, uint64_t max);
-// An option whose value is parsed by parse_unsigned into `target` (its current value is shown as
-// the default).
+// The one parser of integer flags: decimal digits with an optional '-' (only where min < 0), in
+// [min, max] ("-1" for an unsigned flag, "1e3", "0x10", "1.5", " 5", "" are refused). UsageError
+// naming the flag, the text and the range otherwise.
+int64_t parse_integer(const std::string& text, std::string_view flag, int64_t min, int64_t max);
+uint64_t parse_unsigned(const std::string& text, std::string_view flag, uint64_t max,
+                        uint64_t min = 0);
+// An integer option parsed by parse_integer / parse_unsigned into `target` (its current value is
+// shown as the default). Every integer flag of every command is added through these.
+template <class T>
+CLI::Option* add_integer_option(CLI::App& app, const std::string& name, T& target, T min, T max,
+                                const std::string& description);
+template <class T>
+CLI::Option* add_integer_option(CLI::App& app, const std::string& name, std::optional<T>& target,
+                                T min, T max, const std::string& description);
 CLI::Option* add_unsigned_option(CLI::App& app, const std::string& name, uint64_t& target,
                                  uint64_t max, const std::string& description);
+// A finite real flag in [lo, hi] (or (lo, hi] with lo_open): "nan", "inf", "1e999", "0x1p3" and
+// trailing text are refused (UsageError naming the flag).
+double parse_real(const std::string& text, std::string_view flag, double lo, double hi,
+                  bool lo_open);
+template <class T>
+CLI::Option* add_real_option(CLI::App& app, const std::string& name, T& target, double lo,
+                             double hi, bool lo_open, const std::string& description);
+
+// Inputs and outputs of a command, by flag: an output may be a folder the command creates or
+// writes into (folder = true).
+struct PathArg {
+  std::string flag;
+  std::string path;
+  bool folder = false;
+};
+// Refuses (UsageError) an output that is one of the command's inputs or lies inside an input
+// folder (a model directory, a run folder), and an output folder that holds an input: paths are
+// compared by device and inode of the resolved files and their folders, so symbolic links,
+// hard links, "a/../b" and relative paths cannot hide one from another. Inputs that do not exist
+// are skipped (the command reports them). Called before any work.
+void check_outputs_not_inputs(const std::vector<PathArg>& outputs,
+                              const std::vector<PathArg>& inputs);
+// A folder a command creates or writes into (--out, --cache-dir, pretrain -o): when it exists it
+// must be a writable folder, otherwise its nearest existing parent must be. UsageError naming the
+// flag otherwise; checked before any work.
+void check_output_folder(std::string_view flag, const std::string& path);
 
 void register_quantize_commands(CLI::App& app);      // quantize, dequantize
 void register_inspect_command(CLI::App& app);        // inspect
 void register_sweep_command(CLI::App& app);          // sweep
 void register_bench_commands(CLI::App& app);         // bench quantize, ...
 void register_bench_gemm_command(CLI::App& bench);   // bench gemm (under `bench`)
+void register_bench_header_command(CLI::App& bench);  // bench safetensors-header
 void register_recipe_commands(CLI::App& app);        // recipes, describe
 void register_doctor_command(CLI::App& app);         // doctor
 void register_gemm_command(CLI::App& app);           // gemm
@@ -93,5 +137,63 @@ void register_train_commands(CLI::App& app);         // train, pretrain
 void register_compare_command(CLI::App& app);        // compare
 // `lockstep inspect MODEL_DIR` (src/cli/cmd_inspect_model.cpp).
 void inspect_model_dir(const std::string& dir, bool json);
+
+// ---- template definitions -----------------------------------------------------------------------
+
+namespace detail {
+inline std::string flag_of(const std::string& name) { return name.substr(0, name.find(',')); }
+template <class T>
+T parse_as(const std::string& text, std::string_view flag, T min, T max) {
+  if constexpr (std::is_unsigned_v<T>)
+    return T(parse_unsigned(text, flag, uint64_t(max), uint64_t(min)));
+  else
+    return T(parse_integer(text, flag, int64_t(min), int64_t(max)));
+}
+}  // namespace detail
+
+template <class T>
+CLI::Option* add_integer_option(CLI::App& app, const std::string& name, T& target, T min, T max,
+                                const std::string& description) {
+  static_assert(std::is_integral_v<T>);
+  const std::string flag = detail::flag_of(name);
+  return app
+      .add_option_function<std::string>(
+          name,
+          [&target, flag, min, max](const std::string& s) {
+            target = detail::parse_as<T>(s, flag, min, max);
+          },
+          description)
+      ->type_name(std::is_unsigned_v<T> ? "UINT" : "INT")
+      ->default_str(std::to_string(target));
+}
+
+template <class T>
+CLI::Option* add_integer_option(CLI::App& app, const std::string& name, std::optional<T>& target,
+                                T min, T max, const std::string& description) {
+  const std::string flag = detail::flag_of(name);
+  return app
+      .add_option_function<std::string>(
+          name,
+          [&target, flag, min, max](const std::string& s) {
+            target = detail::parse_as<T>(s, flag, min, max);
+          },
+          description)
+      ->type_name(std::is_unsigned_v<T> ? "UINT" : "INT");
+}
+
+template <class T>
+CLI::Option* add_real_option(CLI::App& app, const std::string& name, T& target, double lo,
+                             double hi, bool lo_open, const std::string& description) {
+  const std::string flag = detail::flag_of(name);
+  return app
+      .add_option_function<std::string>(
+          name,
+          [&target, flag, lo, hi, lo_open](const std::string& s) {
+            target = T(parse_real(s, flag, lo, hi, lo_open));
+          },
+          description)
+      ->type_name("REAL")
+      ->default_str(fmt::format("{}", target));
+}
 
 }  // namespace lockstep::cli

@@ -1,11 +1,12 @@
-// Entry point of the `lockstep` command-line tool: builds the subcommand tree and turns errors
-// into a message on stderr and a non-zero exit code.
+// Entry point of the `lockstep` command-line tool: chooses how OpenMP threads wait, builds the
+// subcommand tree and turns errors into a message on stderr and a non-zero exit code.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
-#include "lockstep/version.h"
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -15,6 +16,7 @@
 #include "commands.h"
 #include "lockstep/model/weights.h"
 #include "lockstep/quant/quantize.h"
+#include "lockstep/tensor/file_io.h"
 #include "lockstep/tensor/safetensors.h"
 #include "lockstep/version.h"
 
@@ -27,10 +29,42 @@ std::vector<std::string>& command_line_storage() {
 }  // namespace
 const std::vector<std::string>& command_line() { return command_line_storage(); }
 void set_command_line(int argc, char** argv) { command_line_storage().assign(argv, argv + argc); }
+
+namespace {
+// libgomp's idle threads spin (busy-wait, up to GOMP_SPINCOUNT iterations) between parallel
+// regions before they sleep. With the cores to itself that saves a wake-up; beside one busy
+// process on a 2-core machine the spinning thread takes the core from the thread that holds the
+// work, and the main job ran ten times slower. Passive waiting (sleep at once) costs little idle
+// (bench/RESULTS.md, "A busy machine"). libgomp reads the policy once, when it is loaded, before
+// main() runs: so unless the user chose a policy (OMP_WAIT_POLICY or GOMP_SPINCOUNT set), the
+// process executes itself once more with OMP_WAIT_POLICY=passive. The variable marks the second
+// start, so this happens at most once; where exec fails the process runs on as it is.
+void choose_omp_wait_policy(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
+  if (::setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  ::execv("/proc/self/exe", argv);
+  ::unsetenv("OMP_WAIT_POLICY");  // exec failed: this process keeps libgomp's default
+}
+
+// CLI11 prints its own parse errors without lockstep's prefix; every error says "lockstep: error:".
+int parse_error_exit(CLI::App& app, const CLI::ParseError& e) {
+  if (e.get_exit_code() == 0 || dynamic_cast<const CLI::CallForHelp*>(&e) != nullptr ||
+      dynamic_cast<const CLI::CallForAllHelp*>(&e) != nullptr ||
+      dynamic_cast<const CLI::CallForVersion*>(&e) != nullptr)
+    return app.exit(e) == 0 ? kExitOk : kExitBadInput;
+  fmt::print(stderr, "lockstep: error: {} (`lockstep COMMAND --help` lists the options)\n",
+             e.what());
+  return kExitBadInput;
+}
+}  // namespace
 }  // namespace lockstep::cli
 
 int main(int argc, char** argv) {
   using namespace lockstep::cli;
+  choose_omp_wait_policy(argv);
+  // A write past the file size limit fails (EFBIG, exit 1, temporaries removed) instead of
+  // killing the process with SIGXFSZ.
+  lockstep::install_file_size_limit_handler();
 #if defined(__GLIBC__)
   // Keep freed memory in the heap: the CPU engine allocates and frees the same large buffers every
   // step, and glibc's default (fresh mmap for each large block) costs a page fault per 4 KiB
@@ -78,8 +112,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitBadInput;
+    return parse_error_exit(app, e);
   } catch (const UsageError& e) {
     fmt::print(stderr, "lockstep: error: {}\n", e.what());
     return kExitBadInput;

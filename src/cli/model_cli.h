@@ -23,6 +23,6 @@ void add_model_source_options(CLI::App& app, ModelSource& src, bool allow_preset
 model::ModelWeights load_model_source(const ModelSource& src);
 
 // The recipe of a run from --recipe / --recipe-file / LOCKSTEP_RECIPE (UsageError on bad input).
-Recipe select_run_recipe(SelectionInputs in);
+SelectedRecipe select_run_recipe(SelectionInputs in);
 
 }  // namespace lockstep::cli

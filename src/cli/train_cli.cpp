@@ -1,4 +1,5 @@
-// Shared pieces of train, pretrain and compare (train_cli.h).
+// Shared pieces of train, pretrain and compare (train_cli.h): flags, output checks, the initial
+// policy with its progress display, and the trainer's progress display.
 #include "train_cli.h"
 
 #include <fmt/format.h>
@@ -8,7 +9,6 @@
 
 #include "commands.h"
 #include "lockstep/diag/progress.h"
-#include "lockstep/model/learner.h"
 #include "lockstep/recipe/registry.h"
 
 namespace lockstep::cli {
@@ -16,62 +16,73 @@ namespace fs = std::filesystem;
 
 void add_train_options(CLI::App& cmd, TrainArgs& a) {
   rl::TrainOptions& o = a.opt;
+  constexpr int64_t kMaxCount = 1'000'000'000;
+  a.cmd = &cmd;
   cmd.add_option("--task", o.task, "task (add, sort, reverse, count)")->capture_default_str();
-  cmd.add_option("--difficulty", o.difficulty, "task difficulty (add: digits per operand)")
-      ->capture_default_str();
+  add_integer_option(cmd, "--difficulty", o.difficulty, 0, 1000,
+                     "task difficulty (add: digits per operand)");
   cmd.add_option("--preset", a.preset,
                  "built-in model config (random weights, then the warm start)")
       ->capture_default_str();
   cmd.add_option("--model", a.model_dir,
                  "start from this model directory (config.json + weights) or a run's checkpoint "
                  "folder instead of the preset's warm start");
-  cmd.add_option("--steps", o.steps, "RL steps")->capture_default_str();
+  add_integer_option<int64_t>(cmd, "--steps", o.steps, 0, kMaxCount, "RL steps");
   cmd.add_flag("--deterministic", o.deterministic,
                "learner forward with the sampler's per-row functions (learner == sampler bits)");
   add_unsigned_option(cmd, "--seed", o.seed, UINT64_MAX,
                       "seed of the model init, prompts, sampling and stochastic rounding");
-  cmd.add_option("--prompts", o.prompts, "prompts per step (P)")->capture_default_str();
-  cmd.add_option("--group", o.group, "samples per prompt (G, the GRPO group)")
-      ->capture_default_str();
-  cmd.add_option("--max-new", o.max_new, "tokens per response at most")->capture_default_str();
-  cmd.add_option("--temperature", o.temperature, "sampling temperature")->capture_default_str();
-  cmd.add_option("--lr", o.lr, "AdamW learning rate")->capture_default_str();
-  cmd.add_option("--weight-decay", o.weight_decay, "AdamW weight decay")->capture_default_str();
-  cmd.add_option("--max-grad-norm", o.max_grad_norm, "global gradient-norm clip (0: none)")
-      ->capture_default_str();
-  cmd.add_option("--minibatches", o.minibatches,
-                 "optimizer steps per batch (later ones see ratio != 1)")
-      ->capture_default_str();
-  cmd.add_option("--kl-coef", o.kl_coef, "k3 KL to the initial policy (always logged)")
-      ->capture_default_str();
-  cmd.add_option("--tis-cap", o.tis_cap, "TIS weights are clipped to [0, cap]")
-      ->capture_default_str();
-  cmd.add_option("--repair-margin", o.repair.margin, "TRIAGE repair margin (nats)")
-      ->capture_default_str();
-  cmd.add_option("--repair-scale", o.repair.scale, "TRIAGE repair pseudo-Huber scale (nats)")
-      ->capture_default_str();
-  cmd.add_option("--repair-weight", o.repair.weight, "TRIAGE repair weight")->capture_default_str();
-  cmd.add_option("--format-bonus", o.format_bonus,
-                 "reward of a wrong but well-formed answer (0: exact match only)")
-      ->capture_default_str();
-  cmd.add_option("--eval-every", o.eval_every, "held-out evaluation every N steps")
-      ->capture_default_str();
-  cmd.add_option("--eval-prompts", o.eval_prompts, "held-out prompts (greedy decoding)")
-      ->capture_default_str();
-  cmd.add_option("--checkpoint-every", o.checkpoint_every, "checkpoint every N steps")
-      ->capture_default_str();
-  cmd.add_option("--sampler-batch", o.sampler_batch, "sequences the sampler decodes together")
-      ->capture_default_str();
-  cmd.add_option("--pretrain-steps", a.pretrain_steps,
-                 "warm-start steps (supervised, cached; 0: RL from the random weights)")
-      ->capture_default_str();
-  cmd.add_option("--pretrain-batch", a.pretrain_batch, "warm-start examples per step")
-      ->capture_default_str();
-  cmd.add_option("--pretrain-lr", a.pretrain_lr, "warm-start learning rate")->capture_default_str();
+  add_integer_option<int64_t>(cmd, "--prompts", o.prompts, 1, 1'000'000, "prompts per step (P)");
+  add_integer_option<int64_t>(cmd, "--group", o.group, 1, 1'000'000,
+                              "samples per prompt (G, the GRPO group; at least 2)");
+  add_integer_option<int64_t>(cmd, "--max-new", o.max_new, 1, 1'000'000,
+                              "tokens per response at most");
+  add_real_option(cmd, "--temperature", o.temperature, 0.0, 100.0, true, "sampling temperature");
+  add_real_option(cmd, "--lr", o.lr, 0.0, 1.0, true, "AdamW learning rate");
+  add_real_option(cmd, "--weight-decay", o.weight_decay, 0.0, 1.0, false, "AdamW weight decay");
+  add_real_option(cmd, "--max-grad-norm", o.max_grad_norm, 0.0, 1e9, false,
+                  "global gradient-norm clip (0: none)");
+  add_integer_option<int64_t>(cmd, "--minibatches", o.minibatches, 1, 1'000'000,
+                              "optimizer steps per batch (later ones see ratio != 1)");
+  add_real_option(cmd, "--kl-coef", o.kl_coef, 0.0, 1e3, false,
+                  "k3 KL to the initial policy (always logged)");
+  add_real_option(cmd, "--tis-cap", o.tis_cap, 0.0, 1e6, true,
+                  "TIS weights are clipped to [0, cap]");
+  add_real_option(cmd, "--repair-margin", o.repair.margin, -1e3, 1e3, false,
+                  "TRIAGE repair margin (nats)");
+  add_real_option(cmd, "--repair-scale", o.repair.scale, 0.0, 1e3, true,
+                  "TRIAGE repair pseudo-Huber scale (nats)");
+  add_real_option(cmd, "--repair-weight", o.repair.weight, 0.0, 1e3, false, "TRIAGE repair weight");
+  add_real_option(cmd, "--format-bonus", o.format_bonus, 0.0, 1.0, false,
+                  "reward of a wrong but well-formed answer (0: exact match only)");
+  add_integer_option<int64_t>(cmd, "--eval-every", o.eval_every, 1, kMaxCount,
+                              "held-out evaluation every N steps");
+  add_integer_option<int64_t>(cmd, "--eval-prompts", o.eval_prompts, 0, 1'000'000,
+                              "held-out prompts (greedy decoding)");
+  add_integer_option<int64_t>(cmd, "--checkpoint-every", o.checkpoint_every, 1, kMaxCount,
+                              "checkpoint every N steps");
+  add_integer_option<int64_t>(cmd, "--sampler-batch", o.sampler_batch, 1, 1'000'000,
+                              "sequences the sampler decodes together");
+  add_integer_option<int64_t>(
+      cmd, "--pretrain-steps", a.pretrain_steps, 0, kMaxCount,
+      "warm-start steps (supervised, cached; 0: RL from the random weights)");
+  add_integer_option<int64_t>(cmd, "--pretrain-batch", a.pretrain_batch, 1, 1'000'000,
+                              "warm-start examples per step");
+  add_real_option(cmd, "--pretrain-lr", a.pretrain_lr, 0.0, 1.0, true, "warm-start learning rate");
   cmd.add_option("--cache-dir", a.cache_dir, "warm-start cache")->capture_default_str();
-  cmd.add_option("--log-every", a.log_every, "plain progress line every N steps (not a terminal)")
-      ->capture_default_str();
+  add_integer_option<int64_t>(cmd, "--log-every", a.log_every, 1, kMaxCount,
+                              "plain progress line every N steps (not a terminal)");
   cmd.add_flag("--json", a.json, "print a JSON summary on stdout at the end");
+  cmd.add_flag("--dry-run", a.dry_run,
+               "check every input and output, print what the run would do; write nothing");
+}
+
+void validate_train_options(const rl::TrainOptions& o) {
+  try {
+    o.validate();
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
 }
 
 rl::PretrainOptions pretrain_options(const TrainArgs& a) {
@@ -87,77 +98,85 @@ rl::PretrainOptions pretrain_options(const TrainArgs& a) {
   return p;
 }
 
-bool is_checkpoint_dir(const std::string& dir) {
-  std::error_code ec;
-  return fs::is_regular_file(fs::path(dir) / "learner.json", ec);
-}
+bool uses_warm_start(const TrainArgs& a) { return a.model_dir.empty() && a.pretrain_steps > 0; }
 
 namespace {
 
-model::ModelConfig source_config(const TrainArgs& a) {
-  try {
-    if (a.model_dir.empty()) return model::preset(a.preset);
-    if (is_checkpoint_dir(a.model_dir)) {
-      // The config is inside learner.json; loading the checkpoint checks it.
-      return model::Learner::load_checkpoint(a.model_dir)->weights().config;
-    }
-    return model::load_config((fs::path(a.model_dir) / model::kConfigFile).string());
-  } catch (const UsageError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw UsageError(e.what());
+// Whether `inner` is `outer` or lies under it, comparing the paths as they will be once created
+// (symbolic links in the existing part resolved).
+bool path_within(const fs::path& inner, const fs::path& outer) {
+  std::error_code ec;
+  const fs::path i = fs::weakly_canonical(fs::absolute(inner), ec);
+  const fs::path o = fs::weakly_canonical(fs::absolute(outer), ec);
+  auto it = i.begin();
+  for (const fs::path& part : o) {
+    if (part.empty()) continue;
+    if (it == i.end() || *it != part) return false;
+    ++it;
   }
+  return true;
 }
 
 }  // namespace
 
-void check_model_source(const TrainArgs& a, bool preset_given) {
+void check_run_outputs(const TrainArgs& a, std::string_view flag, const fs::path& out) {
+  check_output_folder(flag, out.string());
+  try {
+    rl::check_new_run_dir(out);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  std::vector<PathArg> outputs{{std::string(flag), out.string(), /*folder=*/true}};
+  if (uses_warm_start(a)) {
+    check_output_folder("--cache-dir", a.cache_dir);
+    if (path_within(a.cache_dir, out))
+      throw UsageError(fmt::format(
+          "--cache-dir {} lies inside the run folder {} ({}), which must be new or empty when the "
+          "run starts: keep the cache outside it",
+          a.cache_dir, out.string(), flag));
+    outputs.push_back({"--cache-dir", a.cache_dir, true});
+  }
+  std::vector<PathArg> inputs{{"--model", a.model_dir}};
+  if (a.recipe.recipe_file) inputs.push_back({"--recipe-file", *a.recipe.recipe_file});
+  check_outputs_not_inputs(outputs, inputs);
+}
+
+rl::PolicySource open_source(const TrainArgs& a, int64_t min_context, bool allow_checkpoint) {
+  const bool preset_given = a.cmd && a.cmd->get_option("--preset")->count() > 0;
   if (!a.model_dir.empty() && preset_given)
     throw UsageError("give either --model or --preset, not both");
-  const model::ModelConfig c = source_config(a);
+  rl::PolicySourceOptions o;
+  o.model_dir = a.model_dir;
+  o.preset = a.preset;
+  o.init_seed = a.opt.seed;
+  o.allow_checkpoint = allow_checkpoint;
   try {
-    rl::check_task_model(c, rl::max_sequence_length(a.opt),
-                         a.model_dir.empty() ? "preset " + a.preset : a.model_dir);
+    return rl::open_policy_source(o, min_context);
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
 }
 
-InitialPolicy initial_policy(const TrainArgs& a, const Recipe& recipe, bool preset_given) {
-  check_model_source(a, preset_given);
-  InitialPolicy ip;
-  if (!a.model_dir.empty()) {
-    if (is_checkpoint_dir(a.model_dir)) {
-      const std::unique_ptr<model::Learner> l = model::Learner::load_checkpoint(a.model_dir);
-      if (to_json(l->recipe()) != to_json(recipe))
-        throw UsageError(fmt::format(
-            "--model {}: the checkpoint was trained with recipe '{}', this run uses '{}' (pass "
-            "--recipe {}, or start from a model directory)",
-            a.model_dir, l->recipe().name, recipe.name, l->recipe().name));
-      ip.weights = rl::clone_weights(l->weights());
-      ip.meta["model"] = {{"source", "checkpoint"}, {"path", a.model_dir}};
-    } else {
-      try {
-        ip.weights = model::load_model_dir(a.model_dir);
-      } catch (const std::exception& e) {
-        throw UsageError(e.what());
-      }
-      ip.meta["model"] = {{"source", "model_dir"}, {"path", a.model_dir}};
-    }
-    return ip;
-  }
-  const model::ModelWeights init = model::init_weights(model::preset(a.preset), a.opt.seed);
-  ip.meta["model"] = {{"source", "preset"}, {"preset", a.preset}, {"init_seed", a.opt.seed}};
-  if (a.pretrain_steps <= 0) {
-    ip.weights = init;
-    ip.meta["warm_start"] = nullptr;
-    return ip;
-  }
+rl::WarmStartRequest warm_start_request(const TrainArgs& a) {
+  return {pretrain_options(a), fs::path(a.cache_dir)};
+}
+
+std::string describe_warm_start(const rl::PolicySource& s, const TrainArgs& a) {
+  const rl::WarmStartPlan p = rl::plan_warm_start(s, warm_start_request(a));
+  if (!p.needed)
+    return s.kind == rl::PolicySourceKind::kPreset ? "no warm start (--pretrain-steps 0)"
+                                                   : "no warm start (--model)";
+  if (p.cached) return fmt::format("the cached warm start in {}", p.dir.string());
+  return fmt::format("a warm start of {} steps of {} examples, stored in {}", a.pretrain_steps,
+                     a.pretrain_batch, p.dir.string());
+}
+
+rl::InitialPolicy initial_policy(rl::PolicySource&& s, const TrainArgs& a) {
   const rl::PretrainOptions po = pretrain_options(a);
   diag::ProgressDisplay progress = diag::ProgressDisplay::for_stderr({a.log_every * 10, 20});
   bool announced = false;
-  rl::WarmStart ws = rl::cached_warm_start(
-      a.cache_dir, init, "preset:" + a.preset, a.opt.seed, po, [&](const rl::PretrainProgress& p) {
+  rl::InitialPolicy ip = rl::make_initial_policy(
+      std::move(s), warm_start_request(a), [&](const rl::PretrainProgress& p) {
         if (!announced) {
           fmt::print(stderr,
                      "warm start: {} supervised steps of {} examples (task {}, difficulty {})\n",
@@ -167,6 +186,8 @@ InitialPolicy initial_policy(const TrainArgs& a, const Recipe& recipe, bool pres
         progress.update({p.step, p.total, p.elapsed_s, std::nullopt, std::nullopt, std::nullopt});
       });
   progress.finish();
+  if (!ip.warm_start) return ip;
+  const rl::WarmStart& ws = *ip.warm_start;
   const Json& info = ws.info;
   auto acc = [&](const char* k) {
     return info.contains(k) ? info[k].value("accuracy", 0.0) * 100.0 : 0.0;
@@ -175,11 +196,6 @@ InitialPolicy initial_policy(const TrainArgs& a, const Recipe& recipe, bool pres
              ws.cached ? "cached" : "stored in", ws.dir.string(), acc("eval_before"),
              acc("eval_after"),
              ws.cached ? "" : fmt::format(", {:.1f} s", info.value("seconds", 0.0)));
-  ip.meta["warm_start"] = {{"cached", ws.cached}, {"dir", ws.dir.string()},
-                           {"steps", po.steps},   {"batch", po.batch},
-                           {"lr", po.lr},         {"recipe", rl::kPretrainRecipe},
-                           {"info", info}};
-  ip.weights = std::move(ws.weights);
   return ip;
 }
 

@@ -1,14 +1,17 @@
 // Shared pieces of `lockstep train`, `lockstep pretrain` and `lockstep compare`: the run options
-// as flags, the initial policy (a model directory, a run's checkpoint, or a preset with the cached
-// warm start), and running one trainer with a progress display.
+// as flags, the output folders checked before any work, the initial policy through rl's
+// orchestration (include/lockstep/rl/initial_policy.h) with a progress display, and running one
+// trainer with a progress display.
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "lockstep/model/weights.h"
 #include "lockstep/recipe/selection.h"
+#include "lockstep/rl/initial_policy.h"
 #include "lockstep/rl/trainer.h"
 #include "lockstep/rl/warm_start.h"
 
@@ -25,29 +28,35 @@ struct TrainArgs {
   std::string cache_dir = "runs/.cache/pretrain";
   int64_t log_every = 10;
   bool json = false;
+  bool dry_run = false;
+  CLI::App* cmd = nullptr;  // for whether --preset was given
 };
 
 // Adds the options every run shares (task, model, loop sizes, objective, eval, checkpoints, warm
-// start, output); `train` adds --recipe / --guard itself, `compare` its lists.
+// start, output, --dry-run); `train` adds --recipe / --guard itself, `compare` its lists.
 void add_train_options(CLI::App& cmd, TrainArgs& a);
 
-// The policy of version 0 and what run_meta.json records about where it came from.
-struct InitialPolicy {
-  model::ModelWeights weights;
-  Json meta = Json::object();  // {"model": {...}, "warm_start": {...}}
-};
-// --model DIR (a model directory, or a run's checkpoint folder trained with the same recipe), else
-// the preset's random weights (seed --seed) after the cached warm start (--pretrain-steps > 0).
-// preset_given: --preset was given explicitly (refused together with --model). Bad input throws
-// UsageError before anything is written.
-InitialPolicy initial_policy(const TrainArgs& a, const Recipe& recipe, bool preset_given);
+// TrainOptions::validate as a UsageError.
+void validate_train_options(const rl::TrainOptions& o);
 
-// Checks the model against the run's options (vocabulary, context) without loading weights where
-// possible: the preset's config, or the directory's config.json. UsageError on a mismatch.
-void check_model_source(const TrainArgs& a, bool preset_given);
+// Whether the run makes (or reuses) the cached warm start: a preset and --pretrain-steps > 0.
+bool uses_warm_start(const TrainArgs& a);
 
-// Whether `dir` is a learner checkpoint folder (learner.json inside), e.g. RUN_DIR/checkpoint.
-bool is_checkpoint_dir(const std::string& dir);
+// Every output location of a run, before any work (UsageError, exit 2): the run folder `out`
+// (flag names it; it must be new or empty, and creatable), the warm-start cache when the run uses
+// one (writable, not inside the run folder), and neither may hold or be an input (--model,
+// --recipe-file).
+void check_run_outputs(const TrainArgs& a, std::string_view flag, const std::filesystem::path& out);
+
+// Opens --model / --preset once (rl::open_policy_source), as UsageError on bad input.
+rl::PolicySource open_source(const TrainArgs& a, int64_t min_context, bool allow_checkpoint);
+
+// The warm start of a run (options and cache) and what it will do, for --dry-run.
+rl::WarmStartRequest warm_start_request(const TrainArgs& a);
+std::string describe_warm_start(const rl::PolicySource& s, const TrainArgs& a);
+
+// The initial policy (rl::make_initial_policy) with the warm start's progress on stderr.
+rl::InitialPolicy initial_policy(rl::PolicySource&& s, const TrainArgs& a);
 
 // The warm-start options of a run.
 rl::PretrainOptions pretrain_options(const TrainArgs& a);

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "lockstep/tensor/file_io.h"
+
 namespace lockstep::diag {
 
 bool is_snake_case(std::string_view key) {
@@ -84,12 +86,11 @@ void MetricsWriter::append(const MetricsRow& row) {
 namespace {
 
 std::string read_all(const std::filesystem::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(fmt::format("cannot open '{}'", path.string()));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw std::runtime_error(fmt::format("cannot read '{}'", path.string()));
-  return ss.str();
+  try {
+    return read_input_file(path.string());  // regular files only: a FIFO or device is refused
+  } catch (const InputPathError& e) {
+    throw std::runtime_error(e.what());
+  }
 }
 
 bool blank(std::string_view line) {

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "lockstep/tensor/file_io.h"
+
 namespace lockstep::diag {
 
 std::optional<double> row_number(const MetricsRow& row, std::string_view key) {
@@ -35,13 +37,15 @@ std::string folder_name(const std::filesystem::path& dir) {
 }
 
 void read_meta(const std::filesystem::path& file, RunData& run) {
-  std::ifstream f(file, std::ios::binary);
-  if (!f) throw std::runtime_error(fmt::format("cannot open '{}'", file.string()));
-  std::ostringstream ss;
-  ss << f.rdbuf();
+  std::string text;
+  try {
+    text = read_input_file(file.string());  // regular files only: a FIFO or device is refused
+  } catch (const InputPathError& e) {
+    throw std::runtime_error(e.what());
+  }
   Json meta;
   try {
-    meta = parse_json(ss.str());
+    meta = parse_json(text);
   } catch (const Json::exception&) {
     meta = Json();  // not JSON: refused below
   }

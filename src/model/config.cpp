@@ -64,16 +64,17 @@ bool get_bool(const Json& v, const std::string& where, const std::string& field)
 
 // A token id: an integer >= 0, null (none), or a list of them (transformers allows several eos
 // ids; lockstep keeps the first, which is the one its sampler stops at).
+// A token id (or a list of them, the first one used) inside the vocabulary: [0, vocab_size).
 std::optional<int64_t> get_token_id(const Json& v, const std::string& where,
-                                    const std::string& field) {
+                                    const std::string& field, int64_t vocab_size) {
   if (v.is_null()) return std::nullopt;
   if (v.is_array()) {
     if (v.empty()) return std::nullopt;
     for (size_t i = 0; i < v.size(); ++i)
-      get_int(v[i], where, fmt::format("{}[{}]", field, i), 0, std::numeric_limits<int32_t>::max());
+      get_int(v[i], where, fmt::format("{}[{}]", field, i), 0, vocab_size - 1);
     return v[0].get<int64_t>();
   }
-  return get_int(v, where, field, 0, std::numeric_limits<int32_t>::max());
+  return get_int(v, where, field, 0, vocab_size - 1);
 }
 
 // The checks of a field lockstep reads but whose value cannot change the model's math (or must
@@ -362,9 +363,9 @@ ModelConfig config_from_json(const Json& j, const std::string& where) {
   if (const Json* v = find(j, "tie_word_embeddings"))
     c.tie_word_embeddings = get_bool(*v, where, "tie_word_embeddings");
   if (const Json* v = find(j, "bos_token_id"))
-    c.bos_token_id = get_token_id(*v, where, "bos_token_id");
+    c.bos_token_id = get_token_id(*v, where, "bos_token_id", c.vocab_size);
   if (const Json* v = find(j, "eos_token_id"))
-    c.eos_token_id = get_token_id(*v, where, "eos_token_id");
+    c.eos_token_id = get_token_id(*v, where, "eos_token_id", c.vocab_size);
 
   if (moe_type) parse_moe(j, where, c);
   c.intermediate_size = 0;

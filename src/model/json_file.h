@@ -4,22 +4,23 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "lockstep/recipe/json.h"
+#include "lockstep/tensor/file_io.h"
 
 namespace lockstep::model {
 
 template <class Error>
 Json read_json_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(fmt::format("{}: cannot open", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
+  std::string text;
   try {
-    return parse_json(ss.str());
+    text = read_input_file(path);  // regular files only: a FIFO or device is refused
+  } catch (const InputPathError& e) {
+    throw Error(e.what());  // "PATH: cannot open: ..." or "PATH: is a FIFO; ..."
+  }
+  try {
+    return parse_json(text);
   } catch (const Json::parse_error& e) {
     throw Error(fmt::format("{}: not valid JSON: {}", path, e.what()));
   }

@@ -229,14 +229,15 @@ void Learner::save_checkpoint(const std::string& dir) const {
 
 std::unique_ptr<Learner> Learner::load_checkpoint(const std::string& dir) {
   const std::filesystem::path jp = std::filesystem::path(dir) / "learner.json";
-  std::ifstream in(jp);
-  if (!in)
-    throw std::invalid_argument(fmt::format("learner checkpoint: cannot read {}", jp.string()));
-  std::stringstream ss;
-  ss << in.rdbuf();
+  std::string text;
+  try {
+    text = read_input_file(jp.string());  // regular files only: a FIFO or device is refused
+  } catch (const InputPathError& e) {
+    throw std::invalid_argument(fmt::format("learner checkpoint: cannot read {}", e.what()));
+  }
   Json j;
   try {
-    j = parse_json(ss.str());
+    j = parse_json(text);
   } catch (const std::exception& e) {
     throw std::invalid_argument(fmt::format("learner checkpoint {}: {}", jp.string(), e.what()));
   }

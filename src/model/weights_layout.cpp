@@ -8,6 +8,7 @@
 
 #include "lockstep/model/weights.h"
 #include "lockstep/numerics/gaussian.h"
+#include "lockstep/quant/quantize.h"
 
 namespace lockstep::model {
 
@@ -191,6 +192,12 @@ ModelWeights weights_from_hf(const ModelConfig& c, const std::map<std::string, T
                                        origin, p.hf, shape_string(src.shape()),
                                        shape_string(p.hf_shape)));
       const std::vector<float> values = to_f32(src);  // exact widening of BF16 / F16
+      // One NaN or Inf weight makes every logit NaN: refused here, naming the tensor.
+      if (const int64_t bad = count_nonfinite(values); bad > 0)
+        throw WeightsError(fmt::format(
+            "{}: tensor '{}' {} has {} non-finite value(s) (NaN or Inf); lockstep refuses "
+            "non-finite weights",
+            origin, p.hf, src.describe(), bad));
       std::memcpy(t.data<float>().data() + p.row0 * cols, values.data(),
                   values.size() * sizeof(float));
     }

@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cstring>
+#include <initializer_list>
 #include <set>
 
 #include "lockstep/quant/layout.h"
@@ -229,6 +231,23 @@ QTensor read_qtensor(const SafetensorsFile& file, const std::string& name, DType
     auto it = file.metadata.find(meta_key(name, field));
     return it == file.metadata.end() ? dflt : it->second;
   };
+  // Every value is one of the exact strings add_metadata writes: a file that says anything else
+  // was not written by this contract, and guessing would rebuild other values.
+  auto one_of = [&](const char* field, const std::string& value,
+                    std::initializer_list<const char*> allowed) {
+    for (const char* a : allowed)
+      if (value == a) return;
+    std::string list;
+    for (const char* a : allowed) list += fmt::format("{}'{}'", list.empty() ? "" : " or ", a);
+    fail(name,
+         fmt::format("metadata '{}' is '{}'; expected {}", meta_key(name, field), value, list));
+  };
+  const auto contract = file.metadata.find("lockstep.contract");
+  if (contract == file.metadata.end())
+    fail(name, "metadata 'lockstep.contract' is missing (files lockstep writes have it)");
+  if (contract->second != kContractVersion)
+    fail(name, fmt::format("metadata 'lockstep.contract' is '{}'; this build reads contract '{}'",
+                           contract->second, kContractVersion));
   QTensor q;
   auto fmt_opt = format_from_name(meta("format"));
   if (!fmt_opt || !is_quantized(*fmt_opt)) fail(name, fmt::format("unknown format '{}'", meta("format")));
@@ -236,20 +255,37 @@ QTensor read_qtensor(const SafetensorsFile& file, const std::string& name, DType
   auto sc = scaling_from_name(meta("scaling"));
   if (!sc) fail(name, fmt::format("unknown scaling '{}'", meta("scaling")));
   q.scaling = *sc;
+  one_of("block2d", meta("block2d"), {"true", "false"});
   q.block2d = meta("block2d") == "true";
+  one_of("hadamard", meta_or("hadamard", "false"), {"true", "false"});
   q.hadamard = meta_or("hadamard", "false") == "true";
   const std::string elem = meta("elem");
+  if (q.format == Format::kNvfp4)
+    one_of("elem", elem, {"e2m1"});
+  else
+    one_of("elem", elem, {"e4m3", "e5m2"});
   q.elem = elem == "e5m2" ? ElemCodec::kE5M2 : ElemCodec::kE4M3;
   if (const std::string why = quant_spec_violation(quant_spec(q)); !why.empty()) fail(name, why);
-  long long r = -1, c = -1;
-  if (std::sscanf(meta("shape").c_str(), "%lld,%lld", &r, &c) != 2 || r < 0 || c < 0)
-    fail(name, fmt::format("bad shape metadata '{}'", meta("shape")));
-  q.rows = r;
-  q.cols = c;
+  // "ROWS,COLS": decimal digits only.
+  const std::string shape = meta("shape");
+  const size_t comma = shape.find(',');
+  auto dim = [&](std::string_view t) {
+    int64_t v = -1;
+    const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (t.empty() || t.find_first_not_of("0123456789") != std::string_view::npos ||
+        ec != std::errc() || ptr != t.data() + t.size())
+      fail(name, fmt::format("bad shape metadata '{}' (expected ROWS,COLS)", shape));
+    return v;
+  };
+  if (comma == std::string::npos)
+    fail(name, fmt::format("bad shape metadata '{}' (expected ROWS,COLS)", shape));
+  q.rows = dim(std::string_view(shape).substr(0, comma));
+  q.cols = dim(std::string_view(shape).substr(comma + 1));
   auto d = dtype_from_name(meta("dtype"));
   if (!d) fail(name, fmt::format("unknown source dtype '{}'", meta("dtype")));
   q.source_dtype = *d;
   if (source) *source = *d;
+  one_of("scale_layout", meta_or("scale_layout", "compact"), {"compact", "swizzled"});
   q.scale_layout = meta_or("scale_layout", "compact") == "swizzled" ? ScaleLayout::kSwizzled : ScaleLayout::kCompact;
   if (const Tensor* g = file.find(name + ".group_offsets")) {
     if (g->dtype() != DType::kI64 || g->dim() != 1) fail(name, "group_offsets must be a 1-D I64 tensor");

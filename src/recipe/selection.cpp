@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "lockstep/recipe/registry.h"
+#include "lockstep/tensor/file_io.h"
 
 namespace lockstep {
 namespace {
@@ -70,12 +71,13 @@ Recipe parse_recipe_text(std::string_view text, const std::string& where,
 }
 
 Recipe load_recipe_file(const std::string& path, RecipeProvenance* prov) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw RecipeError(fmt::format("cannot read recipe file '{}'", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw RecipeError(fmt::format("cannot read recipe file '{}'", path));
-  return parse_recipe_text(ss.str(), path, std::filesystem::path(path).stem().string(), prov);
+  std::string text;
+  try {
+    text = read_input_file(path);  // regular files only: a FIFO or device is refused
+  } catch (const InputPathError& e) {
+    throw RecipeError(fmt::format("cannot read recipe file '{}' ({})", path, e.what()));
+  }
+  return parse_recipe_text(text, path, std::filesystem::path(path).stem().string(), prov);
 }
 
 void force_high_precision_backward(Recipe& r) {

@@ -23,6 +23,11 @@ void TrainOptions::validate() const {
   if (steps < 0) throw std::invalid_argument(fmt::format("--steps {} must be >= 0", steps));
   positive(prompts, "--prompts");
   positive(group, "--group");
+  if (group < 2)
+    throw std::invalid_argument(fmt::format(
+        "--group {}: GRPO's advantage is a sample's reward minus its group's mean, so a group of "
+        "one has advantage 0 and the run would train nothing; use --group 2 or more",
+        group));
   positive(max_new, "--max-new");
   positive(minibatches, "--minibatches");
   positive(eval_every, "--eval-every");

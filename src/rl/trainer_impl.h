@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 
+#include "dir_util.h"
 #include "lockstep/diag/metrics.h"
 #include "lockstep/model/learner.h"
 #include "lockstep/model/sampler.h"
@@ -25,6 +26,7 @@ inline constexpr const char* kReport = "report.html";
 
 struct Trainer::Impl {
   std::filesystem::path dir;
+  std::unique_ptr<detail::FolderLock> lock;  // held from create / resume to the end
   TrainOptions opt;
   Recipe recipe;
   Guard guard = Guard::kNone;

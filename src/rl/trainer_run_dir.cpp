@@ -1,15 +1,14 @@
 // The run folder of the trainer: creating a run, resuming one (every check before any file
-// changes), atomic checkpoints, and the results written into run_meta.json at the end.
+// changes), the folder lock one writer holds, atomic checkpoints, and the results written into
+// run_meta.json at the end.
 #include <fmt/format.h>
-
-#include <fstream>
-#include <sstream>
 
 #include "dir_util.h"
 #include "lockstep/diag/report.h"
 #include "lockstep/model/policy.h"
 #include "lockstep/recipe/registry.h"
 #include "lockstep/rl/warm_start.h"
+#include "lockstep/tensor/file_io.h"
 #include "trainer_impl.h"
 
 namespace lockstep::rl {
@@ -32,12 +31,14 @@ model::LearnerConfig learner_config(const TrainOptions& o) {
 namespace {
 
 Json read_json_file(const fs::path& p, const std::string& what) {
-  std::ifstream in(p);
-  if (!in) throw std::invalid_argument(fmt::format("{}: cannot read {}", what, p.string()));
-  std::stringstream ss;
-  ss << in.rdbuf();
+  std::string text;
   try {
-    return parse_json(ss.str());
+    text = read_input_file(p.string());  // a FIFO or device in a run folder is refused
+  } catch (const InputPathError& e) {
+    throw std::invalid_argument(fmt::format("{}: cannot read {}", what, e.what()));
+  }
+  try {
+    return parse_json(text);
   } catch (const std::exception& e) {
     throw std::invalid_argument(
         fmt::format("{}: {} is not valid JSON ({})", what, p.string(), e.what()));
@@ -60,7 +61,14 @@ void check_new_run_dir(const fs::path& dir) {
   if (!fs::is_directory(dir, ec))
     throw std::invalid_argument(
         fmt::format("run folder '{}' exists and is not a folder", dir.string()));
-  if (!fs::is_empty(dir, ec))
+  // Empty, or holding only the lock file a process that ended before writing anything left.
+  bool empty = true;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec))
+    empty = empty && e.path().filename() == detail::kLockFile;
+  if (ec)
+    throw std::invalid_argument(
+        fmt::format("run folder '{}': cannot list it: {}", dir.string(), ec.message()));
+  if (!empty)
     throw std::invalid_argument(fmt::format(
         "run folder '{}' exists and is not empty (continue it with --resume {}, or choose another "
         "--out)",
@@ -78,6 +86,59 @@ std::string config_diff(const model::ModelConfig& a, const model::ModelConfig& b
       out += fmt::format("{}{} {} vs {}", out.empty() ? "" : ", ", k, v.dump(),
                          jb.contains(k) ? jb.at(k).dump() : "absent");
   return out.empty() ? "same fields" : out;
+}
+
+}  // namespace
+
+namespace {
+
+// The rows a resume at checkpoint step `step` > 0 keeps: one complete, readable row for every
+// step 0..step, in order. Rows after them (complete or cut short) are cut and rewritten by the
+// resumed run; a missing, cut-short or unreadable row at or before `step` cannot be rewritten
+// (its step is not run again), so it is an error naming the line.
+void check_kept_rows(const fs::path& path, int64_t step) {
+  std::string text;
+  try {
+    text = read_input_file(path.string());
+  } catch (const InputPathError& e) {
+    throw std::invalid_argument(fmt::format("--resume: {}", e.what()));
+  }
+  int64_t expected = 0;  // the next step a kept row must have
+  size_t pos = 0;
+  int64_t line_no = 0;
+  while (pos < text.size() && expected <= step) {
+    ++line_no;
+    const size_t nl = text.find('\n', pos);
+    const std::string_view line =
+        std::string_view(text).substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    pos = nl == std::string::npos ? text.size() : nl + 1;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    if (nl == std::string::npos)
+      throw std::invalid_argument(fmt::format(
+          "--resume: {}:{}: the row is cut short (no end of line) where the row of step {} "
+          "belongs; the checkpoint is at step {}, so that step cannot be written again",
+          path.string(), line_no, expected, step));
+    const Json row = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (row.is_discarded() || !row.is_object() || !row.contains("step") ||
+        !row["step"].is_number_integer())
+      throw std::invalid_argument(fmt::format(
+          "--resume: {}:{}: not a metrics row (a JSON object with an integer \"step\"); rows up "
+          "to the checkpoint's step {} must all be readable",
+          path.string(), line_no, step));
+    const int64_t s = row["step"].get<int64_t>();
+    if (s > step) break;
+    if (s != expected)
+      throw std::invalid_argument(
+          fmt::format("--resume: {}:{}: a row of step {} where the row of step {} belongs (rows "
+                      "0..{} must be there in order)",
+                      path.string(), line_no, s, expected, step));
+    ++expected;
+  }
+  if (expected <= step)
+    throw std::invalid_argument(fmt::format(
+        "--resume: {}: the rows end before step {}, but the checkpoint is at step {}; the "
+        "missing steps cannot be written again",
+        path.string(), expected, step));
 }
 
 }  // namespace
@@ -117,6 +178,11 @@ std::unique_ptr<Trainer> Trainer::create(const fs::path& dir, const TrainOptions
   m->reference = reference_decoder(init, sel.recipe);
 
   fs::create_directories(dir);
+  // One process per run folder: the lock, then the check again, since another process may have
+  // filled the folder between the first check and the lock.
+  m->lock = std::make_unique<detail::FolderLock>(dir);
+  check_new_run_dir(dir);
+  m->lock->record_holder();
   save_warm_start(dir / run_files::kReference, init, Json::object());
   m->save_checkpoint();
   m->metrics.emplace(dir / diag::kMetricsFileName, diag::MetricsWriterOptions{.truncate = true});
@@ -149,6 +215,8 @@ std::unique_ptr<Trainer> Trainer::resume(const fs::path& dir) {
     throw std::invalid_argument(fmt::format(
         "--resume: '{}' is not a run folder (no run_meta.json; lockstep train creates one)",
         dir.string()));
+  // Held from here on: a second process resuming (or still running) this run is refused.
+  auto lock = std::make_unique<detail::FolderLock>(dir);
   const Json meta = read_json_file(meta_path, "--resume");
   if (meta.value("command", "") != "train" || !meta.contains("options"))
     throw std::invalid_argument(
@@ -163,6 +231,7 @@ std::unique_ptr<Trainer> Trainer::resume(const fs::path& dir) {
 
   auto m = std::make_unique<Impl>();
   m->dir = dir;
+  m->lock = std::move(lock);
   m->opt = options_from_json(meta.at("options"), meta_path.string());
   m->opt.validate();
   if (!meta.contains("recipe") || !meta["recipe"].contains("content"))
@@ -206,6 +275,7 @@ std::unique_ptr<Trainer> Trainer::resume(const fs::path& dir) {
   if (step > 0 && !fs::is_regular_file(metrics_path, ec))
     throw std::invalid_argument(fmt::format(
         "--resume: {} is missing (the checkpoint is at step {})", metrics_path.string(), step));
+  if (step > 0) check_kept_rows(metrics_path, step);
   m->learner = model::Learner::load_checkpoint(ck.string());
   const model::LearnerConfig want = learner_config(m->opt), &got = m->learner->config();
   if (got.adamw.lr != want.adamw.lr || got.mode != want.mode ||
@@ -220,6 +290,7 @@ std::unique_ptr<Trainer> Trainer::resume(const fs::path& dir) {
   m->elapsed_before_s = state.value("elapsed_s", 0.0);
 
   // Every check passed: now the folder changes (leftover temporaries, rows after the checkpoint).
+  m->lock->record_holder();
   detail::remove_temp_dirs(dir, run_files::kCheckpoint);
   if (fs::exists(metrics_path, ec)) diag::truncate_metrics(metrics_path, step);
   m->metrics.emplace(metrics_path);
@@ -227,6 +298,9 @@ std::unique_ptr<Trainer> Trainer::resume(const fs::path& dir) {
 }
 
 void Trainer::Impl::save_checkpoint() {
+  // The rows up to this step reach the disk before the checkpoint that says they exist, so a
+  // crash never leaves a checkpoint ahead of its rows.
+  if (metrics) detail::fsync_file(metrics->path());
   const fs::path tmp = detail::make_temp_dir(dir, run_files::kCheckpoint);
   try {
     learner->save_checkpoint(tmp.string());

@@ -4,8 +4,6 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 #include "dir_util.h"
@@ -168,12 +166,8 @@ void save_warm_start(const fs::path& dir, const model::ModelWeights& weights, co
 namespace {
 // warm_start.json of a cache entry, or null when it is missing or unreadable.
 Json read_info(const fs::path& dir) {
-  std::ifstream in(dir / "warm_start.json");
-  if (!in) return nullptr;
-  std::stringstream ss;
-  ss << in.rdbuf();
   try {
-    return parse_json(ss.str());
+    return parse_json(read_input_file((dir / "warm_start.json").string()));
   } catch (const std::exception&) {
     return nullptr;
   }
@@ -183,6 +177,17 @@ Json eval_json(const EvalResult& e) {
   return {{"accuracy", e.accuracy}, {"correct", e.correct}, {"prompts", e.prompts}};
 }
 }  // namespace
+
+CachedWarmStart find_cached_warm_start(const fs::path& cache_root, const model::ModelConfig& config,
+                                       const std::string& init_source, uint64_t init_seed,
+                                       const PretrainOptions& o) {
+  const Json key = warm_start_key(config, init_source, init_seed, o);
+  CachedWarmStart c;
+  c.dir = cache_root / warm_start_hash(key);
+  const Json info = read_info(c.dir);
+  c.present = info.is_object() && info.value("key", Json()) == key;
+  return c;
+}
 
 WarmStart cached_warm_start(const fs::path& cache_root, const model::ModelWeights& init,
                             const std::string& init_source, uint64_t init_seed,

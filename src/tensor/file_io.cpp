@@ -1,5 +1,6 @@
-// Atomic file output: target checks, the temporary-file writer, and the process-wide registry of
-// live temporaries that an async-signal-safe handler removes on SIGINT / SIGTERM / SIGHUP.
+// File input (regular files only, never blocking on open) and atomic file output: target checks,
+// the temporary-file writer, and the process-wide registry of live temporaries that an
+// async-signal-safe handler removes on SIGINT / SIGTERM / SIGHUP.
 #include "lockstep/tensor/file_io.h"
 
 #include <fcntl.h>
@@ -52,7 +53,10 @@ void remove_temp_files_and_reraise(int sig) {
   errno = saved_errno;
 }
 
+extern "C" void ignore_file_size_signal(int) {}
+
 void install_signal_cleanup() {
+  install_file_size_limit_handler();
   static std::once_flag once;
   std::call_once(once, [] {
     for (int sig : kCleanupSignals) {
@@ -114,6 +118,67 @@ std::string kind_of(mode_t m) {
 }
 
 }  // namespace
+
+void install_file_size_limit_handler() {
+  // Checked on every call (a query is cheap), so a program that put the default action back is
+  // covered too; two threads installing at once install the same handler.
+  struct sigaction old {};
+  if (::sigaction(SIGXFSZ, nullptr, &old) != 0) return;
+  if ((old.sa_flags & SA_SIGINFO) != 0 || old.sa_handler != SIG_DFL) return;
+  // A handler rather than SIG_IGN: a program this one executes gets the default action back.
+  struct sigaction sa {};
+  sa.sa_handler = ignore_file_size_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGXFSZ, &sa, nullptr);
+}
+
+int open_input_file(const std::string& path) {
+  if (path.empty()) throw InputPathError("input path is empty");
+  int fd = -1;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    const int err = errno;
+    throw InputPathError(fmt::format("{}: cannot open: {}", path, errno_text(err)));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw InputPathError(fmt::format("{}: cannot stat: {}", path, errno_text(err)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw InputPathError(fmt::format(
+        "{}: is {}; lockstep reads regular files only (a FIFO or device can block or never end)",
+        path, kind_of(st.st_mode)));
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
+std::string read_input_file(const std::string& path) {
+  const int fd = open_input_file(path);
+  std::string out;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) out.reserve(size_t(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t got = ::read(fd, buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      const int err = errno;
+      ::close(fd);
+      throw InputPathError(fmt::format("{}: read failed: {}", path, errno_text(err)));
+    }
+    if (got == 0) break;
+    out.append(buf, size_t(got));
+  }
+  ::close(fd);
+  return out;
+}
 
 std::string resolve_output_path(const std::string& path) {
   if (path.empty()) throw OutputPathError("output path is empty");

@@ -13,9 +13,12 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <unordered_set>
 
 namespace lockstep {
 
@@ -67,51 +70,145 @@ constexpr int kMaxJsonDepth = 128;
        fmt::format("header is not valid JSON (nested deeper than {} levels)", kMaxJsonDepth));
 }
 
-// Parses the JSON text, reporting the first duplicate key at any depth (nlohmann keeps only the
-// last value of a duplicated key, which would silently drop a tensor).
-json parse_header_json(std::string_view text, const std::string& origin) {
-  std::vector<std::set<std::string>> keys_per_object;
-  std::string duplicate;
-  size_t duplicate_depth = 0;
-  auto callback = [&](int depth, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::array_start:
-        if (depth >= kMaxJsonDepth) nesting_too_deep(origin);
-        break;
-      case json::parse_event_t::object_start:
-        if (depth >= kMaxJsonDepth) nesting_too_deep(origin);
-        keys_per_object.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-        if (!keys_per_object.empty()) keys_per_object.pop_back();
-        break;
-      case json::parse_event_t::key:
-        if (!keys_per_object.empty() && parsed.is_string() &&
-            !keys_per_object.back().insert(parsed.get<std::string>()).second && duplicate.empty()) {
-          duplicate = parsed.get<std::string>();
-          duplicate_depth = keys_per_object.size();
-        }
-        break;
-      default:
-        break;
+const char* json_type_name(json::value_t t) {
+  switch (t) {
+    case json::value_t::object:
+      return "object";
+    case json::value_t::array:
+      return "array";
+    case json::value_t::string:
+      return "string";
+    case json::value_t::boolean:
+      return "boolean";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::binary:
+      return "binary";
+    default:
+      return "number";
+  }
+}
+
+// SAX events of the header (nlohmann::json::sax_parse), turned into one small DOM per top-level
+// entry that is handed to `sink` as soon as it is complete, so the whole header never exists as
+// one DOM. Linear in the header: nlohmann's callback parser rescans the enclosing object at every
+// nested object's end, which is quadratic in the tensor count (40k tensors took minutes).
+// Also records the first duplicate key at any depth (nlohmann keeps only the last value of a
+// duplicated key, which would silently drop a tensor) and the kind of a root that is not an
+// object; the caller reports those once the text is known to be valid JSON.
+class HeaderSax {
+ public:
+  using Sink = std::function<void(const std::string& key, json&& value)>;
+  HeaderSax(const std::string& origin, Sink sink) : origin_(origin), sink_(std::move(sink)) {}
+
+  bool null() { return scalar(json(nullptr)); }
+  bool boolean(bool v) { return scalar(json(v)); }
+  bool number_integer(json::number_integer_t v) { return scalar(json(v)); }
+  bool number_unsigned(json::number_unsigned_t v) { return scalar(json(v)); }
+  bool number_float(json::number_float_t v, const std::string&) { return scalar(json(v)); }
+  bool string(std::string& v) { return scalar(json(std::move(v))); }
+  bool binary(json::binary_t& v) { return scalar(json(std::move(v))); }
+  bool start_object(std::size_t) { return open(json::value_t::object); }
+  bool start_array(std::size_t) { return open(json::value_t::array); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(std::string& k) {
+    if (depth_ == 1) {
+      top_key_ = k;
+      skip_entry_ = !top_keys_.insert(k).second;
+      if (skip_entry_) note_duplicate(k, 1);
+    } else if (!skip_entry_ && !stack_.empty()) {
+      if (!object_keys_.back().insert(k).second) note_duplicate(k, depth_);
+      pending_key_.back() = k;
     }
     return true;
-  };
-  json header;
-  try {
-    header = json::parse(text.begin(), text.end(), callback);
-  } catch (const json::exception& e) {
-    fail(origin, fmt::format("header is not valid JSON ({})", e.what()));
   }
-  if (!header.is_object())
-    fail(origin, fmt::format("header is a JSON {}, not an object", header.type_name()));
-  if (!duplicate.empty()) {
-    if (duplicate_depth == 1)
-      fail(origin, fmt::format("duplicate tensor name '{}' in header", duplicate));
-    fail(origin, fmt::format("duplicate key '{}' inside a header entry", duplicate));
+  template <class Exception>
+  bool parse_error(std::size_t, const std::string&, const Exception& e) {
+    fail(origin_, fmt::format("header is not valid JSON ({})", e.what()));
   }
-  return header;
-}
+
+  json::value_t root_type() const { return root_type_; }
+  const std::string& duplicate() const { return duplicate_; }
+  size_t duplicate_depth() const { return duplicate_depth_; }
+
+ private:
+  void note_duplicate(const std::string& k, size_t depth) {
+    if (duplicate_.empty()) {
+      duplicate_ = k;
+      duplicate_depth_ = depth;
+    }
+  }
+  // Where a new value goes: nullptr when it is a whole top-level entry (or outside the root
+  // object, or in a skipped duplicate entry: not built).
+  json* place(json&& v) {
+    json* parent = stack_.back();
+    if (parent->is_array()) {
+      parent->push_back(std::move(v));
+      return &parent->back();
+    }
+    json& slot = (*parent)[pending_key_.back()];
+    slot = std::move(v);
+    return &slot;
+  }
+  bool building() const { return root_type_ == json::value_t::object && !skip_entry_; }
+  bool scalar(json&& v) {
+    if (depth_ == 0) {
+      root_type_ = v.type();
+      return true;
+    }
+    if (!building()) return true;
+    if (stack_.empty())
+      sink_(top_key_, std::move(v));
+    else
+      place(std::move(v));
+    return true;
+  }
+  bool open(json::value_t type) {
+    if (depth_ >= kMaxJsonDepth) nesting_too_deep(origin_);
+    if (depth_ == 0) root_type_ = type;
+    ++depth_;
+    if (depth_ == 1 || !building()) return true;
+    json* node = nullptr;
+    if (stack_.empty()) {
+      entry_ = json(type);
+      node = &entry_;
+    } else {
+      node = place(json(type));
+    }
+    stack_.push_back(node);
+    object_keys_.emplace_back();
+    pending_key_.emplace_back();
+    return true;
+  }
+  bool close() {
+    --depth_;
+    if (depth_ == 0) return true;
+    if (stack_.empty()) {  // the end of a value that was not built (skipped or not in an object)
+      if (depth_ == 1) skip_entry_ = false;
+      return true;
+    }
+    stack_.pop_back();
+    object_keys_.pop_back();
+    pending_key_.pop_back();
+    if (stack_.empty()) sink_(top_key_, std::move(entry_));
+    return true;
+  }
+
+  const std::string& origin_;
+  Sink sink_;
+  size_t depth_ = 0;  // open containers, the root included
+  json::value_t root_type_ = json::value_t::discarded;
+  std::string top_key_;
+  bool skip_entry_ = false;  // inside the value of a duplicated top-level key
+  std::unordered_set<std::string> top_keys_;
+  json entry_;                                      // the top-level entry being built
+  std::vector<json*> stack_;                        // its open containers, innermost last
+  std::vector<std::set<std::string>> object_keys_;  // keys seen in each open container
+  std::vector<std::string> pending_key_;            // the key of the next value in each
+  std::string duplicate_;
+  size_t duplicate_depth_ = 0;
+};
 
 TensorInfo parse_entry(const std::string& name, const json& entry, uint64_t data_bytes,
                        const std::string& origin) {
@@ -186,34 +283,59 @@ SafetensorsHeader parse_header(std::span<const std::byte> prefix_and_json, uint6
   out.data_bytes = file_size - 8 - out.header_bytes;
   std::string_view text(reinterpret_cast<const char*>(prefix_and_json.data() + 8),
                         out.header_bytes);
-  json header = parse_header_json(text, origin);
+  // The JSON library ends its input at a NUL byte, so "{...}\0junk" would parse; JSON has no
+  // place for a raw NUL (strings escape it), and the Hugging Face reader refuses it.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
+    fail(origin, fmt::format("header is not valid JSON (a NUL byte at header offset {})", nul));
 
-  for (const auto& [key, value] : header.items()) {
-    if (key == kMetadataKey) {
-      if (!value.is_object())
-        fail(origin, fmt::format("__metadata__ is a JSON {}, not an object", value.type_name()));
-      for (const auto& [mk, mv] : value.items()) {
-        if (!mv.is_string())
-          fail(origin, fmt::format("__metadata__ value of '{}' is a JSON {}, not a string", mk,
-                                   mv.type_name()));
-        out.metadata.emplace(mk, mv.get<std::string>());
+  // Entries are checked as they are parsed; the first error (in name order, as a reader that
+  // sorts the names would meet it) is reported once the whole text is known to be valid JSON.
+  std::optional<std::pair<std::string, std::string>> entry_error;  // (key, message)
+  auto sink = [&](const std::string& key, json&& value) {
+    if (entry_error && key >= entry_error->first) return;
+    try {
+      if (key == kMetadataKey) {
+        if (!value.is_object())
+          fail(origin, fmt::format("__metadata__ is a JSON {}, not an object", value.type_name()));
+        for (auto& [mk, mv] : value.items()) {
+          if (!mv.is_string())
+            fail(origin, fmt::format("__metadata__ value of '{}' is a JSON {}, not a string", mk,
+                                     mv.type_name()));
+          out.metadata.emplace(mk, mv.get<std::string>());
+        }
+        return;
       }
-      continue;
+      if (key.empty())
+        fail(origin,
+             "a tensor has an empty name (\"\" in the header); tensor names must be non-empty");
+      out.tensors.push_back(parse_entry(key, value, out.data_bytes, origin));
+    } catch (const SafetensorsError& e) {
+      entry_error.emplace(key, e.what());
     }
-    if (key.empty())
-      fail(origin,
-           "a tensor has an empty name (\"\" in the header); tensor names must be non-empty");
-    out.tensors.push_back(parse_entry(key, value, out.data_bytes, origin));
+  };
+  HeaderSax sax(origin, sink);
+  json::sax_parse(text.begin(), text.end(), &sax);
+  if (sax.root_type() != json::value_t::object)
+    fail(origin,
+         fmt::format("header is a JSON {}, not an object", json_type_name(sax.root_type())));
+  if (!sax.duplicate().empty()) {
+    if (sax.duplicate_depth() == 1)
+      fail(origin, fmt::format("duplicate tensor name '{}' in header", sax.duplicate()));
+    fail(origin, fmt::format("duplicate key '{}' inside a header entry", sax.duplicate()));
   }
+  if (entry_error) throw SafetensorsError(entry_error->second);
 
   // File order is data order. As the Hugging Face reader does, the entries sorted by
   // (begin, end) must tile the data buffer exactly: each starts where the previous one ends
   // (an empty tensor too), the first at 0, the last at the end of the buffer. So no byte is
   // shared, skipped or left over.
-  std::stable_sort(out.tensors.begin(), out.tensors.end(),
-                   [](const TensorInfo& a, const TensorInfo& b) {
-                     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-                   });
+  // Empty tensors that share an offset are ordered by name, so the order never depends on the
+  // order of the JSON text.
+  std::sort(out.tensors.begin(), out.tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
+    if (a.begin != b.begin) return a.begin < b.begin;
+    if (a.end != b.end) return a.end < b.end;
+    return a.name < b.name;
+  });
   const TensorInfo* prev = nullptr;
   uint64_t covered = 0;  // bytes [0, covered) belong to the tensors seen so far
   for (const TensorInfo& t : out.tensors) {
@@ -286,11 +408,13 @@ struct OpenedFile {
 };
 
 void open_and_read_header(const std::string& path, OpenedFile& f) {
-  f.fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (f.fd.get() < 0) fail(path, fmt::format("cannot open: {}", errno_text()));
+  try {
+    f.fd.reset(open_input_file(path));  // a FIFO or device is refused, never waited on
+  } catch (const InputPathError& e) {
+    throw SafetensorsError(e.what());
+  }
   struct stat st {};
   if (::fstat(f.fd.get(), &st) != 0) fail(path, fmt::format("cannot stat: {}", errno_text()));
-  if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
   uint64_t size = uint64_t(st.st_size);
   std::vector<std::byte> prefix(8);
   if (size < 8)
@@ -405,6 +529,19 @@ SafetensorsFile parse_safetensors(std::span<const std::byte> bytes, const std::s
     out.tensors.push_back({info.name, std::move(t)});
   }
   return out;
+}
+
+SafetensorsHeader parse_safetensors_header(std::span<const std::byte> prefix, uint64_t file_size,
+                                           const std::string& origin) {
+  if (prefix.size() < std::min<uint64_t>(file_size, 8))
+    fail(origin, "the prefix holds fewer than 8 bytes");
+  if (file_size >= 8) {
+    const uint64_t n = load_u64_le(prefix.data());
+    if (n <= kMaxHeaderBytes && n <= file_size - 8 && prefix.size() < 8 + n)
+      fail(origin, fmt::format("the prefix holds {} bytes, not the 8 + {} of the header",
+                               prefix.size(), n));
+  }
+  return parse_header(prefix, file_size, origin);
 }
 
 SafetensorsHeader read_safetensors_header(const std::string& path) {

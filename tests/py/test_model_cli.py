@@ -79,6 +79,21 @@ class Align(unittest.TestCase):
         self.assertFalse(j["deterministic"])
         self.assertGreaterEqual(j["max_abs_gap"], j["mean_abs_gap"])
 
+    def test_fast_mode_gap_is_far_below_that_of_a_learner_without_the_contract(self):
+        # Fast mode differs from the sampler only in the learner's attention order; a bf16 learner
+        # behind the same quantized sampler lacks the shared contract. With it, the mean |gap|
+        # stays at least ten times smaller (row-local recipes; test_model_align.cpp says why).
+        for preset in ("tiny-dense", "tiny-moe"):
+            for recipe in ("nvfp4_per_token", "mxfp8"):
+                args = ["align", "--preset", preset, "--recipe", recipe, "--max-new", "12",
+                        "--batch", "8", "--seed", "5", "--json"]
+                shared = json.loads(run(*args).stdout)
+                other = json.loads(run(*args, "--learner-recipe", "bf16").stdout)
+                what = f"{preset} {recipe}: {shared} vs {other}"
+                self.assertGreater(shared["tokens"], 0, what)
+                self.assertGreater(other["mean_abs_gap"], 0, what)
+                self.assertLessEqual(shared["mean_abs_gap"], 0.1 * other["mean_abs_gap"], what)
+
 
 class ForwardAndSample(unittest.TestCase):
     def setUp(self):

@@ -83,6 +83,17 @@ struct WarmStart {
   Json info;                  // warm_start.json: key, hash, eval before / after, loss, seconds
 };
 
+// The cache entry of a warm start (cache_root / warm_start_hash(key)) and whether it holds this
+// key, without loading or training anything.
+struct CachedWarmStart {
+  std::filesystem::path dir;
+  bool present = false;
+};
+CachedWarmStart find_cached_warm_start(const std::filesystem::path& cache_root,
+                                       const model::ModelConfig& config,
+                                       const std::string& init_source, uint64_t init_seed,
+                                       const PretrainOptions& options);
+
 // Looks the warm start up in cache_root / warm_start_hash(key) (a folder whose warm_start.json
 // holds exactly this key); when missing, trains it from `init` and stores it atomically (a
 // temporary folder renamed into place; a folder left by a killed process or with another key is

@@ -1,6 +1,8 @@
-// Atomic file output shared by every writer (safetensors files, run_meta.json): the target is
-// checked before any work, bytes go to a temporary file beside it that is flushed and renamed over
-// it, and temporaries are removed on error and when SIGINT, SIGTERM or SIGHUP ends the process.
+// File input and output shared by every reader and writer. Inputs: regular files only, opened
+// without blocking (a FIFO or device could block or never end). Outputs (safetensors files,
+// run_meta.json): the target is checked before any work, bytes go to a temporary file beside it
+// that is flushed and renamed over it, and temporaries are removed on error, when SIGINT, SIGTERM
+// or SIGHUP ends the process, and when a write passes the file size limit (SIGXFSZ).
 #pragma once
 
 #include <cstddef>
@@ -26,6 +28,29 @@ class FileWriteError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// An input path that cannot be read as a file: missing, unreadable, or not a regular file. The
+// message starts with the path and names the rule; the CLI exits 2.
+class InputPathError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// Opens `path` for reading and returns the descriptor (close-on-exec, blocking; the caller closes
+// it). The open itself never blocks (O_NONBLOCK until the type is known), and anything but a
+// regular file, or a symbolic link to one, is refused: a FIFO blocks until a writer comes, and a
+// device such as /dev/zero never ends. Throws InputPathError: "PATH: cannot open: REASON" or
+// "PATH: is a FIFO; ...".
+int open_input_file(const std::string& path);
+// The whole content of a regular file (open_input_file), for text inputs (JSON, prompts).
+std::string read_input_file(const std::string& path);
+
+// Makes a write past the file size limit (RLIMIT_FSIZE) fail with EFBIG, reported as a
+// FileWriteError, instead of killing the process with SIGXFSZ and leaving a temporary behind:
+// installs a handler that does nothing when SIGXFSZ has its default action (checked on every
+// call). Called by every AtomicFile; a program whose other writers should fail the same way calls
+// it at start.
+void install_file_size_limit_handler();
 
 // The file an output to `path` lands in: `path` itself, or the regular file a symbolic link at
 // `path` points to (followed, so the link stays a link). Throws OutputPathError as above.

@@ -1,0 +1,38 @@
+"""Shared by the train CLI tests: a micro Qwen3-MoE config (two layers, hidden 32; a run of a few
+steps takes about a second) and small helpers for run folders."""
+import hashlib
+import json
+import os
+
+
+def micro_config(hidden=32):
+    return {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "vocab_size": 32,
+        "hidden_size": hidden, "intermediate_size": 2 * hidden, "moe_intermediate_size": 32,
+        "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+        "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": True,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "max_position_embeddings": 32,
+        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False,
+        "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "torch_dtype": "float32",
+    }
+
+
+def rows(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def tree_digest(path):
+    """name -> sha256 of every file under path (the state a refused command must leave alone)."""
+    out = {}
+    for root, _, files in os.walk(path):
+        for name in files:
+            p = os.path.join(root, name)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, path)] = hashlib.sha256(f.read()).hexdigest()
+    return out
