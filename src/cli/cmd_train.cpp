@@ -94,10 +94,13 @@ void run_train(TrainCmd& c) {
   if (!a.recipe.recipe_name && !a.recipe.recipe_file && !a.recipe.env_recipe)
     a.recipe.recipe_name = "nvfp4_per_token";
   const SelectedRecipe sel = select_recipe(a.recipe);
+  a.opt.sampler_recipe = resolve_sampler_recipe(a.sampler_recipe, sel.recipe);
   const bool preset_given = c.cmd->get_option("--preset")->count() > 0;
   check_model_source(a, preset_given);
-  const std::string name = fmt::format("{}-{}-{}{}", a.opt.task, sel.recipe.name, a.opt.guard,
-                                       a.opt.deterministic ? "-det" : "");
+  const std::string name =
+      fmt::format("{}-{}{}-{}{}", a.opt.task, sel.recipe.name,
+                  a.opt.sampler_recipe ? "-sampler-" + a.opt.sampler_recipe->name : std::string(),
+                  a.opt.guard, a.opt.deterministic ? "-det" : "");
   const fs::path dir = c.out.empty() ? default_run_dir("runs", name) : fs::path(c.out);
   try {
     rl::check_new_run_dir(dir);
@@ -106,11 +109,13 @@ void run_train(TrainCmd& c) {
   }
 
   fmt::print(stderr,
-             "lockstep train: {} (model {}, task {} difficulty {}, recipe {}, guard {}{}, {} steps "
-             "of {} x {} samples)\n",
+             "lockstep train: {} (model {}, task {} difficulty {}, recipe {}{}, guard {}{}, {} "
+             "steps of {} x {} samples)\n",
              dir.string(), a.model_dir.empty() ? a.preset : a.model_dir, a.opt.task,
-             a.opt.difficulty, sel.recipe.name, a.opt.guard,
-             a.opt.deterministic ? ", deterministic" : "", a.opt.steps, a.opt.prompts, a.opt.group);
+             a.opt.difficulty, sel.recipe.name,
+             a.opt.sampler_recipe ? ", sampler recipe " + a.opt.sampler_recipe->name : "",
+             a.opt.guard, a.opt.deterministic ? ", deterministic" : "", a.opt.steps, a.opt.prompts,
+             a.opt.group);
   InitialPolicy ip = initial_policy(a, sel.recipe, preset_given);
   RunMetaExtras meta;
   meta.argv = command_line();
@@ -208,7 +213,7 @@ void register_train_commands(CLI::App& app) {
       "The main job: a low-precision GRPO run on a verifiable task. Without --model it first\n"
       "runs (or reuses from --cache-dir) a short supervised warm start of the preset, then RL:\n"
       "rollouts with the sampler at policy version v, learner log-probs, GRPO with the guard\n"
-      "(none, tis, triage, tis+triage), AdamW, the converter exports version v + 1 to the "
+      "(none, tis, triage, triage-gate), AdamW, the converter exports version v + 1 to the "
       "sampler.\n"
       "Writes RUN_DIR/metrics.jsonl (one row per step), run_meta.json, checkpoint/ and\n"
       "report.html; prints the start and end held-out accuracy. A killed run continues\n"
@@ -217,6 +222,7 @@ void register_train_commands(CLI::App& app) {
       "  lockstep train\n"
       "  lockstep train --recipe bf16 --guard none --out runs/bf16\n"
       "  lockstep train --guard triage --deterministic --steps 20 --out runs/det\n"
+      "  lockstep train --recipe bf16 --sampler-recipe nvfp4_per_token --guard triage\n"
       "  lockstep train --resume runs/det");
   c->cmd = cmd;
   cmd->add_option("--out", c->out,
@@ -225,7 +231,11 @@ void register_train_commands(CLI::App& app) {
   cmd->add_option("--recipe", c->a.recipe.recipe_name,
                   "precision recipe (default nvfp4_per_token; `lockstep recipes` lists them)");
   cmd->add_option("--recipe-file", c->a.recipe.recipe_file, "recipe JSON file instead of --recipe");
-  cmd->add_option("--guard", c->a.opt.guard, "none, tis, triage or tis+triage")
+  cmd->add_option("--sampler-recipe", c->a.sampler_recipe,
+                  "the sampler's recipe (name or JSON file) when it differs from the learner's "
+                  "--recipe, e.g. a bf16 learner behind an NVFP4 rollout (default: --recipe)");
+  cmd->add_option("--guard", c->a.opt.guard,
+                  "none, tis, triage (TIS + gate + repair) or triage-gate (the gate alone)")
       ->capture_default_str();
   add_train_options(*cmd, c->a);
   cmd->callback([c] { run_train(*c); });

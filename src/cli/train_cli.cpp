@@ -51,12 +51,49 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
   cmd.add_option("--repair-scale", o.repair.scale, "TRIAGE repair pseudo-Huber scale (nats)")
       ->capture_default_str();
   cmd.add_option("--repair-weight", o.repair.weight, "TRIAGE repair weight")->capture_default_str();
+  cmd.add_option("--repair-segment", o.repair.segment, "TRIAGE repair segment length (tokens)")
+      ->capture_default_str();
+  cmd.add_option("--gate-segment", o.gate.segment, "TRIAGE gate segment length (tokens)")
+      ->capture_default_str();
+  cmd.add_option("--gate-mild-gap", o.gate.mild_gap,
+                 "TRIAGE gate: segment mean delta below this gets the mild weight (nats)")
+      ->capture_default_str();
+  cmd.add_option("--gate-severe-gap", o.gate.severe_gap,
+                 "TRIAGE gate: segment mean delta below this gets the severe weight (nats)")
+      ->capture_default_str();
+  cmd.add_option("--gate-tail-gap", o.gate.tail_gap,
+                 "TRIAGE gate: tokens with delta below this are tail tokens (nats)")
+      ->capture_default_str();
+  cmd.add_option("--gate-mild-weight", o.gate.mild_weight, "TRIAGE gate mild weight")
+      ->capture_default_str();
+  cmd.add_option("--gate-severe-weight", o.gate.severe_weight, "TRIAGE gate severe weight")
+      ->capture_default_str();
+  cmd.add_option("--gate-tail1-weight", o.gate.tail1_weight,
+                 "TRIAGE gate weight of a segment with one tail token")
+      ->capture_default_str();
+  cmd.add_option("--gate-tail2-weight", o.gate.tail2_weight,
+                 "TRIAGE gate weight of a segment with two or more tail tokens")
+      ->capture_default_str();
+  cmd.add_option("--kv-cache", o.kv_cache,
+                 "the sampler's KV cache: bf16, or fp8 (E4M3 with per-head scales)")
+      ->capture_default_str();
+  cmd.add_flag("--routing-replay", o.routing_replay,
+               "the learner reuses the sampler's expert choices (MoE models)");
+  cmd.add_option("--reward", o.reward,
+                 "exact (1 for the exact answer, else 0 or the format bonus) or prefix (partial "
+                 "credit: the share of the answer written correctly before the first error; "
+                 "0 without <eos>)")
+      ->capture_default_str();
   cmd.add_option("--format-bonus", o.format_bonus,
                  "reward of a wrong but well-formed answer (0: exact match only)")
       ->capture_default_str();
   cmd.add_option("--eval-every", o.eval_every, "held-out evaluation every N steps")
       ->capture_default_str();
   cmd.add_option("--eval-prompts", o.eval_prompts, "held-out prompts (greedy decoding)")
+      ->capture_default_str();
+  cmd.add_option("--eval-split", o.eval_split,
+                 "heldout (the reported accuracy) or validation (for choosing defaults; never "
+                 "tune on the held-out part)")
       ->capture_default_str();
   cmd.add_option("--checkpoint-every", o.checkpoint_every, "checkpoint every N steps")
       ->capture_default_str();
@@ -85,6 +122,22 @@ rl::PretrainOptions pretrain_options(const TrainArgs& a) {
   p.eval_prompts = a.opt.eval_prompts;
   p.eval_max_new = a.opt.max_new;
   return p;
+}
+
+std::optional<Recipe> resolve_sampler_recipe(const std::string& arg, const Recipe& learner) {
+  if (arg.empty()) return std::nullopt;
+  Recipe r;
+  try {
+    std::error_code ec;
+    const bool file = arg.size() > 5 && arg.compare(arg.size() - 5, 5, ".json") == 0;
+    r = file || fs::is_regular_file(arg, ec)
+            ? load_recipe_file(arg)
+            : builtin_recipe_or_throw(arg, "--sampler-recipe").recipe;
+  } catch (const std::exception& e) {
+    throw UsageError(fmt::format("--sampler-recipe {}: {}", arg, e.what()));
+  }
+  if (to_json(r) == to_json(learner)) return std::nullopt;
+  return r;
 }
 
 bool is_checkpoint_dir(const std::string& dir) {

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "lockstep/model/weights.h"
@@ -16,7 +17,8 @@ namespace lockstep::cli {
 
 struct TrainArgs {
   rl::TrainOptions opt;
-  SelectionInputs recipe;  // --recipe / --recipe-file (train only)
+  SelectionInputs recipe;      // --recipe / --recipe-file (train only)
+  std::string sampler_recipe;  // --sampler-recipe NAME or FILE.json ("" : the learner's)
   std::string preset = "tiny-moe";
   std::string model_dir;
   int64_t pretrain_steps = rl::PretrainOptions{}.steps;
@@ -30,6 +32,11 @@ struct TrainArgs {
 // Adds the options every run shares (task, model, loop sizes, objective, eval, checkpoints, warm
 // start, output); `train` adds --recipe / --guard itself, `compare` its lists.
 void add_train_options(CLI::App& cmd, TrainArgs& a);
+
+// --sampler-recipe: a built-in name or a recipe JSON file; unset when empty or when it equals the
+// learner's recipe (one shared contract). UsageError naming the flag for an unknown name or a bad
+// file.
+std::optional<Recipe> resolve_sampler_recipe(const std::string& arg, const Recipe& learner);
 
 // The policy of version 0 and what run_meta.json records about where it came from.
 struct InitialPolicy {
