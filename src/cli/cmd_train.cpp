@@ -38,6 +38,10 @@ void print_result(const rl::Trainer& t, const rl::TrainResult& r, const Json& wa
     j["finished"] = r.finished;
     j["start_eval_accuracy"] = r.start_eval_accuracy ? Json(*r.start_eval_accuracy) : Json(nullptr);
     j["end_eval_accuracy"] = r.end_eval_accuracy ? Json(*r.end_eval_accuracy) : Json(nullptr);
+    j["start_eval_accuracy_bf16"] =
+        r.start_eval_accuracy_bf16 ? Json(*r.start_eval_accuracy_bf16) : Json(nullptr);
+    j["end_eval_accuracy_bf16"] =
+        r.end_eval_accuracy_bf16 ? Json(*r.end_eval_accuracy_bf16) : Json(nullptr);
     j["elapsed_s"] = r.elapsed_s;
     j["warm_start"] = warm;
     fmt::print("{}\n", j.dump());
@@ -49,6 +53,14 @@ void print_result(const rl::Trainer& t, const rl::TrainResult& r, const Json& wa
         fmt::format(" ({:+.1f} points)", (*r.end_eval_accuracy - *r.start_eval_accuracy) * 100.0);
   fmt::print("held-out accuracy ({} prompts, greedy): start {} -> end {}{}\n", o.eval_prompts,
              percent(r.start_eval_accuracy), percent(r.end_eval_accuracy), rise);
+  // Through a quantized sampler, the same policies read in bf16: the rise over the bf16 warm
+  // start, and what quantizing it lost at the start.
+  const Recipe& srec = o.sampler_recipe ? *o.sampler_recipe : t.recipe();
+  if ((srec.name != "bf16" || o.kv_cache != "bf16") && r.start_eval_accuracy_bf16 &&
+      r.end_eval_accuracy_bf16)
+    fmt::print("read through bf16: start {} -> end {} ({:+.1f} points over the bf16 start)\n",
+               percent(r.start_eval_accuracy_bf16), percent(r.end_eval_accuracy_bf16),
+               (*r.end_eval_accuracy - *r.start_eval_accuracy_bf16) * 100.0);
   fmt::print("steps {}/{}, {:.1f} s; report: {}\n", r.steps_done, o.steps, r.elapsed_s,
              r.report.string());
   if (!r.finished)

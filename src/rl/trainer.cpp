@@ -176,17 +176,21 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
     m.metrics->append(row);
     if (cb.on_row) cb.on_row(row);
   };
-  auto eval = [&](diag::MetricsRow& row, bool with_bf16) {
+  // Evaluates into row; with_bf16 also through the bf16 export (into *bf16 when given).
+  auto eval = [&](diag::MetricsRow& row, bool with_bf16, std::optional<double>* bf16) {
     const Clock::time_point t0 = Clock::now();
     const EvalResult e = evaluate_greedy(m.sampler, *m.task, o.seed, o.difficulty, o.eval_prompts,
                                          o.max_new, o.sampler_batch, eval_split);
     add_eval(row, e);
-    if (with_bf16)
-      row["eval_accuracy_bf16"] =
+    if (with_bf16) {
+      const double acc_bf16 =
           bf16_differs ? evaluate_greedy(m.bf16_sampler, *m.task, o.seed, o.difficulty,
                                          o.eval_prompts, o.max_new, o.sampler_batch, eval_split)
                              .accuracy
                        : e.accuracy;
+      row["eval_accuracy_bf16"] = acc_bf16;
+      if (bf16) *bf16 = acc_bf16;
+    }
     row["time_eval_s"] = seconds_since(t0);
     return e.accuracy;
   };
@@ -196,16 +200,20 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
     const auto [t_sync, t_bf16] = m.sync_policy();
     const diag::MetricsFile mf = diag::read_metrics(m.metrics->path());
     for (const diag::MetricsRow& r : mf.rows)
-      if (r.value("step", int64_t(-1)) == 0 && r.contains("eval_accuracy") &&
-          r["eval_accuracy"].is_number())
-        res.start_eval_accuracy = r["eval_accuracy"].get<double>();
+      if (r.value("step", int64_t(-1)) == 0) {
+        if (r.contains("eval_accuracy") && r["eval_accuracy"].is_number())
+          res.start_eval_accuracy = r["eval_accuracy"].get<double>();
+        if (r.contains("eval_accuracy_bf16") && r["eval_accuracy_bf16"].is_number())
+          res.start_eval_accuracy_bf16 = r["eval_accuracy_bf16"].get<double>();
+      }
     if (m.step == 0 && mf.rows.empty()) {
       diag::MetricsRow row;
       row["step"] = 0;
       row["policy_version"] = m.step;
       row["time_sync_s"] = t_sync;
       row["time_sync_bf16_s"] = t_bf16;
-      if (o.eval_prompts > 0) res.start_eval_accuracy = eval(row, /*with_bf16=*/true);
+      if (o.eval_prompts > 0)
+        res.start_eval_accuracy = eval(row, /*with_bf16=*/true, &res.start_eval_accuracy_bf16);
       emit(row);
     }
   }
@@ -324,7 +332,7 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
     row["response_tokens"] = T;
     if (k % o.eval_every == 0 || k == o.steps) {
       if (o.eval_prompts > 0) {
-        const double acc = eval(row, /*with_bf16=*/k == o.steps);
+        const double acc = eval(row, /*with_bf16=*/k == o.steps, &res.end_eval_accuracy_bf16);
         if (k == o.steps) res.end_eval_accuracy = acc;
       }
     }
@@ -347,9 +355,12 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
   res.finished = m.step >= o.steps;
   if (res.finished && !res.end_eval_accuracy) {
     // A resumed run that was already complete: the last row's evaluation.
-    for (const diag::MetricsRow& r : diag::read_metrics(m.metrics->path()).rows)
+    for (const diag::MetricsRow& r : diag::read_metrics(m.metrics->path()).rows) {
       if (r.contains("eval_accuracy") && r["eval_accuracy"].is_number())
         res.end_eval_accuracy = r["eval_accuracy"].get<double>();
+      if (r.contains("eval_accuracy_bf16") && r["eval_accuracy_bf16"].is_number())
+        res.end_eval_accuracy_bf16 = r["eval_accuracy_bf16"].get<double>();
+    }
   }
   res.elapsed_s = m.elapsed_s();
   res.report = m.dir / run_files::kReport;

@@ -271,6 +271,8 @@ void Trainer::Impl::write_results(const TrainResult& r) {
                      {"finished", r.finished},
                      {"start_eval_accuracy", opt_num(r.start_eval_accuracy)},
                      {"end_eval_accuracy", opt_num(r.end_eval_accuracy)},
+                     {"start_eval_accuracy_bf16", opt_num(r.start_eval_accuracy_bf16)},
+                     {"end_eval_accuracy_bf16", opt_num(r.end_eval_accuracy_bf16)},
                      {"elapsed_s", r.elapsed_s},
                      {"policy_version", step},
                      {"report", run_files::kReport}};

@@ -88,8 +88,9 @@ class MismatchLab(unittest.TestCase):
         run("pretrain", "--model", init, "--steps", "60", "--batch", "16", "--lr", "0.02",
             "--difficulty", "1", "--max-new", "4", "--eval-prompts", "8", "-o", cls.model)
         cls.mismatched = os.path.join(cls.tmp, "mismatched")
-        run("train", "--model", cls.model, "--out", cls.mismatched, *RUN, "--recipe", "bf16",
-            "--sampler-recipe", "fp8_per_tensor", "--guard", "triage", *SCALED)
+        cls.mismatched_out = run("train", "--model", cls.model, "--out", cls.mismatched, *RUN,
+                                 "--recipe", "bf16", "--sampler-recipe", "fp8_per_tensor",
+                                 "--guard", "triage", *SCALED)
 
     @classmethod
     def tearDownClass(cls):
@@ -110,6 +111,10 @@ class MismatchLab(unittest.TestCase):
         # The first and last evaluations also read the policy through bf16.
         self.assertIn("eval_accuracy_bf16", rs[0])
         self.assertIn("eval_accuracy_bf16", rs[-1])
+        self.assertIn("read through bf16: start", self.mismatched_out.stdout)
+        results = load_json(os.path.join(self.mismatched, "run_meta.json"))["results"]
+        self.assertEqual(results["start_eval_accuracy_bf16"], rs[0]["eval_accuracy_bf16"])
+        self.assertEqual(results["policy_version"], 4)
         self.assertEqual(len(rs[1]["gap_hist"]), 21)
         self.assertEqual(sum(rs[1]["gap_hist"]), rs[1]["gap_tokens"])
         # Both recipes label the run.

@@ -79,8 +79,11 @@ struct TrainResult {
   bool finished = false;                      // reached options.steps
   std::optional<double> start_eval_accuracy;  // step 0
   std::optional<double> end_eval_accuracy;    // the last step
-  double elapsed_s = 0.0;                     // wall time of the run, resumed parts included
-  std::filesystem::path report;               // RUN_DIR/report.html
+  // The same evaluations through the versions' bf16 export (eval_accuracy_bf16): the rise over
+  // the bf16 warm start, apart from what the sampler's quantization lost at the start.
+  std::optional<double> start_eval_accuracy_bf16, end_eval_accuracy_bf16;
+  double elapsed_s = 0.0;        // wall time of the run, resumed parts included
+  std::filesystem::path report;  // RUN_DIR/report.html
 };
 
 // Run folder layout:
