@@ -125,8 +125,10 @@ TEST(DiagMismatch, MetricsKeysAndRepeatability) {
   const std::vector<float> a = {0.5f, -1.0f, 0.0f};
   const MismatchStats s1 = mismatch_stats(off, d, m, a), s2 = mismatch_stats(off, d, m, a);
   EXPECT_EQ(std::memcmp(&s1, &s2, sizeof(s1)), 0);
-  Json row;
+  Json row, row2;
   add_mismatch_metrics(s1, row);
+  add_mismatch_metrics(s2, row2);
+  EXPECT_EQ(row.dump(), row2.dump());  // doubles are written to round-trip exactly
   std::vector<std::string> keys;
   for (const auto& [k, v] : row.items()) keys.push_back(k);
   const std::vector<std::string> want = {"gap_tokens",
@@ -141,7 +143,44 @@ TEST(DiagMismatch, MetricsKeysAndRepeatability) {
                                          "gap_share_pos_adv_neg",
                                          "gap_share_pos_adv_pos",
                                          "gap_share_neg_adv_neg",
-                                         "gap_share_neg_adv_pos"};
+                                         "gap_share_neg_adv_pos",
+                                         "gap_hist"};
   EXPECT_EQ(keys, want);
+  // The histogram holds every valid token once.
+  int64_t total = 0;
+  for (int64_t c : s1.histogram) total += c;
+  EXPECT_EQ(total, s1.tokens);
+  EXPECT_EQ(row["gap_hist"].size(), size_t(kGapHistBins));
   EXPECT_EQ(row["mean_abs_gap"].get<double>(), s1.mean_abs_delta);
+}
+
+TEST(DiagMismatch, HistogramBinsAtTheirEdges) {
+  EXPECT_EQ(gap_hist_bin(0.0), 10);
+  EXPECT_EQ(gap_hist_bin(-0.0), 10);
+  EXPECT_EQ(gap_hist_bin(-1e-6), 9);  // |delta| in (0, 1e-6]
+  EXPECT_EQ(gap_hist_bin(std::nextafter(-1e-6, -1.0)), 8);
+  EXPECT_EQ(gap_hist_bin(1e-6), 11);
+  EXPECT_EQ(gap_hist_bin(-6.0), 1);  // [-6, -1.5)
+  EXPECT_EQ(gap_hist_bin(std::nextafter(-6.0, -10.0)), 0);
+  EXPECT_EQ(gap_hist_bin(-1.5), 2);  // TRIAGE's thresholds are edges: -1.5 is not < -1.5
+  EXPECT_EQ(gap_hist_bin(std::nextafter(-1.5, -10.0)), 1);
+  EXPECT_EQ(gap_hist_bin(-0.5), 3);
+  EXPECT_EQ(gap_hist_bin(6.0), 19);
+  EXPECT_EQ(gap_hist_bin(1e30), 20);
+  EXPECT_EQ(gap_hist_label(0), "(-inf, -6)");
+  EXPECT_EQ(gap_hist_label(1), "[-6, -1.5)");
+  EXPECT_EQ(gap_hist_label(9), "[-1e-06, 0)");
+  EXPECT_EQ(gap_hist_label(10), "0");
+  EXPECT_EQ(gap_hist_label(11), "(0, 1e-06]");
+  EXPECT_EQ(gap_hist_label(19), "(1.5, 6]");
+  EXPECT_EQ(gap_hist_label(20), "(6, inf)");
+  EXPECT_THROW(gap_hist_label(21), std::out_of_range);
+  // Masked tokens count nowhere.
+  const std::vector<int64_t> off = {0, 4};
+  const MismatchStats s =
+      mismatch_stats(off, std::vector<float>{-7.0f, 0.0f, 0.25f, -100.0f},
+                     std::vector<uint8_t>{1, 1, 1, 0}, std::vector<float>{1.0f});
+  std::vector<int64_t> want(size_t(kGapHistBins), 0);
+  want[0] = want[10] = want[17] = 1;  // 0.25 in (0.1, 0.5], bin 17
+  EXPECT_EQ(s.histogram, want);
 }

@@ -1,11 +1,13 @@
 // Tests of the report building blocks: ticks, tick labels, EMA, XML escaping, SVG element counts,
 // run summaries (NaN / null skipped, wall time), plot selection, and the comparison table.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <regex>
 
 #include "lockstep/diag/compare.h"
+#include "lockstep/diag/mismatch.h"
 #include "lockstep/diag/report.h"
 #include "lockstep/diag/svg_plot.h"
 
@@ -65,15 +67,17 @@ TEST(DiagPlot, EmaAndEscape) {
 TEST(DiagPlot, ElementsPerSeries) {
   PlotSpec spec;
   spec.title = "t <1>";
-  spec.series.push_back({"#111111", false, {{1, 1}, {2, 2}, {3, 1}}});
-  spec.series.push_back({"#222222", true, {{2, 0.5}}});
-  spec.series.push_back({"#333333", false, {}});
-  spec.legend = {{"run a", "#111111", false}, {"run <b>", "#222222", true}};
+  spec.series.push_back({"#111111", LineStyle::kSolid, {{1, 1}, {2, 2}, {3, 1}}});
+  spec.series.push_back({"#222222", LineStyle::kDashed, {{2, 0.5}}});
+  spec.series.push_back({"#333333", LineStyle::kDotted, {}});
+  spec.legend = {{"run a", "#111111", LineStyle::kSolid},
+                 {"run <b>", "#222222", LineStyle::kDotted}};
   const std::string svg = render_svg_plot(spec);
   EXPECT_EQ(count(svg, "<polyline class=\"raw\""), 1u);
   EXPECT_EQ(count(svg, "<polyline class=\"ema\""), 1u);
   EXPECT_EQ(count(svg, "<circle class=\"point\""), 1u);
   EXPECT_NE(svg.find("run &lt;b&gt;"), std::string::npos);
+  EXPECT_NE(svg.find("stroke-dasharray=\"2 3\""), std::string::npos);  // the dotted legend entry
   EXPECT_NE(svg.find("t &lt;1&gt;"), std::string::npos);
   EXPECT_EQ(svg.find("<script"), std::string::npos);
   // Every coordinate is finite and inside the 560-wide canvas.
@@ -174,20 +178,107 @@ TEST(DiagCompare, MarkdownAndJson) {
   b.recipe = "nvfp4_per_token";
   b.mean_abs_delta = 0.0123456;
   b.wall_time_s = 90;
+  b.sampler_recipe = "w4a16_nvfp4";
+  b.seed = 3;
+  b.start_eval_accuracy = 0.5;
   const std::vector<RunSummary> runs = {a, b};
-  EXPECT_EQ(compare_markdown(runs),
-            "| run | recipe | guard | deterministic | final eval acc | best eval acc | mean abs "
-            "delta | max abs delta | q05 delta | wall time |\n"
-            "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n"
-            "| bf16\\|ref | bf16 | none | yes | 81.2% | 85.0% | 0 | 0 | 0 | 62.1 min |\n"
-            "| nvfp4 | nvfp4_per_token | - | - | - | - | 0.01235 | - | - | 90.0 s |\n");
+  EXPECT_EQ(
+      compare_markdown(runs),
+      "| run | recipe | sampler | guard | deterministic | seed | start eval acc | final eval "
+      "acc | best eval acc | mean abs delta | max abs delta | q05 delta | wall time |\n"
+      "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+      "|\n"
+      "| bf16\\|ref | bf16 | = | none | yes | - | - | 81.2% | 85.0% | 0 | 0 | 0 | 62.1 min |\n"
+      "| nvfp4 | nvfp4_per_token | w4a16_nvfp4 | - | - | 3 | 50.0% | - | - | 0.01235 | - | - "
+      "| 90.0 s |\n");
   const Json j = compare_json(runs);
   ASSERT_EQ(j.size(), 2u);
   EXPECT_EQ(j[0]["final_eval_accuracy"], 0.8125);
   EXPECT_EQ(j[0]["deterministic"], true);
   EXPECT_TRUE(j[1]["guard"].is_null());
+  EXPECT_TRUE(j[0]["sampler_recipe"].is_null());
+  EXPECT_EQ(j[1]["sampler_recipe"], "w4a16_nvfp4");
+  EXPECT_EQ(j[1]["seed"], 3);
   EXPECT_TRUE(j[1]["deterministic"].is_null());
   EXPECT_EQ(j[1]["wall_time_s"], 90.0);
   EXPECT_EQ(format_wall_time(600), "10.0 min");
   EXPECT_EQ(format_wall_time(9000), "2.50 h");
+}
+
+TEST(DiagCompare, GroupsGiveMeanAndSpreadOverSeeds) {
+  EXPECT_EQ(spread_of(std::vector<double>{}).n, 0);
+  const Spread one = spread_of(std::vector<double>{0.5});
+  EXPECT_EQ(one.mean, 0.5);
+  EXPECT_EQ(one.sd, 0.0);
+  const Spread three = spread_of(std::vector<double>{0.5, 0.7, 0.9});
+  EXPECT_DOUBLE_EQ(three.mean, 0.7);
+  EXPECT_DOUBLE_EQ(three.sd, 0.2);  // sample sd: sqrt((0.04 + 0 + 0.04) / 2)
+  std::vector<RunSummary> runs;
+  for (int seed = 0; seed < 3; ++seed)
+    for (const char* guard : {"none", "triage"}) {
+      RunSummary r;
+      r.name = fmt::format("{}-seed{}", guard, seed);
+      r.recipe = "bf16";
+      r.sampler_recipe = "nvfp4_per_token";
+      r.guard = guard;
+      r.deterministic = false;
+      r.seed = uint64_t(seed);
+      r.start_eval_accuracy_bf16 = 0.8;
+      r.start_eval_accuracy = 0.7;
+      r.final_eval_accuracy = 0.8 + 0.05 * seed;
+      r.mean_abs_delta = 0.1;
+      r.wall_time_s = 10;
+      runs.push_back(r);
+    }
+  const std::vector<GroupSummary> g = compare_groups(runs);
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_EQ(g[0].guard, "none");
+  EXPECT_EQ(g[0].runs, (std::vector<std::string>{"none-seed0", "none-seed1", "none-seed2"}));
+  EXPECT_EQ(g[0].seeds, (std::vector<uint64_t>{0, 1, 2}));
+  EXPECT_DOUBLE_EQ(g[0].final.mean, 0.85);
+  EXPECT_NEAR(g[0].final.sd, 0.05, 1e-15);
+  EXPECT_NEAR(g[0].rise_bf16.mean, 0.05, 1e-15);  // over the bf16 warm start
+  EXPECT_NEAR(g[0].recovery.mean, 0.1, 1e-15);    // what the sampler's recipe lost at step 0
+  const std::string md = compare_groups_markdown(g);
+  EXPECT_NE(md.find("| bf16 | nvfp4_per_token | none | no | 3 | 80.0 ± 0.0% | 70.0 ± 0.0% | "
+                    "85.0 ± 5.0% | +5.0 ± 5.0% | 0.1 ± 0 |"),
+            std::string::npos)
+      << md;
+  const Json j = compare_groups_json(g);
+  EXPECT_EQ(j[1]["guard"], "triage");
+  EXPECT_EQ(j[1]["final_eval_accuracy"]["n"], 3);
+  EXPECT_TRUE(j[1]["tis_clip_frac"].is_null());
+}
+
+TEST(DiagReport, MismatchPlotsAndTheDeltaHistogram) {
+  MetricsRow r1 = {{"step", 1},
+                   {"gap_share_neg_adv_neg", 0.2},
+                   {"gap_share_pos_adv_pos", 0.1},
+                   {"gap_segments_below_0_5", 3},
+                   {"tis_clip_frac", 0.01},
+                   {"triage_gated_segments", 2},
+                   {"truncated_frac", 0.5}};
+  std::vector<int64_t> h(size_t(kGapHistBins), 0);
+  h[1] = 2;
+  h[10] = 98;
+  r1["gap_hist"] = h;
+  MetricsRow r2 = r1;
+  r2["step"] = 2;
+  const std::vector<RunData> runs = {run_of("mixed", {r1, r2}), run_of("plain", {{{"step", 1}}})};
+  EXPECT_EQ(run_gap_histogram(runs[0])[1], 4);
+  EXPECT_EQ(run_gap_histogram(runs[0])[10], 196);
+  EXPECT_TRUE(run_gap_histogram(runs[1]).empty());
+  std::vector<std::string> titles;
+  for (const ReportPlot& p : report_plots(runs)) titles.push_back(p.title);
+  for (const char* want : {"Amplifying regions (|A|-weighted share of tokens)",
+                           "64-token segments by mean delta", "TIS: tokens truncated at the cap",
+                           "TRIAGE gate", "Responses that reached --max-new (scored wrong)"})
+    EXPECT_NE(std::find(titles.begin(), titles.end(), want), titles.end()) << want;
+  EXPECT_EQ(std::find(titles.begin(), titles.end(), "TRIAGE repair"), titles.end());  // no data
+  const ReportResult res = render_report(runs);
+  EXPECT_EQ(count(res.html, "<svg "), size_t(res.plots));
+  EXPECT_EQ(count(res.html, "class=\"histogram\""), 1u);
+  EXPECT_EQ(count(res.html, "<polyline class=\"hist\""), 1u);  // one run has a histogram
+  EXPECT_NE(res.html.find("[-6, -1.5)"), std::string::npos);
+  EXPECT_NE(res.html.find("A &lt; 0, delta &lt; 0"), std::string::npos);  // key labels
 }

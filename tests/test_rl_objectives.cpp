@@ -235,8 +235,15 @@ TEST(RlObjective, InputErrorsNameTheField) {
   ObjectiveConfig tis;
   tis.guard = Guard::kTis;
   expect_msg(tis, "guard 'tis' needs logp_sampler");
-  EXPECT_EQ(parse_guard("tis+triage"), Guard::kTisTriage);
+  EXPECT_EQ(parse_guard("triage-gate"), Guard::kTriageGate);
+  EXPECT_EQ(guard_name(Guard::kTriageGate), "triage-gate");
   EXPECT_THROW(parse_guard("triage+tis"), std::invalid_argument);
+  try {
+    parse_guard("tis+triage");  // TRIAGE includes TIS: the name says so instead of aliasing
+    ADD_FAILURE() << "no throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("TIS + gate + repair"), std::string::npos) << e.what();
+  }
 }
 
 namespace {
@@ -282,16 +289,20 @@ RandomBatch random_batch(uint64_t seed) {
 TEST(RlObjective, GradientMatchesFloat64FiniteDifferences) {
   const uint64_t seed = test_seed();
   const RandomBatch base = random_batch(seed);
-  for (Guard guard : {Guard::kNone, Guard::kTis, Guard::kTriage, Guard::kTisTriage})
+  for (Guard guard : {Guard::kNone, Guard::kTis, Guard::kTriage, Guard::kTriageGate})
     for (LossNormalization norm : {LossNormalization::kResponse, LossNormalization::kToken}) {
       ObjectiveConfig cfg;
       cfg.guard = guard;
       cfg.normalization = norm;
       cfg.kl_coef = 0.1;
       const auto r = compute_objective<double>(base.in(), cfg);
-      if (guard_has_triage(guard)) {
-        ASSERT_GT(r.stats.repair.active_segments + r.stats.gate.gated_tokens, 0)
-            << "the batch must exercise TRIAGE; seed " << seed;
+      if (guard_has_gate(guard)) {
+        ASSERT_GT(r.stats.gate.gated_tokens, 0)
+            << "the batch must exercise the gate; seed " << seed;
+      }
+      if (guard_has_repair(guard)) {
+        ASSERT_GT(r.stats.repair.active_segments, 0)
+            << "the batch must exercise the repair; seed " << seed;
       }
       RandomBatch b = base;
       const double h = 1e-5;
@@ -328,7 +339,7 @@ TEST(RlObjective, FloatPathAgreesWithFloat64AndIsDeterministic) {
   const std::vector<float> n = cast(b.lp_new), o = cast(b.lp_old), s = cast(b.lp_smp),
                            rf = cast(b.lp_ref), a = cast(b.adv);
   ObjectiveConfig cfg;
-  cfg.guard = Guard::kTisTriage;
+  cfg.guard = Guard::kTriage;
   cfg.kl_coef = 0.1;
   const ObjectiveInputs in{b.offsets, n, o, s, rf, b.mask, a};
   const ObjectiveResult r1 = compute_objective<float>(in, cfg);

@@ -1,23 +1,26 @@
 // Tests of the RL vocabulary and tasks: encode/decode, every built-in task's examples checked by
-// an independent solver, Philox determinism (a pinned example per task), rewards, registry
-// errors, and the measured overlap of the train and eval streams.
+// an independent solver, Philox determinism (a pinned example per task), rewards (exact, format,
+// prefix credit), registry errors, and the split: canonical forms against independently built
+// equivalents, and no held-out or validation problem with an equivalent in training, for every
+// task and difficulty.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <random>
 #include <set>
 #include <string>
 
 #include "lockstep/rl/task.h"
+#include "test_util.h"
 
 using namespace lockstep::rl;
 
 namespace {
 
-std::string digits_of(std::span<const int32_t> t) {
-  std::string s;
-  for (int32_t x : t) s += char('0' + digit_value(x));
-  return s;
-}
+// The answer as text: digits, and "=" / "+" where the cumsum task writes them.
+std::string digits_of(std::span<const int32_t> t) { return decode(t); }
 
 // Independent solvers working on the decoded prompt text.
 std::string solve(const std::string& task, const std::string& prompt) {
@@ -46,6 +49,23 @@ std::string solve(const std::string& task, const std::string& prompt) {
   if (task == "count") {
     const char target = body[0];
     return std::to_string(std::count(body.begin() + 2, body.end(), target));
+  }
+  if (task == "cumsum") {
+    // Steps "x=sss" joined by "+": the running total as a 3-digit string, least significant
+    // digit first, built by decimal string arithmetic (no integer sum kept).
+    std::string total = "000", out;
+    for (char c : body) {
+      int carry = c - '0';
+      for (char& d : total) {  // total[0] is the ones digit
+        const int v = (d - '0') + carry;
+        d = char('0' + v % 10);
+        carry = v / 10;
+      }
+      if (carry != 0) ADD_FAILURE() << "cumsum overflow in " << body;
+      if (!out.empty()) out += '+';
+      out += std::string(1, c) + "=" + total;
+    }
+    return out;
   }
   ADD_FAILURE() << "no solver for " << task;
   return "";
@@ -89,29 +109,30 @@ TEST(RlVocab, EncodeErrorsNameTheText) {
   }
   EXPECT_THROW(encode("<bos"), std::invalid_argument);
   EXPECT_THROW(encode("<nope>"), std::invalid_argument);
-  EXPECT_THROW(encode("<reserved20>"), std::invalid_argument);
+  EXPECT_THROW(encode("<reserved21>"), std::invalid_argument);
   const std::vector<int32_t> bad = {1, 40};
   EXPECT_THROW(decode(bad), std::out_of_range);
 }
 
 TEST(RlTasks, RegistryListsBuiltinsAndNamesUnknown) {
-  const std::vector<std::string> want = {"add", "count", "reverse", "sort"};
+  const std::vector<std::string> want = {"add", "count", "cumsum", "reverse", "sort"};
   EXPECT_EQ(task_names(), want);
   EXPECT_EQ(find_task("sort").name(), "sort");
   try {
     find_task("multiply");
     FAIL() << "no throw";
   } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), "unknown task 'multiply' (known: add, count, reverse, sort)");
+    EXPECT_STREQ(e.what(), "unknown task 'multiply' (known: add, count, cumsum, reverse, sort)");
   }
 }
 
 TEST(RlTasks, ExamplesAreSolvedByAnIndependentSolver) {
   for (const std::string& name : task_names()) {
     const Task& task = find_task(name);
-    for (int d : {task.min_difficulty(), 2, 5, task.max_difficulty()})
+    for (int d : {task.min_difficulty(), 2, 5, 11, task.max_difficulty()})
       for (uint64_t i = 0; i < 200; ++i)
-        for (Split split : {Split::kTrain, Split::kEval}) {
+        for (Split split : {Split::kTrain, Split::kValidation, Split::kEval}) {
+          if (d < task.min_difficulty() || d > task.max_difficulty()) continue;
           const Example ex = task.make(42, i, d, split);
           const std::string prompt = decode(ex.prompt);
           ASSERT_EQ(digits_of(ex.answer), solve(name, prompt)) << name << " " << prompt;
@@ -123,6 +144,8 @@ TEST(RlTasks, ExamplesAreSolvedByAnIndependentSolver) {
           // Difficulty = operand digits (add) or string length (others).
           const size_t body = ex.prompt.size() - 3 - (name == "count" ? 2 : 0);
           EXPECT_EQ(body, name == "add" ? size_t(2 * d + 1) : size_t(d)) << prompt;
+          EXPECT_LE(int64_t(ex.answer.size()), task.max_answer_tokens(d)) << prompt;
+          if (name != "count") EXPECT_EQ(int64_t(ex.answer.size()), task.max_answer_tokens(d));
         }
   }
 }
@@ -132,8 +155,10 @@ TEST(RlTasks, PinnedExamples) {
   EXPECT_EQ(decode(find_task("add").make(1234, 0, 4).prompt), "<bos><add>3330+1725=");
   EXPECT_EQ(decode(find_task("sort").make(1234, 7, 6).prompt), "<bos><sort>198158=");
   EXPECT_EQ(decode(find_task("reverse").make(1234, 7, 6, Split::kEval).prompt),
-            "<bos><reverse>161802=");
-  EXPECT_EQ(decode(find_task("count").make(99, 3, 8).prompt), "<bos><count>4:26099696=");
+            "<bos><reverse>452534=");
+  EXPECT_EQ(decode(find_task("count").make(99, 3, 8).prompt), "<bos><count>2:47578201=");
+  EXPECT_EQ(decode(find_task("cumsum").make(5, 2, 4, Split::kValidation).prompt),
+            "<bos><cumsum>0889=");
 }
 
 TEST(RlTasks, SameSeedAndIndexSameExampleWhateverTheOrder) {
@@ -152,10 +177,10 @@ TEST(RlTasks, DifficultyOutOfRangeThrows) {
   EXPECT_THROW(task.make(1, 0, 0), std::invalid_argument);
   EXPECT_THROW(task.make(1, 0, task.max_difficulty() + 1), std::invalid_argument);
   try {
-    find_task("sort").make(1, 0, 33);
+    find_task("sort").make(1, 0, 257);
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), "task 'sort': difficulty 33 is outside [1, 32]");
+    EXPECT_STREQ(e.what(), "task 'sort': difficulty 257 is outside [1, 256]");
   }
 }
 
@@ -250,24 +275,169 @@ TEST(RlTasks, ExampleRngUniformIsUnbiasedEnough) {
   for (int c : counts) EXPECT_NEAR(c, 1000, 150);
 }
 
-// The held-out prompts are a disjoint part of the prompt space: no overlap at any difficulty, even
-// where the training stream covers the whole training part (add with 1 digit: 100 prompts).
-TEST(RlTasks, HeldOutPromptsAreNeverTrainingPrompts) {
+namespace {
+
+// Prompt text with the operands of an add prompt swapped (built on the text, not by the task).
+std::string swap_operands(const std::string& prompt) {
+  const size_t start = std::string("<bos><add>").size();
+  const size_t plus = prompt.find('+'), eq = prompt.size() - 1;
+  return "<bos><add>" + prompt.substr(plus + 1, eq - plus - 1) + "+" +
+         prompt.substr(start, plus - start) + "=";
+}
+
+// The digits of a prompt's body shuffled by g (Fisher-Yates), keeping `keep` leading body tokens.
+std::vector<int32_t> shuffled_body(std::vector<int32_t> p, size_t head, std::mt19937_64& g) {
+  for (size_t i = p.size() - 2; i > head; --i) {
+    const size_t j = head + size_t(g() % (i - head + 1));
+    std::swap(p[i], p[j]);
+  }
+  return p;
+}
+
+// Prompts equivalent to `prompt` under the task's own equivalence, built independently of
+// Task::canonical_form: add swaps the operands, sort and count permute the string, reverse reverses
+// it; cumsum has no equivalent but itself.
+std::vector<std::vector<int32_t>> equivalents(const std::string& task,
+                                              const std::vector<int32_t>& prompt,
+                                              std::mt19937_64& g) {
+  std::vector<std::vector<int32_t>> out = {prompt};
+  if (task == "add") out.push_back(encode(swap_operands(decode(prompt))));
+  if (task == "sort")
+    for (int k = 0; k < 3; ++k) out.push_back(shuffled_body(prompt, 2, g));
+  if (task == "count")
+    for (int k = 0; k < 3; ++k) out.push_back(shuffled_body(prompt, 4, g));
+  if (task == "reverse") {
+    std::vector<int32_t> r = prompt;
+    std::reverse(r.begin() + 2, r.end() - 1);
+    out.push_back(r);
+  }
+  return out;
+}
+
+// Whether two prompts pose the same problem, decided from the text alone.
+bool same_problem(const std::string& task, const std::string& a, const std::string& b) {
+  if (task == "add") return a == b || a == swap_operands(b);
+  if (task == "sort" || task == "count") {
+    std::string x = a, y = b;
+    const size_t head =
+        task == "sort" ? std::string("<bos><sort>").size() : std::string("<bos><count>").size() + 2;
+    std::sort(x.begin() + long(head), x.end() - 1);
+    std::sort(y.begin() + long(head), y.end() - 1);
+    return x.substr(0, head) == y.substr(0, head) && x == y;
+  }
+  if (task == "reverse") {
+    const size_t head = std::string("<bos><reverse>").size();
+    std::string r = b;
+    std::reverse(r.begin() + long(head), r.end() - 1);
+    return a == b || a == r;
+  }
+  return a == b;
+}
+
+// The built-in tasks (user tasks registered by other tests are not these tests' subject).
+const std::vector<std::string> kBuiltins = {"add", "count", "cumsum", "reverse", "sort"};
+
+}  // namespace
+
+// Canonical forms name exactly the equivalence classes: equal for equivalent prompts, different
+// otherwise (add with one digit: all 100 x 100 pairs of prompts; the others on random pairs and
+// on built equivalents).
+TEST(RlTasks, CanonicalFormsAreTheEquivalenceClasses) {
+  const uint64_t seed = lockstep::test::test_seed();
+  std::mt19937_64 g(seed);
   const Task& add = find_task("add");
-  EXPECT_EQ(count_prompt_overlap(add, 2024, 1, 1000, 200), 0);
-  EXPECT_EQ(count_prompt_overlap(add, 2024, 2, 10000, 1000), 0);
-  EXPECT_EQ(count_prompt_overlap(find_task("sort"), 2024, 16, 2000, 500), 0);
-  // Each split's prompts are in its part; both parts of the 1-digit space are non-empty and
-  // together hold all 100 prompts.
+  std::vector<std::vector<int32_t>> all;
+  for (int a = 0; a < 10; ++a)
+    for (int b = 0; b < 10; ++b) all.push_back(encode(fmt::format("<bos><add>{}+{}=", a, b)));
+  for (const auto& x : all)
+    for (const auto& y : all)
+      ASSERT_EQ(add.canonical_form(x) == add.canonical_form(y),
+                same_problem("add", decode(x), decode(y)))
+          << decode(x) << " vs " << decode(y);
+  for (const std::string& name : kBuiltins) {
+    const Task& task = find_task(name);
+    for (int d : {task.min_difficulty(), task.min_difficulty() + 1, 3, 8}) {
+      if (d > task.max_difficulty()) continue;
+      for (uint64_t i = 0; i < 100; ++i) {
+        const Example x = task.make(seed, i, d), y = task.make(seed, i + 1000, d, Split::kEval);
+        for (const auto& e : equivalents(name, x.prompt, g))
+          ASSERT_EQ(task.canonical_form(e), task.canonical_form(x.prompt))
+              << name << ": " << decode(e) << " vs " << decode(x.prompt) << "; seed " << seed;
+        ASSERT_EQ(task.canonical_form(x.prompt) == task.canonical_form(y.prompt),
+                  same_problem(name, decode(x.prompt), decode(y.prompt)))
+            << name << ": " << decode(x.prompt) << " vs " << decode(y.prompt);
+      }
+    }
+  }
+}
+
+// The split is a function of the problem: every example is in its split's part, every
+// equivalent of it too, and no validation or held-out problem has an equivalent among the
+// training examples, for every task and every difficulty.
+TEST(RlTasks, HeldOutAndValidationProblemsAreNeverTrainingProblems) {
+  const uint64_t seed = lockstep::test::test_seed();
+  std::mt19937_64 g(seed);
+  for (const std::string& name : kBuiltins) {
+    const Task& task = find_task(name);
+    for (int d = task.min_difficulty(); d <= task.max_difficulty(); ++d) {
+      const int64_t n = d <= 3 ? 400 : 40;  // small spaces: cover them
+      std::map<Split, std::set<std::vector<int32_t>>> forms;
+      for (Split split : {Split::kTrain, Split::kValidation, Split::kEval})
+        for (int64_t i = 0; i < n; ++i) {
+          const Example ex = task.make(seed, uint64_t(i), d, split);
+          for (const auto& e : equivalents(name, ex.prompt, g))
+            ASSERT_EQ(task.split_of(e), split)
+                << name << " d " << d << ": " << decode(e) << " (equivalent of "
+                << decode(ex.prompt) << "); seed " << seed;
+          forms[split].insert(task.canonical_form(ex.prompt));
+        }
+      for (const auto& f : forms[Split::kEval]) {
+        ASSERT_EQ(forms[Split::kTrain].count(f), 0u) << name << " d " << d;
+        ASSERT_EQ(forms[Split::kValidation].count(f), 0u) << name << " d " << d;
+      }
+      for (const auto& f : forms[Split::kValidation])
+        ASSERT_EQ(forms[Split::kTrain].count(f), 0u) << name << " d " << d;
+      ASSERT_EQ(count_prompt_overlap(task, seed, d, n, n), 0) << name << " d " << d;
+      ASSERT_EQ(count_prompt_overlap(task, seed, d, n, n, Split::kValidation), 0)
+          << name << " d " << d;
+    }
+  }
+  // add with one digit: 55 problems (unordered pairs); training holds only its part of them.
+  const Task& add = find_task("add");
   std::set<std::vector<int32_t>> train, eval;
   for (uint64_t i = 0; i < 2000; ++i) {
-    const Example t = add.make(7, i, 1, Split::kTrain), e = add.make(7, i, 1, Split::kEval);
-    EXPECT_FALSE(is_eval_prompt(t.prompt)) << decode(t.prompt);
-    EXPECT_TRUE(is_eval_prompt(e.prompt)) << decode(e.prompt);
-    train.insert(t.prompt);
-    eval.insert(e.prompt);
+    train.insert(add.canonical_form(add.make(7, i, 1, Split::kTrain).prompt));
+    eval.insert(add.canonical_form(add.make(7, i, 1, Split::kEval).prompt));
   }
   EXPECT_GT(eval.size(), 5u);
-  EXPECT_EQ(train.size() + eval.size(), 100u);
-  std::printf("add d=1: %zu training and %zu held-out prompts\n", train.size(), eval.size());
+  EXPECT_LT(train.size() + eval.size(), 55u);
+  std::printf("add d=1: %zu training and %zu held-out problems of 55\n", train.size(), eval.size());
+}
+
+TEST(RlTasks, CumsumVerifierAndPrefixCredit) {
+  const Task& task = find_task("cumsum");
+  Example ex;
+  ex.prompt = encode("<bos><cumsum>395=");
+  ex.answer = encode("3=300+9=210+5=710");
+  EXPECT_EQ(task.reward(ex, encode("3=300+9=210+5=710<eos>")), 1.0f);
+  EXPECT_EQ(prefix_credit(task, ex, encode("3=300+9=210+5=710<eos>")), 1.0f);
+  // 6 of 17 answer tokens right, then a wrong digit: 6 / 18.
+  EXPECT_EQ(prefix_credit(task, ex, encode("3=300+8=110+5=610<eos>")), 6.0f / 18.0f);
+  // No <eos>: it reached the limit, wrong whatever it wrote.
+  EXPECT_EQ(prefix_credit(task, ex, encode("3=300+9=210+5=710")), 0.0f);
+  // The whole answer then more: never 1.
+  EXPECT_EQ(prefix_credit(task, ex, encode("3=300+9=210+5=7100<eos>")), 17.0f / 18.0f);
+  EXPECT_EQ(prefix_credit(task, ex, encode("<eos>")), 0.0f);
+  // Format: the shape of the answer with other digits is well formed; other shapes are not.
+  EXPECT_EQ(reward_with_format(task, ex, encode("1=100+1=200+1=300<eos>"), 0.25f), 0.25f);
+  EXPECT_EQ(reward_with_format(task, ex, encode("1=100+1=200+1=30<eos>"), 0.25f), 0.0f);
+  EXPECT_EQ(reward_with_format(task, ex, encode("1=100+1=200+1+300<eos>"), 0.25f), 0.0f);
+  EXPECT_EQ(task_reward(task, ex, encode("3=300+8<eos>"), RewardKind::kPrefix), 6.0f / 18.0f);
+  EXPECT_EQ(task_reward(task, ex, encode("3=300+8<eos>"), RewardKind::kExact), 0.0f);
+  // Answers of 64 to 256 tokens: 6 d - 1.
+  EXPECT_EQ(task.max_answer_tokens(11), 65);
+  EXPECT_EQ(task.max_answer_tokens(42), 251);
+  EXPECT_EQ(int64_t(task.make(3, 0, 42).answer.size()), 251);
+  EXPECT_EQ(parse_reward_kind("prefix"), RewardKind::kPrefix);
+  EXPECT_THROW(parse_reward_kind("partial"), std::invalid_argument);
 }

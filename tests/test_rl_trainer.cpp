@@ -7,6 +7,7 @@
 #include <set>
 
 #include "lockstep/model/config.h"
+#include "lockstep/recipe/registry.h"
 #include "lockstep/rl/rollout.h"
 #include "lockstep/rl/trainer.h"
 #include "lockstep/rl/warm_start.h"
@@ -45,7 +46,13 @@ TEST(RlTrainOptions, JsonRoundTripAndValidation) {
   TrainOptions o;
   o.task = "sort";
   o.difficulty = 5;
-  o.guard = "tis+triage";
+  o.guard = "triage-gate";
+  o.gate.segment = 32;
+  o.repair.segment = 96;
+  o.reward = "prefix";
+  o.eval_split = "validation";
+  o.kv_cache = "fp8";
+  o.sampler_recipe = lockstep::builtin_recipe_or_throw("w4a16_nvfp4", "test").recipe;
   o.seed = 1ull << 60;
   o.lr = 1.25e-4;
   o.repair.margin = -0.75;
@@ -89,6 +96,50 @@ TEST(RlTrainOptions, JsonRoundTripAndValidation) {
   b = {};
   b.temperature = 0.0;
   EXPECT_NE(message(b).find("--temperature"), std::string::npos);
+  // Answers that cannot fit: cumsum at difficulty 11 writes 65 tokens.
+  b = {};
+  b.task = "cumsum";
+  b.difficulty = 11;
+  EXPECT_NE(message(b).find("--max-new 8 cannot hold the answer of task 'cumsum' at difficulty "
+                            "11 (65 tokens + <eos>)"),
+            std::string::npos)
+      << message(b);
+  b.max_new = 66;
+  EXPECT_EQ(message(b), "");
+  b = {};
+  b.guard = "tis+triage";
+  EXPECT_NE(message(b).find("TIS + gate + repair"), std::string::npos);
+  b = {};
+  b.routing_replay = true;
+  EXPECT_NE(message(b).find("--routing-replay is not yet supported"), std::string::npos);
+  b = {};
+  b.kv_cache = "int4";
+  EXPECT_NE(message(b).find("--kv-cache 'int4'"), std::string::npos);
+  b = {};
+  b.reward = "prefix";
+  b.format_bonus = 0.1f;
+  EXPECT_NE(message(b).find("--format-bonus applies to the exact reward only"), std::string::npos);
+  b = {};
+  b.eval_split = "train";
+  EXPECT_NE(message(b).find("unknown evaluation split 'train'"), std::string::npos);
+  b = {};
+  b.gate.severe_gap = 0.0;
+  EXPECT_NE(message(b).find("--gate-severe-gap 0 must be <= --gate-mild-gap -0.5"),
+            std::string::npos);
+  b = {};
+  b.gate.segment = 0;
+  EXPECT_NE(message(b).find("--gate-segment 0"), std::string::npos);
+
+  // A run folder written before the newer options: they keep their defaults.
+  Json older = options_to_json(TrainOptions{});
+  for (const char* k : {"sampler_recipe", "kv_cache", "routing_replay", "reward", "eval_split",
+                        "gate_segment", "repair_segment"})
+    older.erase(k);
+  const TrainOptions back = options_from_json(older, "old run");
+  EXPECT_FALSE(back.sampler_recipe);
+  EXPECT_EQ(back.gate.segment, 64);
+  EXPECT_EQ(back.repair.segment, 128);
+  EXPECT_EQ(back.eval_split, "heldout");
 }
 
 TEST(RlWarmStart, CacheKeyCoversTheTrainingInputs) {

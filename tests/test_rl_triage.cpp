@@ -1,10 +1,14 @@
 // Tests of TRIAGE: every gate threshold at and just past its boundary (-1.5, -0.5, -6), tail
 // counts k = 0..3, the min of the two weights, only negative-delta tokens gated, 64-token
-// segment boundaries relative to each response's start, masked tokens, and the repair term's
-// activation, value and gradient on 128-token segments.
+// segment boundaries relative to each response's start, masked tokens, the repair term's
+// activation, value and gradient on 128-token segments; the options (other thresholds, weights
+// and segment lengths, refused values); guard `triage` as TIS + gate + repair and `triage-gate`
+// as the gate alone; and the statistics of minibatches merged into those of the whole batch.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
+#include <tuple>
 
 #include "lockstep/rl/objectives.h"
 #include "rl_test_util.h"
@@ -149,7 +153,7 @@ TEST(RlTriageGate, MaskedTokensCountNowhere) {
   EXPECT_EQ(gate(f, -1.0, fm)[0], 0.3);
 }
 
-TEST(RlTriageGate, NormalisesTheResponseLossOverGatedWeights) {
+TEST(RlTriageGate, NormalisesTheResponseLossOverGatedWeights_GateAlone) {
   // One negative response of 64 tokens: 32 with delta 0 (w 1), 32 with delta -2 (mean -1: 0.3).
   // ratio 1, A = -1 so l = 1 on every token; loss = sum w l / sum w = 1 whatever the weights,
   // and the gradient of token t is w_t / sum w.
@@ -160,7 +164,7 @@ TEST(RlTriageGate, NormalisesTheResponseLossOverGatedWeights) {
   const std::vector<uint8_t> mask(T, 1);
   const std::vector<double> adv = {-1.0};
   ObjectiveConfig cfg;
-  cfg.guard = Guard::kTriage;
+  cfg.guard = Guard::kTriageGate;
   const auto r = compute_objective<double>({off, lp, lp, smp, {}, mask, adv}, cfg);
   const double sum_w = 32 * 1.0 + 32 * 0.3;
   EXPECT_NEAR(r.loss, 1.0, 1e-15);
@@ -168,6 +172,184 @@ TEST(RlTriageGate, NormalisesTheResponseLossOverGatedWeights) {
   EXPECT_NEAR(r.grad_logp_new[40], 0.3 / sum_w, 1e-15);
   EXPECT_EQ(r.stats.gate.gated_tokens, 32);
   EXPECT_EQ(r.stats.gate.gated_segments, 1);
+  EXPECT_EQ(r.stats.tis.tokens, 0);  // the gate alone: no TIS, no repair
+  EXPECT_EQ(r.stats.repair.segments, 0);
+}
+
+// Guard `triage` is the report's method: the same gate on an objective that carries TIS, plus
+// the repair term. Same batch as above: the TIS weight of the gated tokens is e^-2 (delta -2),
+// of the others 1; the loss is sum g w l / sum g.
+TEST(RlTriageGate, TriageIsTisTimesTheGatePlusRepair) {
+  const size_t T = 64;
+  std::vector<double> lp(T, -1.0), smp(T, -1.0);
+  for (size_t t = 32; t < T; ++t) smp[t] = 1.0;
+  const std::vector<int64_t> off = {0, int64_t(T)};
+  const std::vector<uint8_t> mask(T, 1);
+  const std::vector<double> adv = {-1.0};
+  ObjectiveConfig cfg;
+  cfg.guard = Guard::kTriage;
+  const auto r = compute_objective<double>({off, lp, lp, smp, {}, mask, adv}, cfg);
+  const double w = std::exp(-2.0), sum_g = 32 * 1.0 + 32 * 0.3;
+  EXPECT_NEAR(r.loss, (32 * 1.0 + 32 * 0.3 * w) / sum_g, 1e-15);
+  EXPECT_NEAR(r.grad_logp_new[0], 1.0 / sum_g, 1e-15);
+  EXPECT_NEAR(r.grad_logp_new[40], 0.3 * w / sum_g, 1e-15);
+  EXPECT_EQ(r.stats.tis.tokens, 64);
+  EXPECT_EQ(r.stats.gate.gated_tokens, 32);
+  // A positive response in the same batch is repaired under triage, not under triage-gate.
+  const std::vector<int64_t> off2 = {0, int64_t(T), int64_t(2 * T)};
+  std::vector<double> lp2 = lp, smp2 = smp;
+  lp2.insert(lp2.end(), T, -3.0);
+  smp2.insert(smp2.end(), T, -1.0);  // delta -2 < margin -0.5
+  const std::vector<uint8_t> mask2(2 * T, 1);
+  const std::vector<double> adv2 = {-1.0, 1.0};
+  const auto tri = compute_objective<double>({off2, lp2, lp2, smp2, {}, mask2, adv2}, cfg);
+  EXPECT_EQ(tri.stats.repair.active_segments, 1);
+  EXPECT_GT(tri.stats.repair_loss, 0);
+  cfg.guard = Guard::kTriageGate;
+  const auto gate_only = compute_objective<double>({off2, lp2, lp2, smp2, {}, mask2, adv2}, cfg);
+  EXPECT_EQ(gate_only.stats.repair.segments, 0);
+  EXPECT_EQ(gate_only.stats.repair_loss, 0);
+  EXPECT_EQ(gate_only.stats.gate.gated_tokens, tri.stats.gate.gated_tokens);
+}
+
+TEST(RlTriageGate, OptionsMoveThresholdsWeightsAndSegments) {
+  GateOptions o;
+  o.segment = 32;
+  o.mild_gap = -0.25;
+  o.severe_gap = -1.0;
+  o.tail_gap = -3.0;
+  o.mild_weight = 0.5;
+  o.severe_weight = 0.2;
+  o.tail1_weight = 0.7;
+  o.tail2_weight = 0.4;
+  const std::vector<int64_t> off = {0, 64};
+  const std::vector<uint8_t> mask(64, 1);
+  const std::vector<double> adv = {-1.0};
+  // Segment 0 (tokens 0..31): mean -0.5 -> mild (0.5). Segment 1: mean -1 exactly -> mild too
+  // (-1 is not < -1); with one token below -3 -> min(0.5, 0.7).
+  std::vector<double> d(64, -0.5);
+  for (size_t t = 32; t < 64; ++t) d[t] = -1.0;
+  std::vector<double> w = triage_gate_weights<double>(off, d, mask, adv, nullptr, o);
+  EXPECT_EQ(w[0], 0.5);
+  EXPECT_EQ(w[32], 0.5);
+  d[33] = -3.5;
+  d[34] = 1.5;  // keeps the mean at -1
+  w = triage_gate_weights<double>(off, d, mask, adv, nullptr, o);
+  EXPECT_EQ(w[33], 0.5);
+  d[35] = -3.5;
+  d[36] = 1.5;  // two tail tokens: 0.4 < 0.5
+  TriageGateStats st;
+  w = triage_gate_weights<double>(off, d, mask, adv, &st, o);
+  EXPECT_EQ(w[32], 0.4);
+  EXPECT_EQ(st.segments, 2);
+  EXPECT_EQ(st.tail_segments, 1);
+  // Below the severe threshold.
+  std::fill(d.begin(), d.end(), below(-1.0));
+  w = triage_gate_weights<double>(off, d, mask, adv, nullptr, o);
+  EXPECT_EQ(w[0], 0.2);
+  // Refused options name the rule.
+  for (auto [field, value, needle] :
+       {std::tuple{0, 0.0, "segment length 0"}, std::tuple{1, -2.0, "severe gap"},
+        std::tuple{2, 1.5, "mild weight 1.5"}, std::tuple{3, -0.1, "tail weight (k >= 2) -0.1"}}) {
+    GateOptions b;
+    if (field == 0) b.segment = 0;
+    if (field == 1) b.mild_gap = value;  // below severe -1.5... -2 < -1.5: severe > mild
+    if (field == 2) b.mild_weight = value;
+    if (field == 3) b.tail2_weight = value;
+    try {
+      triage_gate_weights<double>(off, d, mask, adv, nullptr, b);
+      ADD_FAILURE() << needle;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(RlTriageRepair, SegmentLengthIsAnOption) {
+  // 64 tokens, repair segments of 32: the second half alone is short of the margin.
+  const size_t T = 64;
+  std::vector<double> lp_new(T, -1.0), smp(T, -1.0);
+  for (size_t t = 32; t < T; ++t) lp_new[t] = -2.0;  // mean delta -1 there
+  const std::vector<int64_t> off = {0, int64_t(T)};
+  const std::vector<uint8_t> mask(T, 1);
+  std::vector<double> grad(T, 0.0);
+  RepairOptions opt;
+  opt.segment = 32;
+  RepairStats st;
+  triage_repair<double>(off, lp_new, smp, mask, std::vector<double>{1.0}, opt, 1, grad, &st);
+  EXPECT_EQ(st.segments, 2);
+  EXPECT_EQ(st.active_segments, 1);
+  EXPECT_EQ(grad[0], 0.0);
+  EXPECT_LT(grad[40], 0.0);
+  opt.segment = 128;  // one segment of mean -0.5: at the margin, inactive
+  triage_repair<double>(off, lp_new, smp, mask, std::vector<double>{1.0}, opt, 1, grad, &st);
+  EXPECT_EQ(st.segments, 1);
+  EXPECT_EQ(st.active_segments, 0);
+  opt.segment = 0;
+  EXPECT_THROW(
+      triage_repair<double>(off, lp_new, smp, mask, std::vector<double>{1.0}, opt, 1, grad),
+      std::invalid_argument);
+}
+
+// The trainer splits a batch into minibatches of whole responses and merges what each
+// objective call applied: on the first optimizer step (logp_new = logp_old) the merged counts
+// equal those of one call over the whole batch, with any number of minibatches.
+TEST(RlTriageStats, MinibatchStatsMergeIntoTheWholeBatch) {
+  const uint64_t seed = lockstep::rl::testing::test_seed();
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  const int R = 12;
+  std::vector<int64_t> lens;
+  for (int i = 0; i < R; ++i) lens.push_back(1 + int64_t(u(g) * 300));
+  const std::vector<int64_t> off = offsets_of(lens);
+  std::vector<double> old, smp, adv;
+  std::vector<uint8_t> mask;
+  for (int i = 0; i < R; ++i) adv.push_back(i % 3 == 0 ? 0.0 : u(g) < 0.5 ? -1.0 : 1.0);
+  for (int64_t t = 0; t < off.back(); ++t) {
+    old.push_back(-3 * u(g));
+    const double gap = u(g) < 0.05 ? -8 * u(g) - 4 : (u(g) < 0.5 ? -2.5 : 1.5) * u(g);
+    smp.push_back(old.back() - gap);
+    mask.push_back(u(g) < 0.95);
+  }
+  ObjectiveConfig cfg;
+  cfg.guard = Guard::kTriage;
+  const auto whole = compute_objective<double>({off, old, old, smp, {}, mask, adv}, cfg);
+  ASSERT_GT(whole.stats.gate.gated_tokens, 0) << "seed " << seed;
+  ASSERT_GT(whole.stats.repair.active_segments, 0) << "seed " << seed;
+  ASSERT_GT(whole.stats.tis.clipped, 0) << "seed " << seed;
+  for (int K : {2, 3, 4, 6}) {
+    TisStats tis;
+    TriageGateStats gate;
+    RepairStats rep;
+    const int per = R / K;
+    for (int c = 0; c < K; ++c) {
+      const int64_t t0 = off[size_t(c * per)], t1 = off[size_t(c * per + per)];
+      std::vector<int64_t> o;
+      for (int i = 0; i <= per; ++i) o.push_back(off[size_t(c * per + i)] - t0);
+      const auto sl = [&](const std::vector<double>& v) {
+        return std::vector<double>(v.begin() + t0, v.begin() + t1);
+      };
+      const std::vector<double> a(adv.begin() + c * per, adv.begin() + c * per + per);
+      const std::vector<uint8_t> m(mask.begin() + t0, mask.begin() + t1);
+      const std::vector<double> so = sl(old), ss = sl(smp);
+      const auto part = compute_objective<double>({o, so, so, ss, {}, m, a}, cfg);
+      accumulate(tis, part.stats.tis);
+      accumulate(gate, part.stats.gate);
+      accumulate(rep, part.stats.repair);
+    }
+    EXPECT_EQ(tis.tokens, whole.stats.tis.tokens) << K;
+    EXPECT_EQ(tis.clipped, whole.stats.tis.clipped) << K;
+    EXPECT_EQ(tis.weight_max, whole.stats.tis.weight_max) << K;
+    EXPECT_NEAR(tis.weight_mean, whole.stats.tis.weight_mean, 1e-12) << K;
+    EXPECT_DOUBLE_EQ(tis.clip_frac, whole.stats.tis.clip_frac) << K;
+    EXPECT_EQ(gate.segments, whole.stats.gate.segments) << K;
+    EXPECT_EQ(gate.gated_segments, whole.stats.gate.gated_segments) << K;
+    EXPECT_EQ(gate.tail_segments, whole.stats.gate.tail_segments) << K;
+    EXPECT_EQ(gate.gated_tokens, whole.stats.gate.gated_tokens) << K;
+    EXPECT_NEAR(gate.weight_mean, whole.stats.gate.weight_mean, 1e-12) << K;
+    EXPECT_EQ(rep.segments, whole.stats.repair.segments) << K;
+    EXPECT_EQ(rep.active_segments, whole.stats.repair.active_segments) << K;
+  }
 }
 
 TEST(RlTriageRepair, ActivationValueAndGradient) {

@@ -19,6 +19,7 @@
 #include "lockstep/tensor/file_io.h"
 #include "lockstep/tensor/safetensors.h"
 #include "model_cli.h"
+#include "train_cli.h"
 
 namespace lockstep::cli {
 
@@ -275,7 +276,7 @@ void run_sample(const SampleArgs& a) {
 struct AlignArgs {
   ModelSource src;
   SelectionInputs recipe;
-  std::string learner_recipe;
+  std::string learner_recipe, sampler_recipe;
   model::AlignOptions opt;
   std::string kv = "bf16";
   bool deterministic = false, json = false, dry_run = false;
@@ -283,9 +284,13 @@ struct AlignArgs {
 
 void run_align(AlignArgs a) {
   const SelectedRecipe sel = select_run_recipe(a.recipe);
-  const Recipe& recipe = sel.recipe;
+  Recipe recipe = sel.recipe;
   a.opt.mode = a.deterministic ? model::ExecMode::kDeterministic : model::ExecMode::kFast;
   a.opt.kv = kv_from_name(a.kv);
+  if (!a.learner_recipe.empty() && !a.sampler_recipe.empty())
+    throw UsageError(
+        "give either --sampler-recipe (the learner uses --recipe) or --learner-recipe (the "
+        "sampler uses --recipe), not both");
   if (!a.learner_recipe.empty())
     a.opt.learner_recipe = builtin_recipe_or_throw(a.learner_recipe, "--learner-recipe").recipe;
   if (a.opt.max_prompt < a.opt.min_prompt)
@@ -299,6 +304,12 @@ void run_align(AlignArgs a) {
                           a.src.model_dir.empty() ? "preset " + a.src.preset : a.src.model_dir,
                           a.deterministic ? "deterministic" : "fast")))
     return;
+  if (!a.sampler_recipe.empty()) {
+    // As in train: --recipe is the learner's, the sampler quantizes with --sampler-recipe.
+    a.opt.learner_recipe = recipe;
+    recipe = resolve_sampler_recipe(a.sampler_recipe, recipe).value_or(recipe);
+    a.learner_recipe = a.opt.learner_recipe->name;
+  }
   const model::AlignResult r = model::align(w, recipe, a.opt);
   const model::GapStats& g = r.stats;
   // A NaN gap is no agreement at all: an error, never a max of 0.
@@ -318,15 +329,18 @@ void run_align(AlignArgs a) {
            {"batch", a.opt.batch},
            {"alone", a.opt.alone},
            {"kv_cache", a.kv},
-           {"learner_recipe", a.learner_recipe.empty() ? recipe.name : a.learner_recipe}};
+           {"learner_recipe", a.learner_recipe.empty() ? recipe.name : a.learner_recipe},
+           {"sampler_recipe", recipe.name}};
     fmt::print("{}\n", j.dump());
     return;
   }
   fmt::print(
-      "recipe {} ({}, batch {}{}, kv {}): {} tokens, mean |gap| {:.3e}, max |gap| {:.3e}, q05 gap "
-      "{:.3e}\n",
-      recipe.name, a.deterministic ? "deterministic" : "fast", a.opt.batch,
-      a.opt.alone ? " scored alone" : "", a.kv, g.tokens, g.mean_abs, g.max_abs, g.q05);
+      "recipe {}{} ({}, batch {}{}, kv {}): {} tokens, mean |gap| {:.3e}, max |gap| {:.3e}, q05 "
+      "gap {:.3e}\n",
+      a.learner_recipe.empty() ? recipe.name : "learner " + a.learner_recipe,
+      a.learner_recipe.empty() ? "" : ", sampler " + recipe.name,
+      a.deterministic ? "deterministic" : "fast", a.opt.batch, a.opt.alone ? " scored alone" : "",
+      a.kv, g.tokens, g.mean_abs, g.max_abs, g.q05);
 }
 
 }  // namespace
@@ -407,6 +421,9 @@ void register_model_commands(CLI::App& app) {
     c->add_option(
         "--learner-recipe", a->learner_recipe,
         "rescore with this built-in recipe instead (e.g. bf16 behind a quantized sampler)");
+    c->add_option("--sampler-recipe", a->sampler_recipe,
+                  "sample with this recipe (name or JSON file) while the learner uses --recipe, "
+                  "as train does");
     c->add_flag("--json", a->json,
                 "print {recipe, deterministic, tokens, mean_abs_gap, max_abs_gap, q05_gap}");
     c->add_flag("--dry-run", a->dry_run, "check the model and options, print what would run");

@@ -38,6 +38,10 @@ void print_result(const rl::Trainer& t, const rl::TrainResult& r, const Json& wa
     j["finished"] = r.finished;
     j["start_eval_accuracy"] = r.start_eval_accuracy ? Json(*r.start_eval_accuracy) : Json(nullptr);
     j["end_eval_accuracy"] = r.end_eval_accuracy ? Json(*r.end_eval_accuracy) : Json(nullptr);
+    j["start_eval_accuracy_bf16"] =
+        r.start_eval_accuracy_bf16 ? Json(*r.start_eval_accuracy_bf16) : Json(nullptr);
+    j["end_eval_accuracy_bf16"] =
+        r.end_eval_accuracy_bf16 ? Json(*r.end_eval_accuracy_bf16) : Json(nullptr);
     j["elapsed_s"] = r.elapsed_s;
     j["warm_start"] = warm;
     fmt::print("{}\n", j.dump());
@@ -49,6 +53,14 @@ void print_result(const rl::Trainer& t, const rl::TrainResult& r, const Json& wa
         fmt::format(" ({:+.1f} points)", (*r.end_eval_accuracy - *r.start_eval_accuracy) * 100.0);
   fmt::print("held-out accuracy ({} prompts, greedy): start {} -> end {}{}\n", o.eval_prompts,
              percent(r.start_eval_accuracy), percent(r.end_eval_accuracy), rise);
+  // Through a quantized sampler, the same policies read in bf16: the rise over the bf16 warm
+  // start, and what quantizing it lost at the start.
+  const Recipe& srec = o.sampler_recipe ? *o.sampler_recipe : t.recipe();
+  if ((srec.name != "bf16" || o.kv_cache != "bf16") && r.start_eval_accuracy_bf16 &&
+      r.end_eval_accuracy_bf16)
+    fmt::print("read through bf16: start {} -> end {} ({:+.1f} points over the bf16 start)\n",
+               percent(r.start_eval_accuracy_bf16), percent(r.end_eval_accuracy_bf16),
+               (*r.end_eval_accuracy - *r.start_eval_accuracy_bf16) * 100.0);
   fmt::print("steps {}/{}, {:.1f} s; report: {}\n", r.steps_done, o.steps, r.elapsed_s,
              r.report.string());
   if (!r.finished)
@@ -90,8 +102,11 @@ void run_train(TrainCmd& c) {
   if (!a.recipe.recipe_name && !a.recipe.recipe_file && !a.recipe.env_recipe)
     a.recipe.recipe_name = "nvfp4_per_token";
   const SelectedRecipe sel = select_recipe(a.recipe);
-  const std::string name = fmt::format("{}-{}-{}{}", a.opt.task, sel.recipe.name, a.opt.guard,
-                                       a.opt.deterministic ? "-det" : "");
+  a.opt.sampler_recipe = resolve_sampler_recipe(a.sampler_recipe, sel.recipe);
+  const std::string name =
+      fmt::format("{}-{}{}-{}{}", a.opt.task, sel.recipe.name,
+                  a.opt.sampler_recipe ? "-sampler-" + a.opt.sampler_recipe->name : std::string(),
+                  a.opt.guard, a.opt.deterministic ? "-det" : "");
   const fs::path dir = c.out.empty() ? default_run_dir("runs", name) : fs::path(c.out);
   check_run_outputs(a, "--out", dir);
   // The model source is read once: a checkpoint's config, recipe and weights come from one load.
@@ -102,8 +117,9 @@ void run_train(TrainCmd& c) {
     throw UsageError(e.what());
   }
   const std::string plan = fmt::format(
-      "{} (model {}, task {} difficulty {}, recipe {}, guard {}{}, {} steps of {} x {} samples)",
-      dir.string(), source.where, a.opt.task, a.opt.difficulty, sel.recipe.name, a.opt.guard,
+      "{} (model {}, task {} difficulty {}, recipe {}{}, guard {}{}, {} steps of {} x {} samples)",
+      dir.string(), source.where, a.opt.task, a.opt.difficulty, sel.recipe.name,
+      a.opt.sampler_recipe ? ", sampler recipe " + a.opt.sampler_recipe->name : "", a.opt.guard,
       a.opt.deterministic ? ", deterministic" : "", a.opt.steps, a.opt.prompts, a.opt.group);
   if (dry_run(a.dry_run, sel,
               fmt::format("{}, then the RL run {}", describe_warm_start(source, a), plan)))
@@ -209,7 +225,7 @@ void register_train_commands(CLI::App& app) {
       "The main job: a low-precision GRPO run on a verifiable task. Without --model it first\n"
       "runs (or reuses from --cache-dir) a short supervised warm start of the preset, then RL:\n"
       "rollouts with the sampler at policy version v, learner log-probs, GRPO with the guard\n"
-      "(none, tis, triage, tis+triage), AdamW, the converter exports version v + 1 to the "
+      "(none, tis, triage, triage-gate), AdamW, the converter exports version v + 1 to the "
       "sampler.\n"
       "Writes RUN_DIR/metrics.jsonl (one row per step), run_meta.json, checkpoint/ and\n"
       "report.html; prints the start and end held-out accuracy. A killed run continues\n"
@@ -218,6 +234,7 @@ void register_train_commands(CLI::App& app) {
       "  lockstep train\n"
       "  lockstep train --recipe bf16 --guard none --out runs/bf16\n"
       "  lockstep train --guard triage --deterministic --steps 20 --out runs/det\n"
+      "  lockstep train --recipe bf16 --sampler-recipe nvfp4_per_token --guard triage\n"
       "  lockstep train --resume runs/det");
   c->cmd = cmd;
   cmd->add_option("--out", c->out,
@@ -226,7 +243,11 @@ void register_train_commands(CLI::App& app) {
   cmd->add_option("--recipe", c->a.recipe.recipe_name,
                   "precision recipe (default nvfp4_per_token; `lockstep recipes` lists them)");
   cmd->add_option("--recipe-file", c->a.recipe.recipe_file, "recipe JSON file instead of --recipe");
-  cmd->add_option("--guard", c->a.opt.guard, "none, tis, triage or tis+triage")
+  cmd->add_option("--sampler-recipe", c->a.sampler_recipe,
+                  "the sampler's recipe (name or JSON file) when it differs from the learner's "
+                  "--recipe, e.g. a bf16 learner behind an NVFP4 rollout (default: --recipe)");
+  cmd->add_option("--guard", c->a.opt.guard,
+                  "none, tis, triage (TIS + gate + repair) or triage-gate (the gate alone)")
       ->capture_default_str();
   add_train_options(*cmd, c->a);
   cmd->callback([c] { run_train(*c); });

@@ -53,12 +53,44 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
   add_real_option(cmd, "--repair-scale", o.repair.scale, 0.0, 1e3, true,
                   "TRIAGE repair pseudo-Huber scale (nats)");
   add_real_option(cmd, "--repair-weight", o.repair.weight, 0.0, 1e3, false, "TRIAGE repair weight");
+  add_integer_option<int64_t>(cmd, "--repair-segment", o.repair.segment, 1, 1'000'000,
+                              "TRIAGE repair segment length (tokens)");
+  add_integer_option<int64_t>(cmd, "--gate-segment", o.gate.segment, 1, 1'000'000,
+                              "TRIAGE gate segment length (tokens)");
+  add_real_option(cmd, "--gate-mild-gap", o.gate.mild_gap, -1e3, 1e3, false,
+                  "TRIAGE gate: segment mean delta below this gets the mild weight (nats)");
+  add_real_option(cmd, "--gate-severe-gap", o.gate.severe_gap, -1e3, 1e3, false,
+                  "TRIAGE gate: segment mean delta below this gets the severe weight (nats)");
+  add_real_option(cmd, "--gate-tail-gap", o.gate.tail_gap, -1e3, 1e3, false,
+                  "TRIAGE gate: tokens with delta below this are tail tokens (nats)");
+  add_real_option(cmd, "--gate-mild-weight", o.gate.mild_weight, 0.0, 1.0, false,
+                  "TRIAGE gate mild weight");
+  add_real_option(cmd, "--gate-severe-weight", o.gate.severe_weight, 0.0, 1.0, false,
+                  "TRIAGE gate severe weight");
+  add_real_option(cmd, "--gate-tail1-weight", o.gate.tail1_weight, 0.0, 1.0, false,
+                  "TRIAGE gate weight of a segment with one tail token");
+  add_real_option(cmd, "--gate-tail2-weight", o.gate.tail2_weight, 0.0, 1.0, false,
+                  "TRIAGE gate weight of a segment with two or more tail tokens");
+  cmd.add_option("--kv-cache", o.kv_cache,
+                 "the sampler's KV cache: bf16, or fp8 (E4M3 with per-head scales)")
+      ->capture_default_str();
+  cmd.add_flag("--routing-replay", o.routing_replay,
+               "the learner reuses the sampler's expert choices (MoE models)");
+  cmd.add_option("--reward", o.reward,
+                 "exact (1 for the exact answer, else 0 or the format bonus) or prefix (partial "
+                 "credit: the share of the answer written correctly before the first error; "
+                 "0 without <eos>)")
+      ->capture_default_str();
   add_real_option(cmd, "--format-bonus", o.format_bonus, 0.0, 1.0, false,
                   "reward of a wrong but well-formed answer (0: exact match only)");
   add_integer_option<int64_t>(cmd, "--eval-every", o.eval_every, 1, kMaxCount,
                               "held-out evaluation every N steps");
   add_integer_option<int64_t>(cmd, "--eval-prompts", o.eval_prompts, 0, 1'000'000,
                               "held-out prompts (greedy decoding)");
+  cmd.add_option("--eval-split", o.eval_split,
+                 "heldout (the reported accuracy) or validation (for choosing defaults; never "
+                 "tune on the held-out part)")
+      ->capture_default_str();
   add_integer_option<int64_t>(cmd, "--checkpoint-every", o.checkpoint_every, 1, kMaxCount,
                               "checkpoint every N steps");
   add_integer_option<int64_t>(cmd, "--sampler-batch", o.sampler_batch, 1, 1'000'000,
@@ -99,6 +131,22 @@ rl::PretrainOptions pretrain_options(const TrainArgs& a) {
 }
 
 bool uses_warm_start(const TrainArgs& a) { return a.model_dir.empty() && a.pretrain_steps > 0; }
+
+std::optional<Recipe> resolve_sampler_recipe(const std::string& arg, const Recipe& learner) {
+  if (arg.empty()) return std::nullopt;
+  Recipe r;
+  try {
+    std::error_code ec;
+    const bool file = arg.size() > 5 && arg.compare(arg.size() - 5, 5, ".json") == 0;
+    r = file || fs::is_regular_file(arg, ec)
+            ? load_recipe_file(arg)
+            : builtin_recipe_or_throw(arg, "--sampler-recipe").recipe;
+  } catch (const std::exception& e) {
+    throw UsageError(fmt::format("--sampler-recipe {}: {}", arg, e.what()));
+  }
+  if (to_json(r) == to_json(learner)) return std::nullopt;
+  return r;
+}
 
 namespace {
 

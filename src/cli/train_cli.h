@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,8 @@ namespace lockstep::cli {
 
 struct TrainArgs {
   rl::TrainOptions opt;
-  SelectionInputs recipe;  // --recipe / --recipe-file (train only)
+  SelectionInputs recipe;      // --recipe / --recipe-file (train only)
+  std::string sampler_recipe;  // --sampler-recipe NAME or FILE.json ("" : the learner's)
   std::string preset = "tiny-moe";
   std::string model_dir;
   int64_t pretrain_steps = rl::PretrainOptions{}.steps;
@@ -38,6 +40,11 @@ void add_train_options(CLI::App& cmd, TrainArgs& a);
 
 // TrainOptions::validate as a UsageError.
 void validate_train_options(const rl::TrainOptions& o);
+
+// --sampler-recipe: a built-in name or a recipe JSON file; unset when empty or when it equals the
+// learner's recipe (one shared contract). UsageError naming the flag for an unknown name or a bad
+// file.
+std::optional<Recipe> resolve_sampler_recipe(const std::string& arg, const Recipe& learner);
 
 // Whether the run makes (or reuses) the cached warm start: a preset and --pretrain-steps > 0.
 bool uses_warm_start(const TrainArgs& a);

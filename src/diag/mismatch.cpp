@@ -12,6 +12,29 @@
 
 namespace lockstep::diag {
 
+int gap_hist_bin(double d) {
+  if (d == 0) return 10;
+  const double a = std::fabs(d);
+  int k = 0;  // edges below |d|: |d| in (edge[k - 1], edge[k]]
+  while (k < 9 && a > kGapHistEdges[k]) ++k;
+  return d < 0 ? 9 - k : 11 + k;
+}
+
+std::string gap_hist_label(int bin) {
+  if (bin < 0 || bin >= kGapHistBins)
+    throw std::out_of_range(
+        fmt::format("gap histogram bin {} is outside [0, {})", bin, kGapHistBins));
+  if (bin == 10) return "0";
+  const int k = bin < 10 ? 9 - bin : bin - 11;  // |delta| in (edge[k - 1], edge[k]]
+  const auto e = [](int i) { return fmt::format("{:g}", kGapHistEdges[i]); };
+  if (bin < 10) {
+    if (k == 9) return fmt::format("(-inf, -{})", e(8));
+    return fmt::format("[-{}, {})", e(k), k == 0 ? "0" : "-" + e(k - 1));
+  }
+  if (k == 9) return fmt::format("({}, inf)", e(8));
+  return fmt::format("({}, {}]", k == 0 ? "0" : e(k - 1), e(k));
+}
+
 double quantile_lower_nearest_rank(std::vector<double> values, double p) {
   if (!(p >= 0 && p <= 1))
     throw std::invalid_argument(fmt::format("quantile: p = {} must be in [0, 1]", p));
@@ -57,6 +80,7 @@ MismatchStats mismatch_stats(std::span<const int64_t> offsets, std::span<const f
         sum_abs += std::fabs(d);
         max_abs = std::max(max_abs, std::fabs(d));
         s.tokens_below_6 += d < -6.0;
+        ++s.histogram[size_t(gap_hist_bin(d))];
         seg_sum += d;
         ++seg_n;
         const double wa = std::fabs(a);
@@ -104,6 +128,7 @@ void add_mismatch_metrics(const MismatchStats& s, Json& row) {
   row["gap_share_pos_adv_pos"] = s.share_pos_adv_pos_delta;
   row["gap_share_neg_adv_neg"] = s.share_neg_adv_neg_delta;
   row["gap_share_neg_adv_pos"] = s.share_neg_adv_pos_delta;
+  row["gap_hist"] = s.histogram;
 }
 
 }  // namespace lockstep::diag

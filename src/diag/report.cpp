@@ -10,6 +10,7 @@
 #include <set>
 
 #include "lockstep/diag/compare.h"
+#include "lockstep/diag/mismatch.h"
 #include "lockstep/diag/run_meta.h"
 #include "lockstep/diag/svg_plot.h"
 
@@ -55,7 +56,11 @@ std::vector<std::string> display_names(std::span<const RunData> runs) {
 
 std::string run_label(const RunData& r, const std::string& name) {
   std::vector<std::string> parts;
-  if (!r.recipe.empty()) parts.push_back(r.recipe);
+  if (!r.recipe.empty())
+    parts.push_back(r.sampler_recipe.empty()
+                        ? r.recipe
+                        : fmt::format("learner {}, sampler {}", r.recipe, r.sampler_recipe));
+  if (!r.kv_cache.empty() && r.kv_cache != "bf16") parts.push_back("kv " + r.kv_cache);
   if (!r.guard.empty()) parts.push_back("guard " + r.guard);
   std::string joined;
   for (const std::string& p : parts) joined.append(joined.empty() ? "" : ", ").append(p);
@@ -79,17 +84,62 @@ td.name, th.name { text-align: left; }
 span.swatch { display: inline-block; width: 10px; height: 10px; margin-right: 6px; }
 )";
 
+LineStyle key_style(size_t k) {
+  constexpr LineStyle kStyles[] = {LineStyle::kSolid, LineStyle::kDashed, LineStyle::kDotted,
+                                   LineStyle::kDashDot};
+  return kStyles[k % 4];
+}
+
 }  // namespace
+
+std::vector<int64_t> run_gap_histogram(const RunData& run) {
+  std::vector<int64_t> sum;
+  for (const MetricsRow& row : run.rows) {
+    const auto it = row.find("gap_hist");
+    if (it == row.end() || !it->is_array() || it->size() != size_t(kGapHistBins)) continue;
+    if (sum.empty()) sum.assign(size_t(kGapHistBins), 0);
+    for (size_t b = 0; b < sum.size(); ++b)
+      if ((*it)[b].is_number_integer()) sum[b] += (*it)[b].get<int64_t>();
+  }
+  return sum;
+}
 
 std::vector<ReportPlot> report_plots(std::span<const RunData> runs) {
   std::vector<ReportPlot> all = {
-      {"Reward (batch mean)", "reward", {"reward_mean"}},
+      {"Reward (batch mean)", "reward", {"reward_mean"}, {}},
       {"Accuracy (solid: train batch, dashed: eval)",
        "fraction correct",
-       {"accuracy", "eval_accuracy"}},
-      {"Entropy of the policy", "nats per token", {"entropy"}},
-      {"Mean |learner - sampler log-prob|", "mean |delta| (nats)", {"mean_abs_gap"}},
-      {"5th percentile of learner - sampler log-prob", "q05 delta (nats)", {"q05_gap"}}};
+       {"accuracy", "eval_accuracy"},
+       {}},
+      {"Entropy of the policy", "nats per token", {"entropy"}, {}},
+      {"Mean |learner - sampler log-prob|", "mean |delta| (nats)", {"mean_abs_gap"}, {}},
+      {"5th percentile of learner - sampler log-prob", "q05 delta (nats)", {"q05_gap"}, {}},
+      {"Amplifying regions (|A|-weighted share of tokens)",
+       "share of sum |A|",
+       {"gap_share_neg_adv_neg", "gap_share_pos_adv_pos"},
+       {"A < 0, delta < 0", "A > 0, delta > 0"}},
+      {"Contracting regions (|A|-weighted share of tokens)",
+       "share of sum |A|",
+       {"gap_share_pos_adv_neg", "gap_share_neg_adv_pos"},
+       {"A > 0, delta < 0", "A < 0, delta > 0"}},
+      {"64-token segments by mean delta",
+       "segments per step",
+       {"gap_segments_below_0_5", "gap_segments_below_1_5", "gap_segments"},
+       {"mean < -0.5", "mean < -1.5", "all segments"}},
+      {"Tail tokens (delta < -6)", "tokens per step", {"gap_tokens_below_6"}, {}},
+      {"TIS: tokens truncated at the cap", "fraction of tokens", {"tis_clip_frac"}, {}},
+      {"TRIAGE gate",
+       "segments per step",
+       {"triage_gated_segments", "triage_tail_segments", "triage_gate_segments"},
+       {"gated", "with a tail token", "negative-advantage segments"}},
+      {"TRIAGE repair",
+       "segments per step",
+       {"triage_repair_active_segments", "triage_repair_segments"},
+       {"repaired", "positive-advantage segments"}},
+      {"Responses that reached --max-new (scored wrong)",
+       "fraction of samples",
+       {"truncated_frac"},
+       {}}};
   std::set<std::string> stage_keys;
   for (const RunData& r : runs)
     for (const MetricsRow& row : r.rows)
@@ -101,7 +151,7 @@ std::vector<ReportPlot> report_plots(std::span<const RunData> runs) {
   ordered.insert(ordered.end(), stage_keys.begin(), stage_keys.end());
   for (const std::string& k : ordered)
     all.push_back(
-        {fmt::format("Stage time: {}", k.substr(5, k.size() - 7)), "seconds per step", {k}});
+        {fmt::format("Stage time: {}", k.substr(5, k.size() - 7)), "seconds per step", {k}, {}});
   std::vector<ReportPlot> out;
   for (ReportPlot& p : all)
     if (std::any_of(p.keys.begin(), p.keys.end(), [&](const auto& k) { return has_data(runs, k); }))
@@ -149,16 +199,38 @@ ReportResult render_report(std::span<const RunData> runs, const ReportOptions& o
     for (size_t i = 0; i < runs.size(); ++i) {
       bool any = false;
       for (size_t k = 0; k < p.keys.size(); ++k) {
-        PlotSeries s{run_color(i), k == 1, series_points(runs[i], p.keys[k])};
+        PlotSeries s{run_color(i), key_style(k), series_points(runs[i], p.keys[k])};
         any = any || !s.points.empty();
         spec.series.push_back(std::move(s));
       }
-      if (any) spec.legend.push_back({labels[i], run_color(i), false});
+      if (any) spec.legend.push_back({labels[i], run_color(i), LineStyle::kSolid});
     }
     if (p.keys.size() > 1)
       for (size_t k = 0; k < p.keys.size(); ++k)
-        if (has_data(runs, p.keys[k])) spec.legend.push_back({p.keys[k], "#555555", k == 1});
+        if (has_data(runs, p.keys[k]))
+          spec.legend.push_back(
+              {k < p.labels.size() ? p.labels[k] : p.keys[k], "#555555", key_style(k)});
     h += "<figure>\n" + render_svg_plot(spec) + "</figure>\n";
+    ++res.plots;
+  }
+  // The per-token delta histogram, one outline per run over all its steps.
+  HistogramSpec hist;
+  hist.title = "Per-token delta = learner - sampler log-prob, all steps";
+  hist.x_label = "delta (nats); bins symmetric in |delta|";
+  for (int b = 0; b < kGapHistBins; ++b) hist.categories.push_back(gap_hist_label(b));
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const std::vector<int64_t> counts = run_gap_histogram(runs[i]);
+    int64_t total = 0;
+    for (int64_t c : counts) total += c;
+    if (total == 0) continue;
+    HistogramSeries s{run_color(i), LineStyle::kSolid, {}};
+    for (int64_t c : counts) s.fractions.push_back(double(c) / double(total));
+    hist.series.push_back(std::move(s));
+    hist.legend.push_back(
+        {fmt::format("{} ({} tokens)", labels[i], total), run_color(i), LineStyle::kSolid});
+  }
+  if (!hist.series.empty()) {
+    h += "<figure>\n" + render_svg_histogram(hist) + "</figure>\n";
     ++res.plots;
   }
   h += "</div>\n";
@@ -172,7 +244,10 @@ ReportResult render_report(std::span<const RunData> runs, const ReportOptions& o
         "<tr><td class=\"name\"><span class=\"swatch\" style=\"background: {}\"></span>{}</td>"
         "<td class=\"name\">{}</td><td class=\"name\">{}</td><td>{}</td><td>{}</td><td>{}</td>"
         "<td>{}</td><td>{}</td><td>{}</td></tr>\n",
-        run_color(i), xml_escape(names[i]), xml_escape(s.recipe.empty() ? "-" : s.recipe),
+        run_color(i), xml_escape(names[i]),
+        xml_escape(s.recipe.empty()           ? "-"
+                   : s.sampler_recipe.empty() ? s.recipe
+                                              : s.recipe + " (sampler " + s.sampler_recipe + ")"),
         xml_escape(s.guard.empty() ? "-" : s.guard),
         s.last_step ? fmt::format("{}", *s.last_step) : "-",
         s.final_eval_accuracy ? fmt::format("{:.1f}%", *s.final_eval_accuracy * 100) : "-",

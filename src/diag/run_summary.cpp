@@ -60,6 +60,15 @@ void read_meta(const std::filesystem::path& file, RunData& run) {
     run.guard = g->get<std::string>();
   if (const auto d = meta.find("deterministic"); d != meta.end() && d->is_boolean())
     run.deterministic = d->get<bool>();
+  if (const auto sr = meta.find("sampler_recipe"); sr != meta.end() && sr->is_object()) {
+    if (sr->contains("name") && (*sr)["name"].is_string() && !(*sr).value("shared_contract", false))
+      run.sampler_recipe = (*sr)["name"].get<std::string>();
+    if (sr->contains("kv_cache") && (*sr)["kv_cache"].is_string())
+      run.kv_cache = (*sr)["kv_cache"].get<std::string>();
+  }
+  if (const auto o = meta.find("options"); o != meta.end() && o->is_object())
+    if (const auto sd = o->find("seed"); sd != o->end() && sd->is_number_unsigned())
+      run.seed = sd->get<uint64_t>();
 }
 
 }  // namespace
@@ -88,16 +97,46 @@ RunSummary summarize_run(const RunData& run) {
   s.name = run.name;
   s.recipe = run.recipe;
   s.guard = run.guard;
+  s.sampler_recipe = run.sampler_recipe;
   s.deterministic = run.deterministic;
+  s.seed = run.seed;
   s.rows = int64_t(run.rows.size());
-  double gap_sum = 0, stage_sum = 0;
-  int64_t gap_n = 0;
+  double gap_sum = 0, stage_sum = 0, trunc_sum = 0, tis_sum = 0;
+  double gate_segs = 0, gated = 0, rep_segs = 0, rep_active = 0;
+  int64_t gap_n = 0, trunc_n = 0, tis_n = 0;
   bool any_stage = false;
   std::optional<double> elapsed;
   for (const MetricsRow& row : run.rows) {
     if (const auto it = row.find("step"); it != row.end() && it->is_number_integer())
       s.last_step = std::max(s.last_step.value_or(it->get<int64_t>()), it->get<int64_t>());
+    const auto step = row.find("step");
+    const bool step0 = step != row.end() && step->is_number_integer() && step->get<int64_t>() == 0;
+    if (auto v = row_number(row, "eval_accuracy_bf16")) {
+      if (step0) s.start_eval_accuracy_bf16 = v;
+      s.final_eval_accuracy_bf16 = v;
+    }
+    if (auto v = row_number(row, "truncated_frac")) {
+      trunc_sum += *v;
+      ++trunc_n;
+    }
+    if (auto v = row_number(row, "tis_clip_frac")) {
+      tis_sum += *v;
+      ++tis_n;
+    }
+    if (auto a = row_number(row, "triage_gate_segments"),
+        b = row_number(row, "triage_gated_segments");
+        a && b) {
+      gate_segs += *a;
+      gated += *b;
+    }
+    if (auto a = row_number(row, "triage_repair_segments"),
+        b = row_number(row, "triage_repair_active_segments");
+        a && b) {
+      rep_segs += *a;
+      rep_active += *b;
+    }
     if (auto v = row_number(row, "eval_accuracy")) {
+      if (step0) s.start_eval_accuracy = v;
       s.final_eval_accuracy = v;
       s.best_eval_accuracy = std::max(s.best_eval_accuracy.value_or(*v), *v);
     }
@@ -120,6 +159,10 @@ RunSummary summarize_run(const RunData& run) {
     }
   }
   if (gap_n > 0) s.mean_abs_delta = gap_sum / double(gap_n);
+  if (trunc_n > 0) s.truncated_frac = trunc_sum / double(trunc_n);
+  if (tis_n > 0) s.tis_clip_frac = tis_sum / double(tis_n);
+  if (gate_segs > 0) s.gated_segment_frac = gated / gate_segs;
+  if (rep_segs > 0) s.repair_active_frac = rep_active / rep_segs;
   if (elapsed)
     s.wall_time_s = elapsed;
   else if (any_stage)

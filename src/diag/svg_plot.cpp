@@ -16,7 +16,26 @@ constexpr double kLegendTop = kTop + kPlotHeight + 48, kLegendRow = 18;
 
 std::string num(double v) { return fmt::format("{:.2f}", v); }
 
+std::string dash_attr(LineStyle st) {
+  const std::string_view d = dash_array(st);
+  return d.empty() ? std::string() : fmt::format(" stroke-dasharray=\"{}\"", d);
+}
+
 }  // namespace
+
+std::string_view dash_array(LineStyle style) {
+  switch (style) {
+    case LineStyle::kSolid:
+      return "";
+    case LineStyle::kDashed:
+      return "6 3";
+    case LineStyle::kDotted:
+      return "2 3";
+    case LineStyle::kDashDot:
+      return "8 3 2 3";
+  }
+  return "";
+}
 
 std::vector<double> ema(std::span<const double> x, double beta) {
   if (!(beta >= 0 && beta < 1))
@@ -143,7 +162,7 @@ std::string render_svg_plot(const PlotSpec& spec) {
   // Series: raw first (under), then EMA.
   for (const PlotSeries& s : spec.series) {
     if (s.points.empty()) continue;
-    const std::string dash = s.dashed ? " stroke-dasharray=\"6 3\"" : "";
+    const std::string dash = dash_attr(s.style);
     if (s.points.size() == 1) {
       o +=
           fmt::format("<circle class=\"point\" cx=\"{}\" cy=\"{}\" r=\"3.5\" fill=\"{}\"/>\n",
@@ -176,8 +195,7 @@ std::string render_svg_plot(const PlotSpec& spec) {
     const double ly = kLegendTop + double(i / columns) * kLegendRow;
     o += fmt::format(
         "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\"{}/>\n",
-        num(lx), num(ly - 4), num(lx + 22), num(ly - 4), xml_escape(e.color),
-        e.dashed ? " stroke-dasharray=\"6 3\"" : "");
+        num(lx), num(ly - 4), num(lx + 22), num(ly - 4), xml_escape(e.color), dash_attr(e.style));
     o += fmt::format("<text x=\"{}\" y=\"{}\">{}</text>\n", num(lx + 28), num(ly),
                      xml_escape(e.label));
   }
@@ -185,6 +203,94 @@ std::string render_svg_plot(const PlotSpec& spec) {
       "<text x=\"{}\" y=\"{}\" fill=\"#666666\">thin light line: raw; thick line: EMA (beta "
       "{})</text>\n",
       num(kLeft), num(kLegendTop + double(legend_rows - 1) * kLegendRow), spec.smoothing);
+  o += "</g>\n</svg>\n";
+  return o;
+}
+
+std::string render_svg_histogram(const HistogramSpec& spec) {
+  constexpr double kLabelSpace = 70;  // slanted bin labels under the axis
+  const size_t bins = spec.categories.size();
+  double lo = 1.0;
+  for (const HistogramSeries& s : spec.series)
+    for (double f : s.fractions)
+      if (f > 0 && std::isfinite(f)) lo = std::min(lo, f);
+  // One decade below the smallest non-zero fraction, so it stands clear of the empty bins.
+  const double floor_decade = std::max(-9.0, std::floor(std::log10(lo)) - 1);
+  const double pw = kWidth - kLeft - kRight;
+  const auto px = [&](double b) { return kLeft + b / double(std::max<size_t>(bins, 1)) * pw; };
+  const auto py = [&](double f) {
+    const double l = f > 0 ? std::max(std::log10(f), floor_decade) : floor_decade;
+    return kTop + kPlotHeight - (l - floor_decade) / -floor_decade * kPlotHeight;
+  };
+  size_t longest = 0;
+  for (const LegendEntry& e : spec.legend) longest = std::max(longest, e.label.size());
+  const size_t columns = longest <= 40 ? 2 : 1;
+  const size_t legend_rows = (spec.legend.size() + columns - 1) / columns;
+  const double legend_top = kLegendTop + kLabelSpace;
+  const double height = legend_top + double(legend_rows) * kLegendRow + 6;
+  std::string o = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"histogram\" width=\"{0}\" "
+      "height=\"{1}\" viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\">\n",
+      num(kWidth), num(height));
+  o += fmt::format("<title>{}</title>\n", xml_escape(spec.title));
+  o += fmt::format("<rect x=\"0\" y=\"0\" width=\"{}\" height=\"{}\" fill=\"#ffffff\"/>\n",
+                   num(kWidth), num(height));
+  o += fmt::format(
+      "<text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"14\" font-weight=\"bold\">{}"
+      "</text>\n",
+      num(kWidth / 2), xml_escape(spec.title));
+  o += "<g class=\"grid\" stroke=\"#e5e5e5\" stroke-width=\"1\">\n";
+  for (double d = floor_decade; d <= 0; d += 1)
+    o += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>\n", num(kLeft),
+                     num(py(std::pow(10.0, d))), num(kLeft + pw), num(py(std::pow(10.0, d))));
+  o += "</g>\n<g class=\"axes\" font-size=\"11\" fill=\"#333333\">\n";
+  for (double d = floor_decade; d <= 0; d += 1)
+    o += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", num(kLeft - 6),
+                     num(py(std::pow(10.0, d)) + 4), d == 0 ? "1" : fmt::format("1e{}", int(d)));
+  for (size_t b = 0; b < bins; ++b) {
+    const double cx = px(double(b) + 0.5), cy = kTop + kPlotHeight + 10;
+    o += fmt::format(
+        "<text x=\"{0}\" y=\"{1}\" text-anchor=\"end\" font-size=\"9\" "
+        "transform=\"rotate(-50 {0} {1})\">{2}</text>\n",
+        num(cx), num(cy), xml_escape(spec.categories[b]));
+  }
+  o += "</g>\n";
+  o += fmt::format(
+      "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333333\"/>\n",
+      num(kLeft), num(kTop), num(pw), num(kPlotHeight));
+  o += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"12\">{}</text>\n",
+                   num(kLeft + pw / 2), num(kTop + kPlotHeight + kLabelSpace + 8),
+                   xml_escape(spec.x_label));
+  o += fmt::format(
+      "<text x=\"14\" y=\"{0}\" text-anchor=\"middle\" font-size=\"12\" "
+      "transform=\"rotate(-90 14 {0})\">fraction of tokens (log)</text>\n",
+      num(kTop + kPlotHeight / 2));
+  for (const HistogramSeries& s : spec.series) {
+    if (s.fractions.size() != bins) continue;
+    std::string pts = fmt::format("{},{}", num(px(0)), num(py(0)));
+    for (size_t b = 0; b < bins; ++b) {
+      const double y = py(s.fractions[b]);
+      pts +=
+          fmt::format(" {},{} {},{}", num(px(double(b))), num(y), num(px(double(b + 1))), num(y));
+    }
+    pts += fmt::format(" {},{}", num(px(double(bins))), num(py(0)));
+    o += fmt::format(
+        "<polyline class=\"hist\" points=\"{}\" fill=\"none\" stroke=\"{}\" "
+        "stroke-width=\"2\"{}/>\n",
+        pts, xml_escape(s.color), dash_attr(s.style));
+  }
+  o += "<g class=\"legend\" font-size=\"11\" fill=\"#222222\">\n";
+  const double col_w = pw / double(columns);
+  for (size_t i = 0; i < spec.legend.size(); ++i) {
+    const LegendEntry& e = spec.legend[i];
+    const double lx = kLeft + double(i % columns) * col_w;
+    const double ly = legend_top + double(i / columns) * kLegendRow;
+    o += fmt::format(
+        "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\"{}/>\n",
+        num(lx), num(ly - 4), num(lx + 22), num(ly - 4), xml_escape(e.color), dash_attr(e.style));
+    o += fmt::format("<text x=\"{}\" y=\"{}\">{}</text>\n", num(lx + 28), num(ly),
+                     xml_escape(e.label));
+  }
   o += "</g>\n</svg>\n";
   return o;
 }

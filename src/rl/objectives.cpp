@@ -55,17 +55,21 @@ std::string_view guard_name(Guard guard) {
       return "tis";
     case Guard::kTriage:
       return "triage";
-    case Guard::kTisTriage:
-      return "tis+triage";
+    case Guard::kTriageGate:
+      return "triage-gate";
   }
   return "?";
 }
 
 Guard parse_guard(std::string_view name) {
-  for (Guard g : {Guard::kNone, Guard::kTis, Guard::kTriage, Guard::kTisTriage})
+  for (Guard g : {Guard::kNone, Guard::kTis, Guard::kTriage, Guard::kTriageGate})
     if (guard_name(g) == name) return g;
+  if (name == "tis+triage")
+    throw std::invalid_argument(
+        "unknown guard 'tis+triage': guard 'triage' is TIS + gate + repair (the TRIAGE report's "
+        "method); 'triage-gate' is the gate alone");
   throw std::invalid_argument(
-      fmt::format("unknown guard '{}' (known: none, tis, triage, tis+triage)", name));
+      fmt::format("unknown guard '{}' (known: none, tis, triage, triage-gate)", name));
 }
 
 template <class S>
@@ -109,12 +113,25 @@ std::vector<S> tis_weights(std::span<const S> logp_old, std::span<const S> logp_
     clipped += double(raw) > cap;
     ++n;
   }
+  st.tokens = n;
+  st.weight_sum = sum;
+  st.clipped = clipped;
   if (n > 0) {
     st.weight_mean = sum / double(n);
     st.clip_frac = double(clipped) / double(n);
   }
   if (stats) *stats = st;
   return w;
+}
+
+void accumulate(TisStats& into, const TisStats& add) {
+  if (add.tokens == 0) return;
+  into.weight_max = into.tokens == 0 ? add.weight_max : std::max(into.weight_max, add.weight_max);
+  into.tokens += add.tokens;
+  into.weight_sum += add.weight_sum;
+  into.clipped += add.clipped;
+  into.weight_mean = into.weight_sum / double(into.tokens);
+  into.clip_frac = double(into.clipped) / double(into.tokens);
 }
 
 namespace {
@@ -141,6 +158,8 @@ void check_inputs(const ObjectiveInputsT<S>& in, const ObjectiveConfig& cfg) {
     bad(fmt::format("clip range [1 - {}, 1 + {}] must have 0 <= low < 1 and high >= 0",
                     cfg.clip.low, cfg.clip.high));
   if (!(cfg.tis_cap > 0)) bad(fmt::format("tis_cap = {} must be > 0", cfg.tis_cap));
+  validate_gate_options(cfg.gate);
+  validate_repair_options(cfg.repair);
   for (size_t i = 0; i < R; ++i)
     if (!std::isfinite(double(in.advantages[i])))
       bad(fmt::format("advantages[{}] = {} is not finite", i, double(in.advantages[i])));
@@ -183,11 +202,11 @@ ObjectiveResultT<S> compute_objective(const ObjectiveInputsT<S>& in, const Objec
   for (size_t t = 0; t < T; ++t) w[t] = g[t] = in.mask[t] ? S(1) : S(0);
   if (guard_has_tis(cfg.guard))
     w = tis_weights<S>(in.logp_old, in.logp_sampler, in.mask, cfg.tis_cap, &st.tis);
-  if (guard_has_triage(cfg.guard)) {
+  if (guard_has_gate(cfg.guard)) {
     std::vector<S> delta(T, S(0));
     for (size_t t = 0; t < T; ++t)
       if (in.mask[t]) delta[t] = in.logp_old[t] - in.logp_sampler[t];
-    g = triage_gate_weights<S>(in.offsets, delta, in.mask, in.advantages, &st.gate);
+    g = triage_gate_weights<S>(in.offsets, delta, in.mask, in.advantages, &st.gate, cfg.gate);
   }
 
   // Per-token surrogate l and d l / d logp_new.
@@ -265,7 +284,7 @@ ObjectiveResultT<S> compute_objective(const ObjectiveInputsT<S>& in, const Objec
   }
 
   for (size_t t = 0; t < T; ++t) out.grad_logp_new[t] = S(grad[t]);
-  if (guard_has_triage(cfg.guard))
+  if (guard_has_repair(cfg.guard))
     triage_repair<S>(in.offsets, in.logp_new, in.logp_sampler, in.mask, in.advantages, cfg.repair,
                      st.responses, out.grad_logp_new, &st.repair);
   st.repair_loss = st.repair.loss;

@@ -60,20 +60,22 @@ RolloutBatch rollout(model::Sampler& sampler, const Task& task, uint64_t task_se
   for (size_t i = 0; i < b.samples.size(); ++i) {
     const Example& ex = b.examples[i / size_t(o.group)];
     const std::vector<int32_t>& toks = b.samples[i].tokens;
-    b.rewards.push_back(reward_with_format(task, ex, toks, o.format_bonus));
+    b.rewards.push_back(task_reward(task, ex, toks, o.reward, o.format_bonus));
     if (task.reward(ex, toks) == 1.0f) ++b.correct;
+    if (!b.samples[i].eos) ++b.truncated;
   }
   return b;
 }
 
 EvalResult evaluate_greedy(model::Sampler& sampler, const Task& task, uint64_t task_seed,
-                           int difficulty, int64_t n, int64_t max_new, int64_t max_batch) {
+                           int difficulty, int64_t n, int64_t max_new, int64_t max_batch,
+                           Split split) {
   EvalResult r;
   if (n <= 0) return r;
   std::vector<Example> ex;
   std::vector<model::SampleRequest> reqs;
   for (int64_t i = 0; i < n; ++i) {
-    ex.push_back(task.make(task_seed, uint64_t(i), difficulty, Split::kEval));
+    ex.push_back(task.make(task_seed, uint64_t(i), difficulty, split));
     reqs.push_back({ex.back().prompt, uint32_t(i)});
   }
   model::SamplerConfig sc = sampler.config();
@@ -88,6 +90,7 @@ EvalResult evaluate_greedy(model::Sampler& sampler, const Task& task, uint64_t t
   int64_t len = 0;
   for (int64_t i = 0; i < n; ++i) {
     if (task.reward(ex[size_t(i)], out[size_t(i)].tokens) == 1.0f) ++r.correct;
+    if (!out[size_t(i)].eos) ++r.truncated;
     len += int64_t(out[size_t(i)].tokens.size());
   }
   r.prompts = n;

@@ -13,14 +13,52 @@
 
 namespace lockstep::rl {
 
-uint32_t split_stream(Split split) { return split == Split::kTrain ? kTrainStream : kEvalStream; }
-
-bool is_eval_prompt(std::span<const int32_t> prompt) {
-  uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a over the tokens' little-endian bytes
-  for (int32_t t : prompt)
-    for (int b = 0; b < 4; ++b) h = (h ^ ((uint32_t(t) >> (8 * b)) & 0xFFu)) * 0x100000001B3ull;
-  return h % kEvalShare == 0;
+uint32_t split_stream(Split split) {
+  switch (split) {
+    case Split::kTrain:
+      return kTrainStream;
+    case Split::kValidation:
+      return kValidationStream;
+    case Split::kEval:
+      return kEvalStream;
+  }
+  return kTrainStream;
 }
+
+std::string_view split_name(Split split) {
+  switch (split) {
+    case Split::kTrain:
+      return "train";
+    case Split::kValidation:
+      return "validation";
+    case Split::kEval:
+      return "heldout";
+  }
+  return "?";
+}
+
+Split parse_split(std::string_view name) {
+  if (name == "heldout") return Split::kEval;
+  if (name == "validation") return Split::kValidation;
+  throw std::invalid_argument(fmt::format(
+      "unknown evaluation split '{}' (known: heldout, validation; training prompts are never "
+      "evaluated as held-out)",
+      name));
+}
+
+Split split_of_canonical(std::span<const int32_t> canonical) {
+  uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a over the tokens' little-endian bytes
+  for (int32_t t : canonical)
+    for (int b = 0; b < 4; ++b) h = (h ^ ((uint32_t(t) >> (8 * b)) & 0xFFu)) * 0x100000001B3ull;
+  const uint64_t bucket = h % kSplitBuckets;
+  return bucket < 2 ? Split::kEval : bucket == 2 ? Split::kValidation : Split::kTrain;
+}
+
+std::vector<int32_t> Task::canonical_form(std::span<const int32_t> prompt) const {
+  return {prompt.begin(), prompt.end()};
+}
+
+int64_t Task::max_answer_tokens(int) const { return 0; }
 
 ExampleRng::ExampleRng(uint64_t seed, uint32_t stream, uint64_t index)
     : seed_(seed), stream_(stream), index_(index) {}
@@ -83,12 +121,12 @@ Example Task::make(uint64_t seed, uint64_t index, int difficulty, Split split) c
     ex.index = index;
     ex.difficulty = difficulty;
     check_example(ex, seed);
-    if (is_eval_prompt(ex.prompt) == (split == Split::kEval)) break;
+    if (split_of(ex.prompt) == split) break;
     if (attempt == kMaxSplitDraws)
       throw std::invalid_argument(fmt::format(
-          "task '{}' at difficulty {}: no {} prompt in {} draws (the prompt space is too small "
-          "for a held-out part; use a larger difficulty)",
-          name(), difficulty, split == Split::kEval ? "held-out" : "training", kMaxSplitDraws));
+          "task '{}' at difficulty {}: no {} prompt in {} draws (the problem space is too small "
+          "for held-out and validation parts; use a larger difficulty)",
+          name(), difficulty, split_name(split), kMaxSplitDraws));
   }
   return ex;
 }
@@ -112,6 +150,35 @@ float reward_with_format(const Task& task, const Example& ex, std::span<const in
   return task.well_formed(ex, response) ? format_bonus : 0.0f;
 }
 
+float prefix_credit(const Task& task, const Example& ex, std::span<const int32_t> response) {
+  if (task.reward(ex, response) == 1.0f) return 1.0f;
+  const auto eos = std::find(response.begin(), response.end(), int32_t(kEos));
+  if (eos == response.end()) return 0.0f;  // reached the token limit
+  // Answer tokens matched before the first <eos> or the first difference. A wrong answer never
+  // reaches 1: the full answer followed by anything but <eos> scores answer / (answer + 1).
+  const size_t before_eos = size_t(eos - response.begin());
+  size_t common = 0;
+  while (common < before_eos && common < ex.answer.size() && response[common] == ex.answer[common])
+    ++common;
+  return float(common) / float(ex.answer.size() + 1);
+}
+
+std::string_view reward_kind_name(RewardKind k) {
+  return k == RewardKind::kExact ? "exact" : "prefix";
+}
+
+RewardKind parse_reward_kind(std::string_view name) {
+  if (name == "exact") return RewardKind::kExact;
+  if (name == "prefix") return RewardKind::kPrefix;
+  throw std::invalid_argument(fmt::format("unknown reward '{}' (known: exact, prefix)", name));
+}
+
+float task_reward(const Task& task, const Example& ex, std::span<const int32_t> response,
+                  RewardKind kind, float format_bonus) {
+  return kind == RewardKind::kPrefix ? prefix_credit(task, ex, response)
+                                     : reward_with_format(task, ex, response, format_bonus);
+}
+
 namespace {
 
 struct Registry {
@@ -126,6 +193,7 @@ std::vector<std::unique_ptr<Task>> builtin_tasks() {
   v.push_back(make_sort_task());
   v.push_back(make_reverse_task());
   v.push_back(make_count_task());
+  v.push_back(make_cumsum_task());
   return v;
 }
 
@@ -176,13 +244,15 @@ void register_task(std::unique_ptr<Task> task) {
 }
 
 int64_t count_prompt_overlap(const Task& task, uint64_t seed, int difficulty, int64_t n_train,
-                             int64_t n_eval) {
+                             int64_t n_eval, Split eval) {
   std::set<std::vector<int32_t>> train;
   for (int64_t i = 0; i < n_train; ++i)
-    train.insert(task.make(seed, uint64_t(i), difficulty, Split::kTrain).prompt);
+    train.insert(
+        task.canonical_form(task.make(seed, uint64_t(i), difficulty, Split::kTrain).prompt));
   int64_t overlap = 0;
   for (int64_t i = 0; i < n_eval; ++i)
-    overlap += train.count(task.make(seed, uint64_t(i), difficulty, Split::kEval).prompt) > 0;
+    overlap +=
+        train.count(task.canonical_form(task.make(seed, uint64_t(i), difficulty, eval).prompt)) > 0;
   return overlap;
 }
 

@@ -1,6 +1,8 @@
 // The `add` task: multi-digit addition a + b. Both operands have exactly `difficulty` digits
 // (zero-padded, most significant first); the answer is the sum's difficulty + 1 digits written
-// least significant first (docs/rl.md explains why).
+// least significant first (docs/rl.md explains why). a + b and b + a are one problem.
+#include <algorithm>
+
 #include "lockstep/rl/task.h"
 
 namespace lockstep::rl {
@@ -15,6 +17,23 @@ class AddTask final : public Task {
   int32_t marker() const override { return kTaskAdd; }
   int min_difficulty() const override { return 1; }
   int max_difficulty() const override { return 16; }
+  int64_t max_answer_tokens(int d) const override { return d + 1; }
+
+  // a + b and b + a are one problem: the canonical form is the prompt with the two operands in
+  // ascending order (operands have the same width, so comparing their tokens compares values).
+  std::vector<int32_t> canonical_form(std::span<const int32_t> prompt) const override {
+    std::vector<int32_t> c(prompt.begin(), prompt.end());
+    const auto plus = std::find(c.begin(), c.end(), int32_t(kPlus));
+    if (c.size() < 5 || plus == c.end()) return c;  // not an add prompt: itself
+    const auto a0 = c.begin() + 2, b0 = plus + 1, b1 = c.end() - 1;
+    if (b1 - b0 != plus - a0) return c;
+    if (std::lexicographical_compare(b0, b1, a0, plus)) {
+      std::vector<int32_t> a(a0, plus);
+      std::copy(b0, b1, a0);
+      std::copy(a.begin(), a.end(), b0);
+    }
+    return c;
+  }
 
  protected:
   // Prompt: <bos> <add> a_{d-1} .. a_0 + b_{d-1} .. b_0 =   (2d + 4 tokens)

@@ -1,5 +1,6 @@
 // The `count` task: how many times a given digit occurs in a digit string. Difficulty = string
 // length; the target digit and the string's digits are drawn uniformly and independently.
+#include <algorithm>
 #include <string>
 
 #include "lockstep/rl/task.h"
@@ -16,6 +17,15 @@ class CountTask final : public Task {
   int32_t marker() const override { return kTaskCount; }
   int min_difficulty() const override { return 1; }
   int max_difficulty() const override { return 32; }
+  int64_t max_answer_tokens(int n) const override { return int64_t(std::to_string(n).size()); }
+
+  // The count does not depend on the order of the string: the canonical form keeps the target
+  // and sorts the string's digits.
+  std::vector<int32_t> canonical_form(std::span<const int32_t> prompt) const override {
+    std::vector<int32_t> c(prompt.begin(), prompt.end());
+    if (c.size() >= 5) std::sort(c.begin() + 4, c.end() - 1);
+    return c;
+  }
 
  protected:
   // Prompt: <bos> <count> t : s_1 .. s_n =   Answer: the count of t among s_1..s_n in decimal,

@@ -1,5 +1,5 @@
-// The `sort` task: sort a digit string in ascending order. Difficulty = string length; digits
-// are drawn uniformly (repeats allowed).
+// The `sort` task: sort a digit string in ascending order. Difficulty = string length (up to 256,
+// long answers); digits are drawn uniformly (repeats allowed). One problem per multiset.
 #include <algorithm>
 
 #include "lockstep/rl/task.h"
@@ -15,7 +15,16 @@ class SortTask final : public Task {
   }
   int32_t marker() const override { return kTaskSort; }
   int min_difficulty() const override { return 1; }
-  int max_difficulty() const override { return 32; }
+  int max_difficulty() const override { return 256; }
+  int64_t max_answer_tokens(int n) const override { return n; }
+
+  // Every ordering of one multiset is the same problem: the canonical form is the prompt with
+  // its digits sorted (the answer itself, framed).
+  std::vector<int32_t> canonical_form(std::span<const int32_t> prompt) const override {
+    std::vector<int32_t> c(prompt.begin(), prompt.end());
+    if (c.size() >= 3) std::sort(c.begin() + 2, c.end() - 1);
+    return c;
+  }
 
  protected:
   // Prompt: <bos> <sort> s_1 .. s_n =   Answer: the n digits in ascending order.

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <utility>
 
 #include "lockstep/rl/task.h"
 #include "lockstep/rl/trainer.h"
@@ -17,6 +18,24 @@ void TrainOptions::validate() const {
                                             difficulty, t.min_difficulty(), t.max_difficulty(),
                                             task));
   parse_guard(guard);  // throws listing the guard names
+  const RewardKind reward_kind = parse_reward_kind(reward);
+  parse_split(eval_split);
+  if (kv_cache != "bf16" && kv_cache != "fp8")
+    throw std::invalid_argument(
+        fmt::format("--kv-cache '{}' is not a KV cache format (known: bf16, fp8)", kv_cache));
+  if (routing_replay)
+    throw std::invalid_argument(
+        "--routing-replay is not yet supported: the learner cannot reuse the sampler's expert "
+        "choices in this build");
+  if (reward_kind == RewardKind::kPrefix && format_bonus != 0.0f)
+    throw std::invalid_argument(
+        "--format-bonus applies to the exact reward only; give --reward exact or drop it");
+  const int64_t answer = t.max_answer_tokens(difficulty);
+  if (answer > 0 && max_new < answer + 1)
+    throw std::invalid_argument(fmt::format(
+        "--max-new {} cannot hold the answer of task '{}' at difficulty {} ({} tokens + <eos>): "
+        "every response would reach the limit and be scored wrong",
+        max_new, task, difficulty, answer));
   auto positive = [](int64_t v, const char* flag) {
     if (v < 1) throw std::invalid_argument(fmt::format("{} {} must be >= 1", flag, v));
   };
@@ -56,6 +75,19 @@ void TrainOptions::validate() const {
   finite_in(repair.scale, 0.0, 1e3, true, "--repair-scale");
   finite_in(repair.weight, 0.0, 1e3, false, "--repair-weight");
   if (!std::isfinite(repair.margin)) throw std::invalid_argument("--repair-margin must be finite");
+  positive(gate.segment, "--gate-segment");
+  positive(repair.segment, "--repair-segment");
+  for (const auto& [v, flag] : {std::pair{gate.mild_gap, "--gate-mild-gap"},
+                                {gate.severe_gap, "--gate-severe-gap"},
+                                {gate.tail_gap, "--gate-tail-gap"}})
+    if (!std::isfinite(v)) throw std::invalid_argument(fmt::format("{} must be finite", flag));
+  if (!(gate.severe_gap <= gate.mild_gap))
+    throw std::invalid_argument(fmt::format("--gate-severe-gap {} must be <= --gate-mild-gap {}",
+                                            gate.severe_gap, gate.mild_gap));
+  finite_in(gate.mild_weight, 0.0, 1.0, false, "--gate-mild-weight");
+  finite_in(gate.severe_weight, 0.0, 1.0, false, "--gate-severe-weight");
+  finite_in(gate.tail1_weight, 0.0, 1.0, false, "--gate-tail1-weight");
+  finite_in(gate.tail2_weight, 0.0, 1.0, false, "--gate-tail2-weight");
   finite_in(format_bonus, 0.0, 1.0, false, "--format-bonus");
 }
 
@@ -88,26 +120,45 @@ Json options_to_json(const TrainOptions& o) {
           {"repair_margin", o.repair.margin},
           {"repair_scale", o.repair.scale},
           {"repair_weight", o.repair.weight},
+          {"repair_segment", o.repair.segment},
+          {"gate_segment", o.gate.segment},
+          {"gate_mild_gap", o.gate.mild_gap},
+          {"gate_severe_gap", o.gate.severe_gap},
+          {"gate_tail_gap", o.gate.tail_gap},
+          {"gate_mild_weight", o.gate.mild_weight},
+          {"gate_severe_weight", o.gate.severe_weight},
+          {"gate_tail1_weight", o.gate.tail1_weight},
+          {"gate_tail2_weight", o.gate.tail2_weight},
           {"format_bonus", o.format_bonus},
+          {"reward", o.reward},
           {"eval_every", o.eval_every},
           {"eval_prompts", o.eval_prompts},
+          {"eval_split", o.eval_split},
           {"checkpoint_every", o.checkpoint_every},
-          {"sampler_batch", o.sampler_batch}};
+          {"sampler_batch", o.sampler_batch},
+          {"sampler_recipe", o.sampler_recipe ? to_json(*o.sampler_recipe) : Json(nullptr)},
+          {"kv_cache", o.kv_cache},
+          {"routing_replay", o.routing_replay}};
 }
 
 TrainOptions options_from_json(const Json& j, const std::string& where) {
   if (!j.is_object())
     throw std::invalid_argument(fmt::format("{}: 'options' is not an object", where));
-  auto get = [&](const char* key, auto& target) {
+  // Fields a run folder may predate keep their defaults when absent.
+  auto get_opt = [&](const char* key, auto& target) {
     using T = std::decay_t<decltype(target)>;
-    if (!j.contains(key))
-      throw std::invalid_argument(fmt::format("{}: options field '{}' is missing", where, key));
+    if (!j.contains(key)) return;
     try {
       target = j.at(key).get<T>();
     } catch (const Json::exception&) {
       throw std::invalid_argument(fmt::format("{}: options field '{}' has the wrong type ({})",
                                               where, key, j.at(key).dump()));
     }
+  };
+  auto get = [&](const char* key, auto& target) {
+    if (!j.contains(key))
+      throw std::invalid_argument(fmt::format("{}: options field '{}' is missing", where, key));
+    get_opt(key, target);
   };
   TrainOptions o;
   get("task", o.task);
@@ -138,6 +189,26 @@ TrainOptions options_from_json(const Json& j, const std::string& where) {
   get("eval_prompts", o.eval_prompts);
   get("checkpoint_every", o.checkpoint_every);
   get("sampler_batch", o.sampler_batch);
+  get_opt("repair_segment", o.repair.segment);
+  get_opt("gate_segment", o.gate.segment);
+  get_opt("gate_mild_gap", o.gate.mild_gap);
+  get_opt("gate_severe_gap", o.gate.severe_gap);
+  get_opt("gate_tail_gap", o.gate.tail_gap);
+  get_opt("gate_mild_weight", o.gate.mild_weight);
+  get_opt("gate_severe_weight", o.gate.severe_weight);
+  get_opt("gate_tail1_weight", o.gate.tail1_weight);
+  get_opt("gate_tail2_weight", o.gate.tail2_weight);
+  get_opt("reward", o.reward);
+  get_opt("eval_split", o.eval_split);
+  get_opt("kv_cache", o.kv_cache);
+  get_opt("routing_replay", o.routing_replay);
+  if (j.contains("sampler_recipe") && !j.at("sampler_recipe").is_null()) {
+    try {
+      o.sampler_recipe = recipe_from_json(j.at("sampler_recipe"), where + ": sampler_recipe");
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(e.what());
+    }
+  }
   return o;
 }
 

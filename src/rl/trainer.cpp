@@ -10,6 +10,7 @@
 #include "lockstep/diag/mismatch.h"
 #include "lockstep/model/policy.h"
 #include "lockstep/ops/tensor_ops.h"
+#include "lockstep/recipe/registry.h"
 #include "lockstep/rl/rollout.h"
 #include "stopwatch.h"
 #include "trainer_impl.h"
@@ -45,27 +46,57 @@ struct Minibatch {
   std::vector<uint8_t> mask;
 };
 
-// Stats summed over minibatches, reported as means (ratio extremes as min / max).
+// Stats summed over minibatches, reported as means (ratio extremes as min / max); the guard
+// statistics are merged (objectives.h accumulate), so they are what the objective applied over
+// the whole batch.
 struct UpdateStats {
   int n = 0;
-  double loss = 0, policy_loss = 0, kl = 0, repair_loss = 0, ratio_mean = 0;
+  double loss = 0, policy_loss = 0, kl = 0, ratio_mean = 0;
   double ratio_min = std::numeric_limits<double>::infinity();
   double ratio_max = -std::numeric_limits<double>::infinity();
   double clip_low = 0, clip_high = 0, grad_norm = 0;
   int64_t clipped = 0, skipped = 0;
+  TisStats tis;
+  TriageGateStats gate;
+  RepairStats repair;
+
+  void add(const ObjectiveStats& s, const model::StepStats& st) {
+    ++n;
+    loss += s.loss;
+    policy_loss += s.policy_loss;
+    kl += s.kl;
+    ratio_mean += s.ratio_mean;
+    ratio_min = std::min(ratio_min, s.ratio_min);
+    ratio_max = std::max(ratio_max, s.ratio_max);
+    clip_low += s.clip_frac_low;
+    clip_high += s.clip_frac_high;
+    grad_norm += st.grad_norm;
+    clipped += st.clipped ? 1 : 0;
+    skipped += st.skipped ? 1 : 0;
+    accumulate(tis, s.tis);
+    accumulate(gate, s.gate);
+    accumulate(repair, s.repair);
+  }
 };
 
 }  // namespace
 
+const Recipe& Trainer::Impl::sampler_recipe() const {
+  return opt.sampler_recipe ? *opt.sampler_recipe : recipe;
+}
+
 std::pair<double, double> Trainer::Impl::sync_policy() {
-  const int64_t v = learner->version();
+  // The policy version is the number of completed RL steps: one new version per step, however
+  // many optimizer steps (minibatches) it took.
+  const int64_t v = step;
+  const Recipe& srec = sampler_recipe();
   Clock::time_point t0 = Clock::now();
-  sampler.load_policy(model::export_policy(learner->weights(), recipe, v), v, recipe.name);
+  sampler.load_policy(model::export_policy(learner->weights(), srec, v), v, srec.name);
   const double t_sync = seconds_since(t0);
   t0 = Clock::now();
   model::ExportOptions eo;
   eo.force_bf16 = true;
-  model::PolicyVersion b = model::export_policy(learner->weights(), recipe, v, eo);
+  model::PolicyVersion b = model::export_policy(learner->weights(), srec, v, eo);
   const std::string bname = b.recipe.name;
   bf16_sampler.load_policy(std::move(b), v, bname);
   return {t_sync, seconds_since(t0)};
@@ -77,14 +108,17 @@ void add_eval(diag::MetricsRow& row, const EvalResult& e) {
   row["eval_accuracy"] = e.accuracy;
   row["eval_correct"] = e.correct;
   row["eval_prompts"] = e.prompts;
+  row["eval_truncated"] = e.truncated;
   row["eval_response_len_mean"] = e.response_len_mean;
 }
 
-void add_update_stats(diag::MetricsRow& row, const UpdateStats& us) {
+// The update's statistics; the guard keys are those the objective applied, null for a part of
+// TRIAGE / TIS the run's guard does not include (docs/rl.md lists the keys).
+void add_update_stats(diag::MetricsRow& row, const UpdateStats& us, Guard guard) {
   row["loss"] = us.loss / us.n;
   row["policy_loss"] = us.policy_loss / us.n;
   row["kl"] = us.kl / us.n;
-  row["repair_loss"] = us.repair_loss / us.n;
+  row["repair_loss"] = us.repair.loss / us.n;
   row["ratio_mean"] = us.ratio_mean / us.n;
   row["ratio_min"] = us.ratio_min;
   row["ratio_max"] = us.ratio_max;
@@ -93,39 +127,21 @@ void add_update_stats(diag::MetricsRow& row, const UpdateStats& us) {
   row["grad_norm"] = us.grad_norm / us.n;
   row["grad_clipped"] = us.clipped;
   row["update_skipped"] = us.skipped;
-}
-
-// What TIS and TRIAGE do with this batch's gap, computed for every guard (a `none` run shows what
-// a guard would have done), and the mismatch statistics. logp_*: [T] per response token in the
-// offsets layout; adv: [R].
-void add_guard_stats(diag::MetricsRow& row, std::span<const int64_t> offsets,
-                     std::span<const float> logp_old, std::span<const float> logp_sampler,
-                     std::span<const float> adv, const TrainOptions& o) {
-  const size_t T = logp_old.size();
-  const std::vector<uint8_t> mask(T, 1);
-  std::vector<float> delta(T);
-  for (size_t t = 0; t < T; ++t) delta[t] = logp_old[t] - logp_sampler[t];
-  TisStats tis;
-  tis_weights<float>(logp_old, logp_sampler, mask, o.tis_cap, &tis);
-  TriageGateStats gate;
-  triage_gate_weights<float>(offsets, delta, mask, adv, &gate);
-  RepairStats rep;
-  int64_t responses = 0;  // non-empty responses: the repair term's normaliser
-  for (size_t i = 0; i + 1 < offsets.size(); ++i) responses += offsets[i + 1] > offsets[i];
-  std::vector<float> grad(T, 0.0f);
-  triage_repair<float>(offsets, logp_old, logp_sampler, mask, adv, o.repair, responses, grad, &rep);
-  diag::add_mismatch_metrics(diag::mismatch_stats(offsets, delta, mask, adv), row);
-  row["tis_weight_mean"] = tis.weight_mean;
-  row["tis_weight_max"] = tis.weight_max;
-  row["tis_clip_frac"] = tis.clip_frac;
-  row["triage_gate_segments"] = gate.segments;
-  row["triage_gated_segments"] = gate.gated_segments;
-  row["triage_tail_segments"] = gate.tail_segments;
-  row["triage_gated_tokens"] = gate.gated_tokens;
-  row["triage_gate_weight_mean"] = gate.weight_mean;
-  row["triage_repair_segments"] = rep.segments;
-  row["triage_repair_active_segments"] = rep.active_segments;
-  row["triage_repair_loss"] = rep.loss;
+  const bool tis = guard_has_tis(guard), gate = guard_has_gate(guard),
+             repair = guard_has_repair(guard);
+  const auto val = [](bool on, auto v) { return on ? diag::MetricsRow(v) : diag::MetricsRow(); };
+  row["tis_weight_mean"] = val(tis, us.tis.weight_mean);
+  row["tis_weight_max"] = val(tis, us.tis.weight_max);
+  row["tis_clip_frac"] = val(tis, us.tis.clip_frac);
+  row["tis_clipped_tokens"] = val(tis, us.tis.clipped);
+  row["triage_gate_segments"] = val(gate, us.gate.segments);
+  row["triage_gated_segments"] = val(gate, us.gate.gated_segments);
+  row["triage_tail_segments"] = val(gate, us.gate.tail_segments);
+  row["triage_gated_tokens"] = val(gate, us.gate.gated_tokens);
+  row["triage_gate_weight_mean"] = val(gate, us.gate.weight_mean);
+  row["triage_repair_segments"] = val(repair, us.repair.segments);
+  row["triage_repair_active_segments"] = val(repair, us.repair.active_segments);
+  row["triage_repair_loss"] = val(repair, us.repair.loss / us.n);
 }
 
 }  // namespace
@@ -139,19 +155,43 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
   ocfg.guard = m.guard;
   ocfg.kl_coef = o.kl_coef;
   ocfg.tis_cap = o.tis_cap;
+  ocfg.gate = o.gate;
   ocfg.repair = o.repair;
+  const RewardKind reward_kind = parse_reward_kind(o.reward);
+  const Split eval_split = parse_split(o.eval_split);
+  {
+    model::SamplerConfig sc = m.sampler.config();
+    sc.kv = o.kv_cache == "fp8" ? model::KvDtype::kFp8E4M3 : model::KvDtype::kBf16;
+    m.sampler.set_config(sc);
+  }
+  // Whether the bf16 reading of a version differs from the sampler's: then the first and last
+  // evaluations also run through the bf16 export (eval_accuracy_bf16), so a rise can be told
+  // apart from recovering what quantizing the warm start lost.
+  const bool bf16_differs =
+      o.kv_cache != "bf16" ||
+      to_json(m.sampler_recipe()) != to_json(builtin_recipe_or_throw("bf16", "trainer").recipe);
 
   auto emit = [&](diag::MetricsRow& row) {
     row["elapsed_s"] = m.elapsed_s();
     m.metrics->append(row);
     if (cb.on_row) cb.on_row(row);
   };
-  auto eval = [&](diag::MetricsRow& row) {
+  // Evaluates into row; with_bf16 also through the bf16 export (into *bf16 when given).
+  auto eval = [&](diag::MetricsRow& row, bool with_bf16, std::optional<double>* bf16) {
     const Clock::time_point t0 = Clock::now();
     const EvalResult e = evaluate_greedy(m.sampler, *m.task, o.seed, o.difficulty, o.eval_prompts,
-                                         o.max_new, o.sampler_batch);
-    row["time_eval_s"] = seconds_since(t0);
+                                         o.max_new, o.sampler_batch, eval_split);
     add_eval(row, e);
+    if (with_bf16) {
+      const double acc_bf16 =
+          bf16_differs ? evaluate_greedy(m.bf16_sampler, *m.task, o.seed, o.difficulty,
+                                         o.eval_prompts, o.max_new, o.sampler_batch, eval_split)
+                             .accuracy
+                       : e.accuracy;
+      row["eval_accuracy_bf16"] = acc_bf16;
+      if (bf16) *bf16 = acc_bf16;
+    }
+    row["time_eval_s"] = seconds_since(t0);
     return e.accuracy;
   };
 
@@ -160,16 +200,20 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
     const auto [t_sync, t_bf16] = m.sync_policy();
     const diag::MetricsFile mf = diag::read_metrics(m.metrics->path());
     for (const diag::MetricsRow& r : mf.rows)
-      if (r.value("step", int64_t(-1)) == 0 && r.contains("eval_accuracy") &&
-          r["eval_accuracy"].is_number())
-        res.start_eval_accuracy = r["eval_accuracy"].get<double>();
+      if (r.value("step", int64_t(-1)) == 0) {
+        if (r.contains("eval_accuracy") && r["eval_accuracy"].is_number())
+          res.start_eval_accuracy = r["eval_accuracy"].get<double>();
+        if (r.contains("eval_accuracy_bf16") && r["eval_accuracy_bf16"].is_number())
+          res.start_eval_accuracy_bf16 = r["eval_accuracy_bf16"].get<double>();
+      }
     if (m.step == 0 && mf.rows.empty()) {
       diag::MetricsRow row;
       row["step"] = 0;
-      row["policy_version"] = m.learner->version();
+      row["policy_version"] = m.step;
       row["time_sync_s"] = t_sync;
       row["time_sync_bf16_s"] = t_bf16;
-      if (o.eval_prompts > 0) res.start_eval_accuracy = eval(row);
+      if (o.eval_prompts > 0)
+        res.start_eval_accuracy = eval(row, /*with_bf16=*/true, &res.start_eval_accuracy_bf16);
       emit(row);
     }
   }
@@ -190,6 +234,7 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
     ro.temperature = o.temperature;
     ro.sample_seed = rollout_sample_seed(o.seed, m.step);
     ro.format_bonus = o.format_bonus;
+    ro.reward = reward_kind;
     ro.max_batch = o.sampler_batch;
     const RolloutBatch rb =
         rollout(m.sampler, *m.task, o.seed, o.difficulty, uint64_t(m.step * P), ro);
@@ -250,27 +295,14 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
       for (size_t t = 0; t < pk->rows.size(); ++t) dlogp[size_t(pk->rows[t])] = r.grad_logp_new[t];
       m.learner->backward(Tensor::from_vector<float>(dlogp, {int64_t(dlogp.size())}, DType::kF32),
                           Tensor());
-      const model::StepStats st = m.learner->step();
-      const ObjectiveStats& s = r.stats;
-      ++us.n;
-      us.loss += s.loss;
-      us.policy_loss += s.policy_loss;
-      us.kl += s.kl;
-      us.repair_loss += s.repair_loss;
-      us.ratio_mean += s.ratio_mean;
-      us.ratio_min = std::min(us.ratio_min, s.ratio_min);
-      us.ratio_max = std::max(us.ratio_max, s.ratio_max);
-      us.clip_low += s.clip_frac_low;
-      us.clip_high += s.clip_frac_high;
-      us.grad_norm += st.grad_norm;
-      us.clipped += st.clipped ? 1 : 0;
-      us.skipped += st.skipped ? 1 : 0;
+      us.add(r.stats, m.learner->step());
     }
     const double t_train = seconds_since(t0);
 
-    // 4. The converter exports the new version; the sampler verifies and loads it.
-    const auto [t_sync, t_bf16] = m.sync_policy();
+    // 4. The converter exports version k with the sampler's recipe; the sampler verifies and
+    // loads it.
     m.step = k;
+    const auto [t_sync, t_bf16] = m.sync_policy();
 
     // 5. Diagnostics of the batch.
     int64_t equal_groups = 0;  // groups whose G rewards are all equal (no gradient)
@@ -280,19 +312,27 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
         same = same && rb.rewards[size_t(p * G + g)] == rb.rewards[size_t(p * G)];
       equal_groups += same;
     }
-    row["policy_version"] = m.learner->version();
+    row["policy_version"] = m.step;
+    row["optimizer_steps"] = m.learner->version();
     row["reward_mean"] = mean_of(rb.rewards);
     row["accuracy"] = double(rb.correct) / double(rb.samples.size());
+    row["truncated_frac"] = double(rb.truncated) / double(rb.samples.size());
     row["groups_all_equal"] = double(equal_groups) / double(P);
     row["response_len_mean"] = double(T) / double(rb.samples.size());
     row["entropy"] = mean_of(entropy);
-    add_guard_stats(row, all.offsets, logp_old, logp_sampler, adv, o);
-    add_update_stats(row, us);
+    {
+      std::vector<float> delta(static_cast<size_t>(T));
+      for (size_t t = 0; t < delta.size(); ++t) delta[t] = logp_old[t] - logp_sampler[t];
+      diag::add_mismatch_metrics(
+          diag::mismatch_stats(all.offsets, delta, std::vector<uint8_t>(delta.size(), 1), adv),
+          row);
+    }
+    add_update_stats(row, us, m.guard);
     row["tokens"] = n;
     row["response_tokens"] = T;
     if (k % o.eval_every == 0 || k == o.steps) {
       if (o.eval_prompts > 0) {
-        const double acc = eval(row);
+        const double acc = eval(row, /*with_bf16=*/k == o.steps, &res.end_eval_accuracy_bf16);
         if (k == o.steps) res.end_eval_accuracy = acc;
       }
     }
@@ -315,9 +355,12 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
   res.finished = m.step >= o.steps;
   if (res.finished && !res.end_eval_accuracy) {
     // A resumed run that was already complete: the last row's evaluation.
-    for (const diag::MetricsRow& r : diag::read_metrics(m.metrics->path()).rows)
+    for (const diag::MetricsRow& r : diag::read_metrics(m.metrics->path()).rows) {
       if (r.contains("eval_accuracy") && r["eval_accuracy"].is_number())
         res.end_eval_accuracy = r["eval_accuracy"].get<double>();
+      if (r.contains("eval_accuracy_bf16") && r["eval_accuracy_bf16"].is_number())
+        res.end_eval_accuracy_bf16 = r["eval_accuracy_bf16"].get<double>();
+    }
   }
   res.elapsed_s = m.elapsed_s();
   res.report = m.dir / run_files::kReport;

@@ -36,7 +36,7 @@ struct Trainer::Impl {
   model::Sampler sampler;                     // the policy the rollouts and evals use
   model::Sampler bf16_sampler;                // receives the bf16 export timed beside it
   std::optional<diag::MetricsWriter> metrics;
-  int64_t step = 0;               // completed steps
+  int64_t step = 0;               // completed RL steps = the policy version the sampler holds
   double elapsed_before_s = 0.0;  // wall time of the run before this process (from checkpoint)
   std::chrono::steady_clock::time_point started;
 
@@ -47,8 +47,10 @@ struct Trainer::Impl {
     return elapsed_before_s +
            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   }
-  // Exports the learner's current version, loads it into the sampler (and the bf16 export into
-  // bf16_sampler); returns the two times in seconds.
+  // The recipe the sampler runs (options' sampler_recipe, else the learner's).
+  const Recipe& sampler_recipe() const;
+  // Exports the learner's weights as policy version `step` with the sampler's recipe, loads it
+  // into the sampler (and the bf16 export into bf16_sampler); returns the two times in seconds.
   std::pair<double, double> sync_policy();
   // RUN_DIR/checkpoint for the current step (temporary folder, fsync, atomic exchange).
   void save_checkpoint();

@@ -176,6 +176,16 @@ std::unique_ptr<Trainer> Trainer::create(const fs::path& dir, const TrainOptions
   m->task = &find_task(options.task);
   m->learner = std::make_unique<model::Learner>(init, sel.recipe, learner_config(options));
   m->reference = reference_decoder(init, sel.recipe);
+  if (options.sampler_recipe) {
+    // The converter must be able to export this model with the sampler's recipe (block sizes
+    // against the model's shapes): checked before the folder exists.
+    try {
+      (void)model::export_policy(init, *options.sampler_recipe, 0);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(
+          fmt::format("--sampler-recipe {}: {}", options.sampler_recipe->name, e.what()));
+    }
+  }
 
   fs::create_directories(dir);
   // One process per run folder: the lock, then the check again, since another process may have
@@ -191,14 +201,21 @@ std::unique_ptr<Trainer> Trainer::create(const fs::path& dir, const TrainOptions
   meta.seeds["seed"] = options.seed;
   meta.extra["guard"] = options.guard;
   meta.extra["deterministic"] = options.deterministic;
-  // How many held-out prompts also occur among the run's training prompts (small difficulties
-  // have few distinct prompts).
-  const int64_t overlap =
-      count_prompt_overlap(*m->task, options.seed, options.difficulty,
-                           options.steps * options.prompts, options.eval_prompts);
+  // Both precisions label the run: the learner's recipe is run_meta's "recipe"; the sampler's.
+  meta.extra["sampler_recipe"] = {
+      {"name", options.sampler_recipe ? options.sampler_recipe->name : sel.recipe.name},
+      {"shared_contract",
+       !options.sampler_recipe || to_json(*options.sampler_recipe) == to_json(sel.recipe)},
+      {"kv_cache", options.kv_cache}};
+  // How many evaluation problems have an equivalent (the same canonical form) among the run's
+  // training prompts: 0 by construction of the split, measured here.
+  const int64_t overlap = count_prompt_overlap(
+      *m->task, options.seed, options.difficulty, options.steps * options.prompts,
+      options.eval_prompts, parse_split(options.eval_split));
   meta.extra["task"] = {{"name", options.task},
                         {"difficulty", options.difficulty},
                         {"eval_prompts", options.eval_prompts},
+                        {"eval_split", options.eval_split},
                         {"eval_prompts_seen_in_training", overlap}};
   meta.extra["options"] = options_to_json(options);
   meta.extra["model_config"] = model::config_to_json(init.config);
@@ -304,11 +321,9 @@ void Trainer::Impl::save_checkpoint() {
   const fs::path tmp = detail::make_temp_dir(dir, run_files::kCheckpoint);
   try {
     learner->save_checkpoint(tmp.string());
-    const Json state = {{"format", "lockstep.trainer.v1"},
-                        {"step", step},
-                        {"policy_version", learner->version()},
-                        {"elapsed_s", elapsed_s()},
-                        {"options", options_to_json(opt)}};
+    const Json state = {{"format", "lockstep.trainer.v1"}, {"step", step},
+                        {"policy_version", step},          {"optimizer_steps", learner->version()},
+                        {"elapsed_s", elapsed_s()},        {"options", options_to_json(opt)}};
     write_file_atomic((tmp / run_files::kTrainerState).string(), state.dump(2) + "\n");
     detail::fsync_dir_tree(tmp);
     detail::replace_dir(tmp, dir / run_files::kCheckpoint);
@@ -330,8 +345,10 @@ void Trainer::Impl::write_results(const TrainResult& r) {
                      {"finished", r.finished},
                      {"start_eval_accuracy", opt_num(r.start_eval_accuracy)},
                      {"end_eval_accuracy", opt_num(r.end_eval_accuracy)},
+                     {"start_eval_accuracy_bf16", opt_num(r.start_eval_accuracy_bf16)},
+                     {"end_eval_accuracy_bf16", opt_num(r.end_eval_accuracy_bf16)},
                      {"elapsed_s", r.elapsed_s},
-                     {"policy_version", learner->version()},
+                     {"policy_version", step},
                      {"report", run_files::kReport}};
   write_file_atomic((dir / run_files::kRunMeta).string(), meta.dump(2) + "\n");
 }

@@ -12,8 +12,8 @@ namespace {
 
 // Printed names of ids 0..kFirstReserved-1.
 constexpr std::array<std::string_view, kFirstReserved> kNames = {
-    "<pad>", "<bos>", "<eos>", "=", "0", "1", "2",     "3",      "4",         "5",
-    "6",     "7",     "8",     "9", "+", ":", "<add>", "<sort>", "<reverse>", "<count>"};
+    "<pad>", "<bos>", "<eos>", "=", "0", "1",     "2",      "3",         "4",       "5",       "6",
+    "7",     "8",     "9",     "+", ":", "<add>", "<sort>", "<reverse>", "<count>", "<cumsum>"};
 static_assert(kNames.size() == size_t(kFirstReserved), "one name per non-reserved token");
 static_assert(kVocabSize % 32 == 0 && kFirstReserved <= kVocabSize);
 
@@ -48,7 +48,7 @@ std::vector<int32_t> encode(std::string_view text) {
       if (found < 0)
         throw std::invalid_argument(fmt::format(
             "encode: unknown token \"{}\" at byte {} of \"{}\" (specials: <pad> <bos> <eos> "
-            "<add> <sort> <reverse> <count>)",
+            "<add> <sort> <reverse> <count> <cumsum>)",
             name, i, text));
       out.push_back(found);
       i = close + 1;

@@ -120,7 +120,7 @@ PretrainResult pretrain(const model::ModelWeights& init, const PretrainOptions& 
 Json warm_start_key(const model::ModelConfig& config, const std::string& init_source,
                     uint64_t init_seed, const PretrainOptions& o) {
   Json k;
-  k["procedure"] = "lockstep.warm_start/1";
+  k["procedure"] = "lockstep.warm_start/2";
   k["contract"] = kContractVersion;
   k["config"] = model::config_to_json(config);
   k["init_source"] = init_source;

@@ -153,7 +153,7 @@ class Report(unittest.TestCase):
     def test_plots_series_and_legends(self):
         p = self.report()
         self.assertIn("nvfp4_triage: metrics.jsonl ends with a partial line", p.stderr)
-        self.assertIn("| bf16_run | bf16 | none | yes |", p.stdout)
+        self.assertIn("| bf16_run | bf16 | = | none | yes |", p.stdout)
         with open(self.out) as f:
             html = f.read()
         self.assertNotIn("<script", html)

@@ -3,6 +3,7 @@
 // well-formed XML, no scripts or external resources.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -11,16 +12,21 @@
 
 namespace lockstep::diag {
 
+// How a line is drawn: the run's colour tells runs apart, the style the keys of one plot.
+enum class LineStyle : uint8_t { kSolid, kDashed, kDotted, kDashDot };
+// The SVG stroke-dasharray of a style ("" for solid).
+std::string_view dash_array(LineStyle style);
+
 struct PlotSeries {
   std::string color;  // CSS colour, e.g. "#1f77b4"
-  bool dashed = false;
+  LineStyle style = LineStyle::kSolid;
   std::vector<std::pair<double, double>> points;  // (x, y), finite, in ascending x
 };
 
 struct LegendEntry {
   std::string label;
   std::string color;
-  bool dashed = false;
+  LineStyle style = LineStyle::kSolid;
 };
 
 struct PlotSpec {
@@ -44,6 +50,23 @@ std::string tick_label(double value, double spacing);
 
 // Escapes & < > " ' for XML text and attributes.
 std::string xml_escape(std::string_view text);
+
+// A histogram over fixed categories, one outline ("step") line per series, so several runs
+// overlay; y is the fraction of the series' total on a log10 axis from the decade below the
+// smallest non-zero fraction (at least 1e-9) to 1. Empty bins drop the line to the axis.
+struct HistogramSeries {
+  std::string color;
+  LineStyle style = LineStyle::kSolid;
+  std::vector<double> fractions;  // one per category, in [0, 1]
+};
+struct HistogramSpec {
+  std::string title, x_label;
+  std::vector<std::string> categories;  // bin labels, drawn slanted under the axis
+  std::vector<HistogramSeries> series;
+  std::vector<LegendEntry> legend;
+};
+// Each series gives one <polyline class="hist">.
+std::string render_svg_histogram(const HistogramSpec& spec);
 
 // The <svg> element of one plot. Series with one point are drawn as a dot; series with none are
 // skipped. Each series with two or more points gives two <polyline> elements, class "raw" and

@@ -54,55 +54,70 @@ template <class S>
 ClippedTerm<S> clipped_surrogate(S ratio, S advantage, const ClipOptions& clip);
 
 // ---- guards --------------------------------------------------------------------------------
-// none: plain clipped GRPO. tis: truncated importance weights. triage: TRIAGE gate (+ repair).
-// tis+triage: both; they compose because they act on different factors (TIS multiplies each
-// token's loss by a bias-correcting weight; TRIAGE reweights which tokens the response's loss
-// is normalised over and adds the repair term).
-enum class Guard { kNone, kTis, kTriage, kTisTriage };
-std::string_view guard_name(Guard guard);  // "none", "tis", "triage", "tis+triage"
-Guard parse_guard(std::string_view name);  // throws std::invalid_argument listing the names
-constexpr bool guard_has_tis(Guard g) { return g == Guard::kTis || g == Guard::kTisTriage; }
-constexpr bool guard_has_triage(Guard g) { return g == Guard::kTriage || g == Guard::kTisTriage; }
+// none: plain clipped GRPO. tis: truncated importance weights. triage: TRIAGE as its report
+// defines it, which acts on an objective that already carries importance correction: TIS + the
+// segment gate + the repair term. triage-gate: the gate alone (no TIS, no repair), an ablation.
+// TIS and the gate compose because they act on different factors: TIS multiplies each token's
+// loss by a bias-correcting weight; the gate reweights which tokens the response's loss is
+// normalised over.
+enum class Guard { kNone, kTis, kTriage, kTriageGate };
+std::string_view guard_name(Guard guard);  // "none", "tis", "triage", "triage-gate"
+// Throws std::invalid_argument listing the names ("tis+triage" is refused with a pointer to
+// "triage", which includes TIS).
+Guard parse_guard(std::string_view name);
+constexpr bool guard_has_tis(Guard g) { return g == Guard::kTis || g == Guard::kTriage; }
+constexpr bool guard_has_gate(Guard g) { return g == Guard::kTriage || g == Guard::kTriageGate; }
+constexpr bool guard_has_repair(Guard g) { return g == Guard::kTriage; }
 
 // TIS: w_t = clamp(exp(logp_old_t - logp_sampler_t), 0, cap), detached. Weights of masked tokens
-// are 0. Stats are over valid tokens.
+// are 0. Stats are over valid tokens; the raw sums let several calls (minibatches) be merged.
 struct TisStats {
-  double weight_mean = 0;  // mean applied (clipped) weight
+  int64_t tokens = 0;      // valid tokens
+  double weight_sum = 0;   // sum of applied (clipped) weights
+  int64_t clipped = 0;     // tokens whose raw weight exceeded the cap
+  double weight_mean = 0;  // weight_sum / tokens
   double weight_max = 0;   // max raw weight, before the cap
-  double clip_frac = 0;    // fraction of tokens whose raw weight exceeded the cap
+  double clip_frac = 0;    // clipped / tokens
 };
 template <class S>
 std::vector<S> tis_weights(std::span<const S> logp_old, std::span<const S> logp_sampler,
                            std::span<const uint8_t> mask, double cap, TisStats* stats = nullptr);
 
-// TRIAGE gate (fixed constants, docs/rl.md): delta_t = logp_old_t - logp_sampler_t. Responses
-// with A < 0 are split into kTriageGateSegment-token segments by position (masked positions
-// included in the split, excluded from every mean and count). With mu the mean delta of a
-// segment's valid tokens and k the number of its valid tokens with delta < -6:
-//   mean-gap weight = 0.1 if mu < -1.5, 0.3 if -1.5 <= mu < -0.5, else 1.0
-//   tail weight     = 1 - 0.9 * min(k / 2, 1)          (k = 0: 1, k = 1: 0.55, k >= 2: 0.1)
+// TRIAGE gate, with delta_t = logp_old_t - logp_sampler_t. Responses with A < 0 are split into
+// `segment`-token segments by position from the response's first token (masked positions take
+// part in the split, not in any mean or count). With mu the mean delta of a segment's valid
+// tokens and k the number of its valid tokens with delta < tail_gap:
+//   mean-gap weight = severe_weight if mu < severe_gap, mild_weight if severe_gap <= mu <
+//                     mild_gap, else 1
+//   tail weight     = 1 for k = 0, tail1_weight for k = 1, tail2_weight for k >= 2 (the report's
+//                     1 - 0.9 min(k / 2, 1), written as its values so k >= 2 gives exactly 0.1)
 //   segment weight  = min(mean-gap weight, tail weight), applied to the segment's valid tokens
 //                     with delta < 0; all other tokens (and all tokens of responses with A >= 0)
 //                     keep weight 1. Masked tokens get 0. The weights are detached.
-constexpr int kTriageGateSegment = 64;
-constexpr int kTriageRepairSegment = 128;
-constexpr double kTriageMildGap = -0.5, kTriageSevereGap = -1.5, kTriageTailGap = -6.0;
-constexpr double kTriageMildWeight = 0.3, kTriageSevereWeight = 0.1;
-constexpr double kTriageTail1Weight = 0.55, kTriageTail2Weight = 0.1;  // tail weight, k = 1, k >= 2
+// Thresholds compare strictly as written. The defaults are the TRIAGE report's.
+struct GateOptions {
+  int64_t segment = 64;
+  double mild_gap = -0.5, severe_gap = -1.5, tail_gap = -6.0;  // nats
+  double mild_weight = 0.3, severe_weight = 0.1;
+  double tail1_weight = 0.55, tail2_weight = 0.1;
+};
 struct TriageGateStats {
   int64_t segments = 0;        // segments of negative-advantage responses with a valid token
   int64_t gated_segments = 0;  // of those, segment weight < 1
   int64_t tail_segments = 0;   // of those, k >= 1
   int64_t gated_tokens = 0;    // tokens whose weight is < 1
-  double weight_mean = 0;      // mean weight over the valid tokens of negative-advantage responses
+  int64_t weight_tokens = 0;   // valid tokens of negative-advantage responses
+  double weight_sum = 0;       // sum of their weights
+  double weight_mean = 0;      // weight_sum / weight_tokens (0 when there is none)
 };
 template <class S>
 std::vector<S> triage_gate_weights(std::span<const int64_t> offsets, std::span<const S> delta,
                                    std::span<const uint8_t> mask, std::span<const S> advantages,
-                                   TriageGateStats* stats = nullptr);
+                                   TriageGateStats* stats = nullptr,
+                                   const GateOptions& options = {});
 
-// TRIAGE repair: for responses with A > 0, kTriageRepairSegment-token segments; with mu the mean
-// of (logp_new - logp_sampler) over a segment's valid tokens and x = margin - mu, the segment's
+// TRIAGE repair: for responses with A > 0, `segment`-token segments; with mu the mean of
+// (logp_new - logp_sampler) over a segment's valid tokens and x = margin - mu, the segment's
 // penalty is the one-sided pseudo-Huber
 //   P = scale^2 * (sqrt(1 + (x / scale)^2) - 1)   for x > 0, else 0,
 // quadratic for small shortfalls, linear beyond scale, so dP/dx = x / sqrt(1 + (x/scale)^2) is
@@ -111,13 +126,15 @@ std::vector<S> triage_gate_weights(std::span<const int64_t> offsets, std::span<c
 // -weight * dP/dx / (n_valid * S_i * R_valid) on each valid token of an active segment lowers the
 // loss by raising logp_new there: the learner is pulled up towards the sampler where a rewarded
 // response was sampled from a region the learner under-weights.
-// Defaults: margin -0.5 matches TRIAGE's mildest gate threshold, so a segment is repaired exactly
-// when it would be gated in a negative response; scale 1 nat keeps the pull quadratic (gentle)
-// for gaps within a nat of the margin and caps the per-segment gradient at weight * scale;
-// weight 0.1 keeps the term an order of magnitude below the policy loss (|A| ~ 1 after GRPO
-// normalisation), a guard rather than a second objective.
+// Defaults (the report fixes the segment length, not these three): margin -0.5 matches the
+// gate's mildest threshold, so a segment is repaired exactly when it would be gated in a negative
+// response; scale 1 nat keeps the pull quadratic (gentle) for gaps within a nat of the margin and
+// caps the per-segment gradient at weight * scale; weight 0.1 keeps the term an order of
+// magnitude below the policy loss (|A| ~ 1 after GRPO normalisation), a guard rather than a
+// second objective.
 struct RepairOptions {
   bool enabled = true;
+  int64_t segment = 128;
   double margin = -0.5;
   double scale = 1.0;
   double weight = 0.1;
@@ -134,6 +151,18 @@ S triage_repair(std::span<const int64_t> offsets, std::span<const S> logp_new,
                 std::span<const S> logp_sampler, std::span<const uint8_t> mask,
                 std::span<const S> advantages, const RepairOptions& options, int64_t r_valid,
                 std::span<S> grad, RepairStats* stats = nullptr);
+
+// Throws std::invalid_argument naming the field and the rule: segments >= 1, severe_gap <=
+// mild_gap, finite thresholds, weights in [0, 1]; repair scale > 0, finite margin, weight >= 0.
+void validate_gate_options(const GateOptions& o);
+void validate_repair_options(const RepairOptions& o);
+
+// Merging the statistics of several objective calls over disjoint responses (the minibatches of
+// one batch): counts and sums add, means are recomputed from them, maxima take the larger.
+// RepairStats::loss adds (divide by the number of calls for the mean term).
+void accumulate(TisStats& into, const TisStats& add);
+void accumulate(TriageGateStats& into, const TriageGateStats& add);
+void accumulate(RepairStats& into, const RepairStats& add);
 
 // ---- combined objective ----------------------------------------------------------------------
 // kResponse: loss_i = sum_t m g w l / sum_t m g per response, averaged over the responses with a
@@ -152,7 +181,8 @@ struct ObjectiveConfig {
   double kl_coef = 0.0;
   LossNormalization normalization = LossNormalization::kResponse;
   double tis_cap = 2.0;  // TIS weights are clamped to [0, tis_cap]
-  RepairOptions repair;  // used when the guard includes TRIAGE
+  GateOptions gate;      // used when the guard includes the TRIAGE gate
+  RepairOptions repair;  // used when the guard includes the TRIAGE repair
 };
 
 template <class S>
@@ -177,8 +207,8 @@ struct ObjectiveStats {
   double ratio_mean = 0, ratio_min = 0, ratio_max = 0;
   double clip_frac_low = 0, clip_frac_high = 0;  // fractions of valid tokens
   TisStats tis;                                  // zeros unless the guard includes TIS
-  TriageGateStats gate;                          // zeros unless the guard includes TRIAGE
-  RepairStats repair;
+  TriageGateStats gate;                          // zeros unless the guard includes the gate
+  RepairStats repair;                            // zeros unless the guard includes the repair
 };
 
 template <class S>

@@ -41,7 +41,8 @@ struct RolloutOptions {
   double temperature = 1.0;
   uint64_t sample_seed = 0;   // the sampler's Philox seed for this batch
   float format_bonus = 0.0f;  // reward_with_format's bonus (0: exact-match reward only)
-  int64_t max_batch = 128;    // sequences the sampler decodes together
+  RewardKind reward = RewardKind::kExact;  // task_reward's kind
+  int64_t max_batch = 128;                 // sequences the sampler decodes together
 };
 
 // The samples of one batch: prompt p's G samples are samples[p * G .. p * G + G - 1] (request
@@ -49,8 +50,9 @@ struct RolloutOptions {
 struct RolloutBatch {
   std::vector<Example> examples;             // [P] train-split examples first_index .. + P - 1
   std::vector<model::SampleResult> samples;  // [P * G]
-  std::vector<float> rewards;                // [P * G] reward_with_format(task, ex, tokens)
+  std::vector<float> rewards;                // [P * G] task_reward(task, ex, tokens, ...)
   int64_t correct = 0;                       // samples whose exact-match reward is 1
+  int64_t truncated = 0;  // samples that reached max_new without <eos> (scored as wrong)
 };
 
 // Samples P train-split prompts (indices first_index .. first_index + P - 1 of (task_seed,
@@ -61,13 +63,16 @@ RolloutBatch rollout(model::Sampler& sampler, const Task& task, uint64_t task_se
 struct EvalResult {
   int64_t prompts = 0;
   int64_t correct = 0;
+  int64_t truncated = 0;           // responses that reached max_new without <eos> (wrong)
   double accuracy = 0.0;           // correct / prompts
   double response_len_mean = 0.0;  // generated tokens per prompt (<eos> included)
 };
-// Greedy decoding (top_k = 1: the most likely token, ties to the lower id) of held-out prompts
-// 0 .. n - 1 of the eval split, at most max_new tokens each; accuracy by exact match.
+// Greedy decoding (top_k = 1: the most likely token, ties to the lower id) of prompts 0 .. n - 1
+// of `split` (the held-out part by default, the validation part for choosing defaults), at most
+// max_new tokens each; accuracy by exact match.
 EvalResult evaluate_greedy(model::Sampler& sampler, const Task& task, uint64_t task_seed,
-                           int difficulty, int64_t n, int64_t max_new, int64_t max_batch = 128);
+                           int difficulty, int64_t n, int64_t max_new, int64_t max_batch = 128,
+                           Split split = Split::kEval);
 
 // The sampler's Philox seed of training batch `step` of a run seeded `seed` (Philox4x32-10 keyed
 // by the seed, counter (step, stream 0x524C0003)): different for every step, the same on every

@@ -1,6 +1,6 @@
 // RL tasks: the interface a task implements (a prompt generator and a verifier), the example it
 // produces, its deterministic random source, and the registry the CLI and trainer look names up
-// in. The built-in tasks (add, sort, reverse, count) are defined in docs/rl.md, "Tasks".
+// in. The built-in tasks (add, sort, reverse, count, cumsum) are defined in docs/rl.md, "Tasks".
 #pragma once
 
 #include <cstdint>
@@ -14,19 +14,27 @@
 
 namespace lockstep::rl {
 
-// Which example stream: training prompts and the held-out evaluation prompts come from two
-// different Philox stream ids (kTrainStream, kEvalStream) under the same seed, and from two
-// disjoint parts of the prompt space: a prompt is held out iff is_eval_prompt() (a hash of its
-// tokens, 1 in kEvalShare), whatever the seed. Task::make draws until the prompt falls in its
-// part, so no held-out prompt is ever a training prompt, even where the space is small (add with
-// 1 digit has 100 prompts: about 20 are held out).
-enum class Split { kTrain, kEval };
-constexpr uint32_t kTrainStream = 0x524C0001u;  // "RL" 1
-constexpr uint32_t kEvalStream = 0x524C0002u;   // "RL" 2
-constexpr uint64_t kEvalShare = 5;               // 1 prompt in 5 is held out
-constexpr int kMaxSplitDraws = 4096;             // draws before a too-small space is refused
+// The parts of a task's problem space. A problem's part is decided by a hash of its canonical
+// form (Task::canonical_form: one representative of all prompts that pose the same problem, e.g.
+// the unordered operand pair for `add`, the multiset for `sort`), whatever the seed, so no
+// held-out or validation problem has an equivalent in training:
+//   h = FNV-1a 64 of the canonical form's tokens; h % 10 in {0, 1}: held-out (kEval, 20 %),
+//   h % 10 == 2: validation (kValidation, 10 %), else training (kTrain, 70 %).
+// Training prompts (and the warm start's) come from the train part, the reported held-out
+// accuracy from the held-out part, and choosing defaults uses the validation part only.
+// Each split draws from its own Philox stream id under the same seed; Task::make draws until the
+// prompt falls in its part.
+enum class Split { kTrain, kValidation, kEval };
+constexpr uint32_t kTrainStream = 0x524C0001u;       // "RL" 1
+constexpr uint32_t kEvalStream = 0x524C0002u;        // "RL" 2
+constexpr uint32_t kValidationStream = 0x524C0004u;  // "RL" 4 ("RL" 3 is the rollout seed)
+constexpr uint64_t kSplitBuckets = 10;               // h % 10 picks the part (see above)
+constexpr int kMaxSplitDraws = 4096;                 // draws before a too-small space is refused
 uint32_t split_stream(Split split);
-bool is_eval_prompt(std::span<const int32_t> prompt);
+std::string_view split_name(Split split);  // "train", "validation", "heldout"
+Split parse_split(std::string_view name);  // "validation" or "heldout" (throws otherwise)
+// The part a canonical form belongs to.
+Split split_of_canonical(std::span<const int32_t> canonical);
 
 // One prompt and its reference answer.
 struct Example {
@@ -77,6 +85,17 @@ class Task {
   // rule broken, including a difficulty outside [min_difficulty, max_difficulty].
   Example make(uint64_t seed, uint64_t index, int difficulty, Split split = Split::kTrain) const;
 
+  // The task's canonical form of a prompt: equal for exactly the prompts that pose the same
+  // problem (by default the prompt itself). The split is a function of it (split_of).
+  virtual std::vector<int32_t> canonical_form(std::span<const int32_t> prompt) const;
+  Split split_of(std::span<const int32_t> prompt) const {
+    return split_of_canonical(canonical_form(prompt));
+  }
+
+  // The longest reference answer at this difficulty (tokens, <eos> not counted), so a run can
+  // refuse a --max-new that cannot hold it; 0 when the task does not say.
+  virtual int64_t max_answer_tokens(int difficulty) const;
+
   // 1 for a correct answer, else 0. The response is the sampled continuation of the prompt; it
   // is correct when its tokens up to and including the first <eos> are exactly the reference
   // answer followed by <eos>. Tokens after that <eos> are ignored (the sampler stops there); a
@@ -105,21 +124,37 @@ class Task {
 float reward_with_format(const Task& task, const Example& ex, std::span<const int32_t> response,
                          float format_bonus = 0.0f);
 
+// Partial credit for long answers: 1 when reward() is 1; otherwise, for a response with an <eos>,
+// the length of the longest common prefix of the response (up to and including its first <eos>)
+// and answer + <eos>, divided by answer + 1 tokens; 0 for a response without <eos> (it reached
+// the token limit: scored as wrong whatever it wrote). Always < 1 for a wrong answer.
+float prefix_credit(const Task& task, const Example& ex, std::span<const int32_t> response);
+
+// How a run turns a response into its reward: exact match (reward_with_format with the format
+// bonus) or prefix credit.
+enum class RewardKind { kExact, kPrefix };
+std::string_view reward_kind_name(RewardKind k);  // "exact", "prefix"
+RewardKind parse_reward_kind(std::string_view name);
+float task_reward(const Task& task, const Example& ex, std::span<const int32_t> response,
+                  RewardKind kind, float format_bonus = 0.0f);
+
 // Registry. find_task throws std::invalid_argument "unknown task 'x' (known: add, count, ...)".
 const Task& find_task(std::string_view name);
 std::vector<std::string> task_names();  // sorted
 // Adds a user task; throws std::invalid_argument when its name is empty or already registered.
 void register_task(std::unique_ptr<Task> task);
 
-// How many of the first n_eval evaluation prompts equal one of the first n_train training
-// prompts (same seed and difficulty). Used to report the held-out set's overlap with training.
+// How many of the first n_eval prompts of split `eval` have the canonical form of one of the first
+// n_train training prompts (same seed and difficulty): 0 by construction, reported in
+// run_meta.json so a reader sees it measured.
 int64_t count_prompt_overlap(const Task& task, uint64_t seed, int difficulty, int64_t n_train,
-                             int64_t n_eval);
+                             int64_t n_eval, Split eval = Split::kEval);
 
 // Factories of the built-in tasks (src/rl/task_*.cpp).
 std::unique_ptr<Task> make_add_task();
 std::unique_ptr<Task> make_sort_task();
 std::unique_ptr<Task> make_reverse_task();
 std::unique_ptr<Task> make_count_task();
+std::unique_ptr<Task> make_cumsum_task();
 
 }  // namespace lockstep::rl

@@ -15,6 +15,7 @@
 #include "lockstep/diag/run_meta.h"
 #include "lockstep/model/weights.h"
 #include "lockstep/recipe/json.h"
+#include "lockstep/recipe/recipe.h"
 #include "lockstep/rl/objectives.h"
 
 namespace lockstep::rl {
@@ -24,30 +25,40 @@ namespace lockstep::rl {
 struct TrainOptions {
   std::string task = "add";
   int difficulty = 2;
-  std::string guard = "tis";   // none, tis, triage, tis+triage
+  std::string guard = "tis";   // none, tis, triage (TIS + gate + repair), triage-gate
   bool deterministic = false;  // the learner's forward uses the sampler's per-row functions
   uint64_t seed = 0;           // task prompts, sampling (Philox per step), stochastic rounding
-  int64_t steps = 100;         // RL updates (optimizer steps when minibatches = 1)
+  int64_t steps = 100;         // RL steps: each ends with one new policy version
   int64_t prompts = 32;        // P prompts per step
   int64_t group = 8;           // G samples per prompt
-  int64_t max_new = 8;         // tokens per response at most
+  int64_t max_new = 8;         // tokens per response at most (a response reaching it is wrong)
   double temperature = 1.0;    // sampling temperature; the learner's log-probs use the same
   double lr = 2e-3;
   double beta1 = 0.9, beta2 = 0.999, adam_eps = 1e-8;
   double weight_decay = 0.0;
   double max_grad_norm = 1.0;
-  int64_t minibatches = 1;  // optimizer steps per batch (prompts % minibatches == 0)
+  int64_t minibatches = 1;  // optimizer steps per RL step (prompts % minibatches == 0)
   double kl_coef = 0.0;     // k3 KL to the initial policy (always logged)
   double tis_cap = 2.0;
-  RepairOptions repair;       // TRIAGE repair (margin, scale, weight)
-  float format_bonus = 0.0f;  // reward_with_format's bonus (0: exact match only)
-  int64_t eval_every = 10;    // held-out evaluation every N steps (and at 0 and the last step)
+  GateOptions gate;              // TRIAGE gate (segment, thresholds, weights)
+  RepairOptions repair;          // TRIAGE repair (segment, margin, scale, weight)
+  float format_bonus = 0.0f;     // reward_with_format's bonus (0: exact match only)
+  std::string reward = "exact";  // exact (0/1, with format_bonus) or prefix (partial credit)
+  int64_t eval_every = 10;       // evaluation every N steps (and at 0 and the last step)
   int64_t eval_prompts = 128;
+  std::string eval_split = "heldout";  // heldout (reported) or validation (choosing defaults)
   int64_t checkpoint_every = 10;
   int64_t sampler_batch = 128;  // sequences the sampler decodes together
+  // The sampler's recipe when it differs from the learner's (a bf16 learner behind an FP8 or
+  // NVFP4 rollout engine): the converter exports every version with it; the learner, the
+  // reference policy and the optimizer use the run's recipe. Unset: one shared contract.
+  std::optional<Recipe> sampler_recipe;
+  std::string kv_cache = "bf16";  // the sampler's KV cache: bf16 or fp8 (E4M3, per-head scales)
+  bool routing_replay = false;    // the learner reuses the sampler's experts (MoE)
 
   // Throws std::invalid_argument naming the option and the rule (unknown task or guard, a
-  // difficulty outside the task's range, non-positive sizes, ...).
+  // difficulty outside the task's range, non-positive sizes, a --max-new that cannot hold the
+  // task's answer, ...).
   void validate() const;
 };
 Json options_to_json(const TrainOptions& o);
@@ -68,8 +79,11 @@ struct TrainResult {
   bool finished = false;                      // reached options.steps
   std::optional<double> start_eval_accuracy;  // step 0
   std::optional<double> end_eval_accuracy;    // the last step
-  double elapsed_s = 0.0;                     // wall time of the run, resumed parts included
-  std::filesystem::path report;               // RUN_DIR/report.html
+  // The same evaluations through the versions' bf16 export (eval_accuracy_bf16): the rise over
+  // the bf16 warm start, apart from what the sampler's quantization lost at the start.
+  std::optional<double> start_eval_accuracy_bf16, end_eval_accuracy_bf16;
+  double elapsed_s = 0.0;        // wall time of the run, resumed parts included
+  std::filesystem::path report;  // RUN_DIR/report.html
 };
 
 // Run folder layout:

@@ -25,7 +25,8 @@ enum Token : int32_t {
   kTaskSort = 17,
   kTaskReverse = 18,
   kTaskCount = 19,
-  kFirstReserved = 20,
+  kTaskCumsum = 20,
+  kFirstReserved = 21,
 };
 constexpr int32_t kVocabSize = 32;
 
@@ -34,8 +35,8 @@ constexpr int32_t digit_token(int d) { return kDigit0 + d; }  // d in 0..9
 constexpr int digit_value(int32_t t) { return t - kDigit0; }  // t a digit token
 
 // The printed form of a token: "<pad>", "<bos>", "<eos>", "=", "0".."9", "+", ":", "<add>",
-// "<sort>", "<reverse>", "<count>", "<reserved20>".."<reserved31>". Throws std::out_of_range
-// naming the id when it is outside [0, kVocabSize).
+// "<sort>", "<reverse>", "<count>", "<cumsum>", "<reserved21>".."<reserved31>". Throws
+// std::out_of_range naming the id when it is outside [0, kVocabSize).
 std::string token_to_string(int32_t token);
 
 // Text -> tokens. Single characters "0".."9", "+", "=", ":" map to their tokens; "<name>" maps to

@@ -1,0 +1,266 @@
+"""End-to-end checks of the mismatch lab on a micro Qwen3-MoE model (two layers, hidden 32) after a
+short warm start: a bf16 learner behind an FP8 sampler (`--sampler-recipe`) has a gap that TIS
+truncates and the TRIAGE gate and repair act on (counts > 0), while under `--deterministic` with
+one shared contract none of them acts; both runs are labelled with both recipes; the policy
+version advances by one per RL step with any number of minibatches; a run with a sampler recipe
+resumes bit for bit; `compare` gives mean and spread over seeds; `align --sampler-recipe`; the
+long-answer task; and every refusal (exit 2, a message naming the problem, nothing written).
+
+The micro model's gaps are ~1e-3 nats, far below TRIAGE's thresholds (-0.5 / -1.5 / -6 nats,
+set for billion-parameter models), so the runs that must act scale the thresholds to this gap
+with the options that hold them; the deterministic run uses the same thresholds.
+
+Run: python3 tests/py/test_mismatch_lab.py PATH_TO_lockstep_BINARY
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
+    sys.exit("usage: test_mismatch_lab.py PATH_TO_lockstep_BINARY [unittest args]")
+LOCKSTEP = os.path.abspath(sys.argv.pop(1))
+
+TIMING = ("time_", "elapsed_s", "tokens_per_s")
+RUN = ["--steps", "4", "--prompts", "8", "--group", "8", "--max-new", "4", "--eval-prompts", "8",
+       "--eval-every", "2", "--checkpoint-every", "2", "--format-bonus", "0.5", "--lr", "0.01",
+       "--difficulty", "1"]
+# TIS, gate and repair thresholds at the micro model's gap (~1e-3 nats).
+SCALED = ["--tis-cap", "1.002", "--gate-mild-gap", "-0.001", "--gate-severe-gap", "-0.004",
+          "--gate-tail-gap", "-0.006", "--repair-margin", "-0.001"]
+
+
+def run(*args, check=True, timeout=300):
+    r = subprocess.run([LOCKSTEP, *args], capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"lockstep {' '.join(args)} exited {r.returncode}: {r.stderr}")
+    return r
+
+
+def rows(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def untimed(rs):
+    return [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rs]
+
+
+def total(rs, key):
+    return sum(r[key] for r in rs[1:] if r.get(key) is not None)
+
+
+def micro_config(**changes):
+    c = {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "vocab_size": 32,
+        "hidden_size": 32, "intermediate_size": 64, "moe_intermediate_size": 32,
+        "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+        "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": True,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "max_position_embeddings": 32,
+        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False,
+        "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "torch_dtype": "float32",
+    }
+    c.update(changes)
+    return c
+
+
+class MismatchLab(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="lockstep-mlab-")
+        init = os.path.join(cls.tmp, "init")
+        with open(init + ".json", "w") as f:
+            json.dump(micro_config(), f)
+        run("init", "--config", init + ".json", "-o", init, "--seed", "3")
+        # A short warm start: the policy writes digits and <eos>, so rewards vary and both
+        # negative- and positive-advantage responses occur.
+        cls.model = os.path.join(cls.tmp, "warm")
+        run("pretrain", "--model", init, "--steps", "60", "--batch", "16", "--lr", "0.02",
+            "--difficulty", "1", "--max-new", "4", "--eval-prompts", "8", "-o", cls.model)
+        cls.mismatched = os.path.join(cls.tmp, "mismatched")
+        cls.mismatched_out = run("train", "--model", cls.model, "--out", cls.mismatched, *RUN,
+                                 "--recipe", "bf16", "--sampler-recipe", "fp8_per_tensor",
+                                 "--guard", "triage", *SCALED)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def path(self, name):
+        return os.path.join(self.tmp, name)
+
+    def test_guards_act_on_a_mismatched_pairing(self):
+        rs = rows(self.mismatched)
+        self.assertGreater(total(rs, "tis_clipped_tokens"), 0)
+        self.assertGreater(total(rs, "triage_gated_segments"), 0)
+        self.assertGreater(total(rs, "triage_gated_tokens"), 0)
+        self.assertGreater(total(rs, "triage_repair_active_segments"), 0)
+        self.assertTrue(all(r["mean_abs_gap"] > 0 for r in rs[1:]))
+        for r in rs:
+            self.assertEqual(r["policy_version"], r["step"])
+        # The first and last evaluations also read the policy through bf16.
+        self.assertIn("eval_accuracy_bf16", rs[0])
+        self.assertIn("eval_accuracy_bf16", rs[-1])
+        self.assertIn("read through bf16: start", self.mismatched_out.stdout)
+        results = load_json(os.path.join(self.mismatched, "run_meta.json"))["results"]
+        self.assertEqual(results["start_eval_accuracy_bf16"], rs[0]["eval_accuracy_bf16"])
+        self.assertEqual(results["policy_version"], 4)
+        self.assertEqual(len(rs[1]["gap_hist"]), 21)
+        self.assertEqual(sum(rs[1]["gap_hist"]), rs[1]["gap_tokens"])
+        # Both recipes label the run.
+        meta = load_json(os.path.join(self.mismatched, "run_meta.json"))
+        self.assertEqual(meta["recipe"]["name"], "bf16")
+        self.assertEqual(meta["sampler_recipe"]["name"], "fp8_per_tensor")
+        self.assertFalse(meta["sampler_recipe"]["shared_contract"])
+        self.assertEqual(meta["options"]["sampler_recipe"]["name"], "fp8_per_tensor")
+        with open(os.path.join(self.mismatched, "report.html")) as f:
+            html = f.read()
+        self.assertIn("learner bf16, sampler fp8_per_tensor", html)
+        self.assertIn("TRIAGE gate", html)
+        self.assertIn('class="histogram"', html)
+
+    def test_nothing_acts_under_deterministic_with_one_contract(self):
+        d = self.path("det")
+        run("train", "--model", self.model, "--out", d, *RUN, "--recipe", "nvfp4_per_token",
+            "--deterministic", "--guard", "triage", *SCALED)
+        rs = rows(d)
+        for r in rs[1:]:
+            self.assertEqual(r["mean_abs_gap"], 0.0)
+            self.assertEqual(r["max_abs_gap"], 0.0)
+            self.assertEqual(r["tis_clipped_tokens"], 0)
+            self.assertEqual(r["tis_weight_mean"], 1.0)
+            self.assertEqual(r["triage_gated_tokens"], 0)
+            self.assertEqual(r["triage_gated_segments"], 0)
+            self.assertEqual(r["triage_repair_active_segments"], 0)
+            self.assertGreater(r["triage_gate_segments"] + r["triage_repair_segments"], 0)
+            hist = r["gap_hist"]
+            self.assertEqual(hist[10], sum(hist))  # every delta exactly 0
+        meta = load_json(os.path.join(d, "run_meta.json"))
+        self.assertTrue(meta["sampler_recipe"]["shared_contract"])
+
+    def test_minibatches_one_version_per_step_and_resume(self):
+        d = self.path("mb")
+        args = ["train", "--model", self.model, "--out", d, *RUN[:1], "12", *RUN[2:],
+                "--minibatches", "2", "--recipe", "bf16", "--sampler-recipe", "nvfp4_per_token",
+                "--guard", "triage", *SCALED]
+        p = subprocess.Popen([LOCKSTEP, *args], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        state = os.path.join(d, "checkpoint", "trainer.json")
+        deadline = time.time() + 120
+        while time.time() < deadline and p.poll() is None:
+            try:
+                if load_json(state)["step"] >= 2:
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.002)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        self.assertEqual(p.returncode, -signal.SIGKILL, "the run ended before it was killed")
+        run("train", "--resume", d)
+        full = self.path("mb-full")
+        run(*[full if x == d else x for x in args])
+        rs = rows(d)
+        self.assertEqual(untimed(rs), untimed(rows(full)))
+        for r in rs[1:]:
+            self.assertEqual(r["policy_version"], r["step"])
+            self.assertEqual(r["optimizer_steps"], 2 * r["step"])
+        self.assertEqual(load_json(state)["policy_version"], 12)
+        self.assertEqual(load_json(os.path.join(d, "run_meta.json"))["results"]["policy_version"],
+                         12)
+
+    def test_long_answers_count_truncation(self):
+        long_model = self.path("ctx128")
+        with open(long_model + ".json", "w") as f:
+            json.dump(micro_config(max_position_embeddings=128), f)
+        run("init", "--config", long_model + ".json", "-o", long_model, "--seed", "3")
+        d = self.path("cumsum")
+        run("train", "--model", long_model, "--out", d, "--task", "cumsum", "--difficulty", "11",
+            "--max-new", "66", "--reward", "prefix", "--steps", "1", "--prompts", "2", "--group",
+            "2", "--eval-prompts", "2", "--guard", "triage")
+        rs = rows(d)
+        # An untrained policy rarely stops: responses that reach --max-new are counted, wrong.
+        self.assertGreaterEqual(rs[1]["truncated_frac"], 0.0)
+        self.assertIn("eval_truncated", rs[0])
+        if rs[1]["truncated_frac"] == 1.0:
+            self.assertEqual(rs[1]["reward_mean"], 0.0)
+        # A response that reached the 66-token limit spans two 64-token segments.
+        truncated = round(rs[1]["truncated_frac"] * 4)
+        self.assertGreaterEqual(rs[1]["gap_segments"], 4 + truncated)
+        meta = load_json(os.path.join(d, "run_meta.json"))
+        self.assertEqual(meta["task"]["eval_prompts_seen_in_training"], 0)
+
+    def test_compare_gives_mean_and_spread_over_seeds(self):
+        out = self.path("cmp")
+        r = run("compare", "--model", self.model, "--recipes", "bf16", "--sampler-recipes",
+                "bf16,fp8_per_tensor", "--guards", "none,triage", "--seeds", "0,1", "--out", out,
+                *RUN[:1], "1", *RUN[2:], "--json")
+        summary = load_json(os.path.join(out, "summary.json"))
+        self.assertEqual(len(summary["runs"]), 8)
+        groups = summary["groups"]
+        self.assertEqual([(g["sampler_recipe"], g["guard"]) for g in groups],
+                         [(None, "none"), (None, "triage"), ("fp8_per_tensor", "none"),
+                          ("fp8_per_tensor", "triage")])
+        for g in groups:
+            self.assertEqual(g["seeds"], [0, 1])
+            self.assertEqual(g["final_eval_accuracy"]["n"], 2)
+            self.assertIn("sd", g["mean_abs_delta"])
+        self.assertEqual(groups[0]["mean_abs_delta"]["mean"] < groups[2]["mean_abs_delta"]["mean"],
+                         True)
+        with open(os.path.join(out, "summary.md")) as f:
+            md = f.read()
+        self.assertIn("±", md)
+        self.assertIn("| bf16 | fp8_per_tensor | triage |", md)
+        self.assertIn("seed1", json.loads(r.stdout)["runs"][-1]["run"])
+        r = run("compare", "--model", self.model, "--seeds", "1,1", "--out", self.path("cmp2"),
+                check=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--seeds lists 1 twice", r.stderr)
+        self.assertFalse(os.path.exists(self.path("cmp2")))
+
+    def test_align_with_a_sampler_recipe(self):
+        r = run("align", "--model", self.model, "--recipe", "bf16", "--sampler-recipe",
+                "nvfp4_per_token", "--batch", "4", "--max-new", "4", "--json")
+        j = json.loads(r.stdout)
+        self.assertEqual(j["learner_recipe"], "bf16")
+        self.assertEqual(j["sampler_recipe"], "nvfp4_per_token")
+        self.assertGreater(j["mean_abs_gap"], 0)
+        r = run("align", "--model", self.model, "--recipe", "bf16", "--sampler-recipe",
+                "nvfp4_per_token", "--learner-recipe", "mxfp8", check=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("not both", r.stderr)
+
+    def test_refusals_exit_2_and_write_nothing(self):
+        out = self.path("never")
+        bad_recipe = self.path("fp6.json")
+        with open(bad_recipe, "w") as f:
+            json.dump({"name": "fp6", "extends": "bf16",
+                       "fprop": {"activation": {"format": "fp6"}}}, f)
+        for extra, needle in ((["--sampler-recipe", "nvfp5"], "--sampler-recipe nvfp5"),
+                              (["--sampler-recipe", bad_recipe], "fp6"),
+                              (["--routing-replay"], "--routing-replay is not yet supported"),
+                              (["--kv-cache", "int4"], "--kv-cache 'int4'"),
+                              (["--guard", "tis+triage"], "TIS + gate + repair"),
+                              (["--gate-segment", "0"], "--gate-segment 0"),
+                              (["--eval-split", "train"], "unknown evaluation split 'train'"),
+                              (["--task", "cumsum", "--difficulty", "11"],
+                               "--max-new 8 cannot hold the answer")):
+            r = run("train", "--model", self.model, "--out", out, *extra, check=False)
+            self.assertEqual(r.returncode, 2, f"{extra}: {r.stderr}")
+            self.assertIn("lockstep: error:", r.stderr)
+            self.assertIn(needle, r.stderr, extra)
+            self.assertFalse(os.path.exists(out), extra)
+
+
+if __name__ == "__main__":
+    unittest.main()
