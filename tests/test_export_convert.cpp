@@ -22,9 +22,7 @@ using namespace lockstep::test;
 
 namespace {
 
-const Recipe& conv_recipe(const char* name) {
-  return builtin_recipe_or_throw(name, "test").recipe;
-}
+const Recipe& conv_recipe(const char* name) { return builtin_recipe_or_throw(name, "test").recipe; }
 
 // A recipe that quantizes every linear module (qkv too) with NVFP4 weights of `scaling`.
 Recipe nvfp4_all_linear(Scaling scaling, bool block2d = false) {
@@ -83,24 +81,24 @@ TEST(QuantizeWithAmax, EqualsReadingTheAmaxAndJointForALargerOne) {
           quantize_with_amax(xs, {}, f32_values({amax_rows(xs, 0, xs.rows())}), cfg, "x");
       expect_same_qtensor(given, ref, what);
       // A larger amax is a joint quantization's (the other tensor holding the larger value).
-      const Tensor three = cast(Tensor::from_vector<float>(std::vector<float>(size_t(16 * xs.cols()), 3.0f),
-                                                            {16, xs.cols()}, DType::kF32),
-                                dt);
+      const Tensor three =
+          cast(Tensor::from_vector<float>(std::vector<float>(size_t(16 * xs.cols()), 3.0f),
+                                          {16, xs.cols()}, DType::kF32),
+               dt);
       const std::vector<Tensor> pair{xs, three};
       const std::vector<QTensor> joint = quantize_joint(pair, cfg);
       const QTensor with3 = quantize_with_amax(xs, {}, f32_values({3.0f}), cfg, "x");
       expect_same_qtensor(with3, joint[0], what + " joint");
     }
   // Grouped per_group: one amax per group.
-  const Tensor e = w.at("layers.0.gate_up");  // [128, 32]
+  const Tensor e = w.at("layers.0.gate_up");           // [128, 32]
   const std::vector<int64_t> off{0, 32, 32, 96, 128};  // an empty group too
   QuantConfig g;
   g.scaling = Scaling::kPerGroup;
   const QTensor ref = quantize_grouped(e, off, g, "e");
   const QTensor given = quantize_with_amax(
-      e, off,
-      f32_values({amax_rows(e, 0, 32), 0.0f, amax_rows(e, 32, 96), amax_rows(e, 96, 128)}), g,
-      "e");
+      e, off, f32_values({amax_rows(e, 0, 32), 0.0f, amax_rows(e, 32, 96), amax_rows(e, 96, 128)}),
+      g, "e");
   expect_same_qtensor(given, ref, "per_group");
 }
 
@@ -127,9 +125,9 @@ TEST(Converter, SuppliedAmaxGivesTheSameBytesAndChecksum) {
   o.shared_expert = true;
   const ModelConfig c = tiny_config(o);
   const ModelWeights w = tiny_weights(c, test_seed() + 12);
-  for (const Recipe& r : {nvfp4_all_linear(Scaling::kPerGroup),
-                          nvfp4_all_linear(Scaling::kPerTensor),
-                          nvfp4_all_linear(Scaling::kPerGroup, /*block2d=*/true)}) {
+  for (const Recipe& r :
+       {nvfp4_all_linear(Scaling::kPerGroup), nvfp4_all_linear(Scaling::kPerTensor),
+        nvfp4_all_linear(Scaling::kPerGroup, /*block2d=*/true)}) {
     for (bool fuse : {true, false}) {
       ExportOptions opt;
       opt.fuse_scales = fuse;
@@ -153,7 +151,8 @@ TEST(Converter, SuppliedAmaxGivesTheSameBytesAndChecksum) {
         if (op.quantized()) expect_same_qtensor(given.operands.at(k).q, op.q, k);
       // A wrong amax changes the bytes (the supplied value is used, not re-read).
       WeightAmax wrong = amax;
-      wrong.begin()->second = f32_values(std::vector<float>(size_t(wrong.begin()->second.numel()), 7.0f));
+      wrong.begin()->second =
+          f32_values(std::vector<float>(size_t(wrong.begin()->second.numel()), 7.0f));
       EXPECT_NE(export_policy(w, r, 5, opt, &wrong).checksum, ref.checksum);
     }
   }
@@ -178,8 +177,8 @@ TEST(Converter, FusedScalesShareOneDomainSeparateGiveEachProjectionItsOwn) {
   for (int d = 0; d < 3; ++d) {
     EXPECT_EQ(sq.rowwise.amax.ptr<float>()[d], amax_rows(qkv, bounds[d], bounds[d + 1]));
     // Each projection's rows are its own per-tensor quantization.
-    const QTensor alone = quantize(qkv.slice_rows(bounds[d], bounds[d + 1]).contiguous(),
-                                   QuantConfig{}, "alone");
+    const QTensor alone =
+        quantize(qkv.slice_rows(bounds[d], bounds[d + 1]).contiguous(), QuantConfig{}, "alone");
     const auto all = host_bytes(sq.rowwise.data);
     const auto own = host_bytes(alone.rowwise.data);
     EXPECT_TRUE(std::equal(own.begin(), own.end(), all.begin() + bounds[d] * qkv.cols() / 2))
@@ -306,11 +305,11 @@ TEST(ExportPlan, ModuleNamesAndExcludedLayers) {
   std::set<std::string> names;
   for (const auto& u : p.units)
     for (const auto& s : u.specs) names.insert(s.name);
-  for (const char* n : {"model.layers.1.mlp.experts.3.gate_proj.weight",
-                        "model.layers.1.mlp.experts.3.up_proj.weight_scale",
-                        "model.layers.1.mlp.experts.0.down_proj.weight_scale_2",
-                        "model.layers.1.self_attn.q_proj.weight", "model.embed_tokens.weight",
-                        "lm_head.weight"})
+  for (const char* n :
+       {"model.layers.1.mlp.experts.3.gate_proj.weight",
+        "model.layers.1.mlp.experts.3.up_proj.weight_scale",
+        "model.layers.1.mlp.experts.0.down_proj.weight_scale_2",
+        "model.layers.1.self_attn.q_proj.weight", "model.embed_tokens.weight", "lm_head.weight"})
     EXPECT_TRUE(names.contains(n)) << n;
   const std::set<std::string> ignore(p.ignore.begin(), p.ignore.end());
   EXPECT_TRUE(ignore.contains("model.layers.1.self_attn.q_proj"));

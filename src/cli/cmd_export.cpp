@@ -64,8 +64,7 @@ struct TensorProgress {
   std::optional<diag::ProgressDisplay> display;
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
   void operator()(int64_t done, int64_t total) {
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!display && s < 2.0) return;
     if (!display)
       display.emplace(diag::ProgressDisplay::for_stderr({std::max<int64_t>(1, total / 10), 20}));
@@ -85,7 +84,7 @@ json export_read_json(const fs::path& p) {
 }
 
 void export_report(const ExportArgs& a, const convert::ExportResult& r, const std::string& recipe,
-            std::optional<int64_t> version, double seconds) {
+                   std::optional<int64_t> version, double seconds) {
   if (a.json) {
     json j{{"output", a.output},
            {"format", a.format},
@@ -99,11 +98,11 @@ void export_report(const ExportArgs& a, const convert::ExportResult& r, const st
     fmt::print("{}\n", j.dump());
     return;
   }
-  fmt::print("wrote {} ({}, recipe {}{}): {} files, {:.1f} MB of tensors, {} quantized and {} "
-             "bf16 linear tensors, {:.2f} s\n",
-             a.output, a.format, recipe, version ? fmt::format(", version {}", *version) : "",
-             r.files.size(), double(r.tensor_bytes) / 1e6, r.quantized_modules, r.bf16_modules,
-             seconds);
+  fmt::print(
+      "wrote {} ({}, recipe {}{}): {} files, {:.1f} MB of tensors, {} quantized and {} "
+      "bf16 linear tensors, {:.2f} s\n",
+      a.output, a.format, recipe, version ? fmt::format(", version {}", *version) : "",
+      r.files.size(), double(r.tensor_bytes) / 1e6, r.quantized_modules, r.bf16_modules, seconds);
 }
 
 double export_seconds_since(std::chrono::steady_clock::time_point t0) {

@@ -38,12 +38,12 @@ void run_verify(const VerifyArgs& a) {
       std::string outer;
       if (!m.domain.empty())
         outer = fmt::format("; global scale {} (file {:.9g}, contract {:.9g}, {} ulp), domain {}",
-                            m.outer_differs ? "differs" : "equal", m.outer_file,
-                            m.outer_contract, m.outer_ulps, m.domain);
+                            m.outer_differs ? "differs" : "equal", m.outer_file, m.outer_contract,
+                            m.outer_ulps, m.domain);
       fmt::print("  {} [{}, {}]: data {}/{} bytes differ ({} elements), scales {}/{} bytes{}{}{}\n",
                  m.module, m.rows, m.cols, m.data_bytes_differ, m.data_bytes, m.elements_differ,
-                 m.scale_bytes_differ, m.scale_bytes, outer,
-                 m.identical() ? "" : ": ", verify_classes_text(m));
+                 m.scale_bytes_differ, m.scale_bytes, outer, m.identical() ? "" : ": ",
+                 verify_classes_text(m));
     }
   }
   if (a.strict && !r.identical()) {

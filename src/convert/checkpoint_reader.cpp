@@ -45,8 +45,8 @@ std::map<std::string, TensorLocation> index_checkpoint(const fs::path& dir) {
     const SafetensorsHeader h = read_safetensors_header(f);
     for (const TensorInfo& t : h.tensors) {
       if (out.contains(t.name))
-        throw ExportError(fmt::format("{}: tensor '{}' is also in {}", f, t.name,
-                                      out.at(t.name).file));
+        throw ExportError(
+            fmt::format("{}: tensor '{}' is also in {}", f, t.name, out.at(t.name).file));
       out.emplace(t.name, TensorLocation{f, t, 8 + h.header_bytes});
     }
   }
@@ -58,10 +58,8 @@ Tensor read_tensor(const TensorLocation& loc) {
   std::ifstream in(loc.file, std::ios::binary);
   in.seekg(std::streamoff(loc.data_start + loc.info.begin));
   in.read(static_cast<char*>(t.raw()), std::streamsize(loc.info.end - loc.info.begin));
-  if (!in)
-    throw ExportError(fmt::format("{}: cannot read tensor '{}'", loc.file, loc.info.name));
+  if (!in) throw ExportError(fmt::format("{}: cannot read tensor '{}'", loc.file, loc.info.name));
   return t;
 }
-
 
 }  // namespace lockstep::convert

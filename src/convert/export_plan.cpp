@@ -24,8 +24,7 @@ std::string hf_format_names() {
 
 HfFormat hf_format_or_throw(std::string_view name) {
   if (auto f = hf_format_from_name(name)) return *f;
-  throw ExportError(
-      fmt::format("unknown format '{}' (formats: {})", name, hf_format_names()));
+  throw ExportError(fmt::format("unknown format '{}' (formats: {})", name, hf_format_names()));
 }
 
 namespace {
@@ -58,19 +57,20 @@ std::string strip_weight(const std::string& hf) {
 std::string weight_problem(HfFormat f, const OperandSpec& w, int64_t cols) {
   const HfFormatInfo& fi = hf_format_info(f);
   if (w.format != fi.weight_format)
-    return fmt::format("the recipe quantizes its weight as {}; {} holds {} weights (and bf16 "
-                       "layers, listed as excluded)",
-                       operand_text(w), fi.name,
-                       f == HfFormat::kFp8Block ? "fp8 block_128x128"
-                                                : std::string(format_name(fi.weight_format)));
+    return fmt::format(
+        "the recipe quantizes its weight as {}; {} holds {} weights (and bf16 "
+        "layers, listed as excluded)",
+        operand_text(w), fi.name,
+        f == HfFormat::kFp8Block ? "fp8 block_128x128"
+                                 : std::string(format_name(fi.weight_format)));
   switch (w.format) {
     case Format::kNvfp4:
       if (w.scaling == Scaling::kPerRow)
-        return fmt::format("its weight has per-row outer scales (one amax per output row); {} "
-                           "holds one global scale per tensor ({}); use a recipe with per_tensor "
-                           "or per_group weights",
-                           fi.name,
-                           f == HfFormat::kModeloptNvfp4 ? "weight_scale_2" : "weight_global_scale");
+        return fmt::format(
+            "its weight has per-row outer scales (one amax per output row); {} "
+            "holds one global scale per tensor ({}); use a recipe with per_tensor "
+            "or per_group weights",
+            fi.name, f == HfFormat::kModeloptNvfp4 ? "weight_scale_2" : "weight_global_scale");
       if (w.hadamard)
         return "its weight is Hadamard-transformed along K, which serving engines do not undo";
       if (w.stochastic) return "its weight is stochastically rounded (a gradient-only option)";
@@ -80,9 +80,10 @@ std::string weight_problem(HfFormat f, const OperandSpec& w, int64_t cols) {
       break;
     case Format::kFp8:
       if (w.scaling != Scaling::kBlock128x128)
-        return fmt::format("its weight is fp8 {}; fp8-block holds 128x128 blocks (weight_scale_inv "
-                           "per block)",
-                           scaling_name(w.scaling));
+        return fmt::format(
+            "its weight is fp8 {}; fp8-block holds 128x128 blocks (weight_scale_inv "
+            "per block)",
+            scaling_name(w.scaling));
       if (w.elem == ElemCodec::kE5M2) return "its weight has E5M2 elements; fp8-block stores E4M3";
       break;
     default:
@@ -100,18 +101,20 @@ std::string activation_kind(HfFormat f, const OperandSpec& a, bool weights_only)
   if (nvfp4_family(f)) {
     if (weights_only || a.format == Format::kBf16) return "w4a16";
     if (a.format == Format::kNvfp4 && !a.hadamard) return "w4a4";
-    return fmt::format("!its activations are {}; {} declares nvfp4 or bf16 activations (pass "
-                       "--weights-only to declare the weights alone)",
-                       operand_text(a), hf_format_name(f));
+    return fmt::format(
+        "!its activations are {}; {} declares nvfp4 or bf16 activations (pass "
+        "--weights-only to declare the weights alone)",
+        operand_text(a), hf_format_name(f));
   }
   if (weights_only) return "";
   if (f == HfFormat::kMxfp8 && a.format == Format::kMxfp8 && a.elem == ElemCodec::kE4M3) return "";
   if (f == HfFormat::kFp8Block && a.format == Format::kFp8 && a.scaling == Scaling::kBlock1x128)
     return "";
-  return fmt::format("!its activations are {}; {} declares {} activations (pass --weights-only to "
-                     "declare the weights alone and let the engine choose)",
-                     operand_text(a), hf_format_name(f),
-                     f == HfFormat::kMxfp8 ? "dynamic mxfp8 e4m3" : "dynamic fp8 1x128-block");
+  return fmt::format(
+      "!its activations are {}; {} declares {} activations (pass --weights-only to "
+      "declare the weights alone and let the engine choose)",
+      operand_text(a), hf_format_name(f),
+      f == HfFormat::kMxfp8 ? "dynamic mxfp8 e4m3" : "dynamic fp8 1x128-block");
 }
 
 std::vector<TensorSpec> quantized_specs(HfFormat f, const HfModule& m, bool w4a4) {
@@ -133,7 +136,8 @@ std::vector<TensorSpec> quantized_specs(HfFormat f, const HfModule& m, bool w4a4
       return s;
     }
     case HfFormat::kMxfp8:
-      return {{p + ".weight", DType::kF8E4M3, {n, k}}, {p + ".weight_scale", DType::kU8, {n, k / 32}}};
+      return {{p + ".weight", DType::kF8E4M3, {n, k}},
+              {p + ".weight_scale", DType::kU8, {n, k / 32}}};
     case HfFormat::kFp8Block:
       return {{p + ".weight", DType::kF8E4M3, {n, k}},
               {p + ".weight_scale_inv", DType::kF32, {(n + 127) / 128, (k + 127) / 128}}};
@@ -265,8 +269,8 @@ ExportPlan plan_export(const model::ModelConfig& c, const Recipe& recipe,
         "--input-amax applies to NVFP4 checkpoints with quantized activations (W4A4); this export "
         "declares none");
   if (opt.input_amax && !(*opt.input_amax > 0.0f && std::isfinite(*opt.input_amax)))
-    throw ExportError(fmt::format("--input-amax {} must be a positive finite number",
-                                  *opt.input_amax));
+    throw ExportError(
+        fmt::format("--input-amax {} must be a positive finite number", *opt.input_amax));
   // A tied head is the embedding: nothing to list, nothing to write.
   out.ignore.assign(ignored.begin(), ignored.end());
   return out;

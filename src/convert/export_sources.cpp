@@ -53,8 +53,8 @@ ExportResult convert_model_dir(const std::string& model_dir, const Recipe& recip
                                const std::string& out_dir, const HfExportOptions& opt) {
   const fs::path dir(model_dir);
   if (!fs::is_directory(dir))
-    throw ExportError(fmt::format("{}: not a model directory (config.json + safetensors)",
-                                  model_dir));
+    throw ExportError(
+        fmt::format("{}: not a model directory (config.json + safetensors)", model_dir));
   const fs::path config_path = dir / model::kConfigFile;
   if (!fs::is_regular_file(config_path))
     throw ExportError(fmt::format("{}: no config.json in the model directory", model_dir));
@@ -75,15 +75,17 @@ ExportResult convert_model_dir(const std::string& model_dir, const Recipe& recip
     for (const HfPiece& p : e.pieces) {
       auto it = where.find(p.hf);
       if (it == where.end())
-        throw ExportError(fmt::format("{}: the model has no tensor '{}' {} (part of {}), which "
-                                      "the config implies",
-                                      model_dir, p.hf, shape_string(p.hf_shape), e.name));
+        throw ExportError(
+            fmt::format("{}: the model has no tensor '{}' {} (part of {}), which "
+                        "the config implies",
+                        model_dir, p.hf, shape_string(p.hf_shape), e.name));
       const TensorInfo& t = it->second.info;
       if (!float_source(t.dtype) || t.shape != p.hf_shape)
-        throw ExportError(fmt::format("{}: tensor '{}' is {} {}; the config implies {} F32, BF16 "
-                                      "or F16",
-                                      it->second.file, p.hf, dtype_name(t.dtype),
-                                      shape_string(t.shape), shape_string(p.hf_shape)));
+        throw ExportError(
+            fmt::format("{}: tensor '{}' is {} {}; the config implies {} F32, BF16 "
+                        "or F16",
+                        it->second.file, p.hf, dtype_name(t.dtype), shape_string(t.shape),
+                        shape_string(p.hf_shape)));
       used.insert(p.hf);
     }
   for (const auto& [name, loc] : where) {
@@ -93,13 +95,15 @@ ExportResult convert_model_dir(const std::string& model_dir, const Recipe& recip
       const Tensor emb = read_tensor(where.at("model.embed_tokens.weight"));
       if (head.shape() == emb.shape() && float_source(head.dtype()) && to_f32(head) == to_f32(emb))
         continue;
-      throw ExportError(fmt::format("{}: tensor 'lm_head.weight' differs from the embedding but "
-                                    "the config ties them (tie_word_embeddings true)",
-                                    loc.file));
+      throw ExportError(
+          fmt::format("{}: tensor 'lm_head.weight' differs from the embedding but "
+                      "the config ties them (tie_word_embeddings true)",
+                      loc.file));
     }
-    throw ExportError(fmt::format("{}: unexpected tensor '{}' {}: the config implies no such "
-                                  "weight",
-                                  loc.file, name, shape_string(loc.info.shape)));
+    throw ExportError(
+        fmt::format("{}: unexpected tensor '{}' {}: the config implies no such "
+                    "weight",
+                    loc.file, name, shape_string(loc.info.shape)));
   }
 
   std::map<std::string, HfLayoutEntry> entries;

@@ -25,8 +25,7 @@ Tensor cut_rows(const Tensor& src, int64_t stride, int64_t r0, int64_t n, int64_
   Tensor out = Tensor::empty(dtype, std::move(shape));
   const auto* s = static_cast<const std::byte*>(src.raw());
   auto* d = static_cast<std::byte*>(out.raw());
-  for (int64_t r = 0; r < n; ++r)
-    std::memcpy(d + r * bytes, s + (r0 + r) * stride, size_t(bytes));
+  for (int64_t r = 0; r < n; ++r) std::memcpy(d + r * bytes, s + (r0 + r) * stride, size_t(bytes));
   return out;
 }
 
@@ -49,13 +48,13 @@ void nvfp4_module(const ExportPlan& plan, const QTensor& q, const Slicer& sl, co
   const int64_t r0 = sl.row(m), n = m.rows, k = m.cols;
   const int64_t dom = rowwise_domain_of(q, r0);
   if (n > 0 && rowwise_domain_of(q, r0 + n - 1) != dom)
-    throw ExportError(fmt::format("{}: its rows span two outer domains of the quantized weight",
-                                  m.prefix));
+    throw ExportError(
+        fmt::format("{}: its rows span two outer domains of the quantized weight", m.prefix));
   const float amax = q.rowwise.amax.ptr<float>()[dom];
   const num::TwoLevelOuter o = num::two_level_outer(amax, num::kE2M1Max);
   const Tensor data = cut_rows(q.rowwise.data, q.cols / 2, r0, n, k / 2, DType::kU8, {n, k / 2});
-  const Tensor scales = cut_rows(q.rowwise.block_scale, q.cols / 16, r0, n, k / 16,
-                                 DType::kF8E4M3, {n, k / 16});
+  const Tensor scales =
+      cut_rows(q.rowwise.block_scale, q.cols / 16, r0, n, k / 16, DType::kF8E4M3, {n, k / 16});
   const bool ct = plan.opt.format == HfFormat::kCompressedTensorsNvfp4;
   std::optional<num::TwoLevelOuter> in;
   if (plan.activations_quantized) in = num::two_level_outer(*plan.opt.input_amax, num::kE2M1Max);
@@ -77,8 +76,8 @@ void mxfp8_module(const QTensor& q, const Slicer& sl, const HfModule& m,
   if (q.scale_layout != ScaleLayout::kCompact)
     throw std::logic_error("export: weight block scales must be compact");
   const int64_t r0 = sl.row(m), n = m.rows, k = m.cols;
-  out.push_back({m.prefix + ".weight",
-                 cut_rows(q.rowwise.data, q.cols, r0, n, k, DType::kF8E4M3, {n, k})});
+  out.push_back(
+      {m.prefix + ".weight", cut_rows(q.rowwise.data, q.cols, r0, n, k, DType::kF8E4M3, {n, k})});
   out.push_back({m.prefix + ".weight_scale", cut_rows(q.rowwise.block_scale, q.cols / 32, r0, n,
                                                       k / 32, DType::kU8, {n, k / 32})});
 }
@@ -86,8 +85,8 @@ void mxfp8_module(const QTensor& q, const Slicer& sl, const HfModule& m,
 void fp8_block_module(const QTensor& q, const Slicer& sl, const HfModule& m,
                       std::vector<NamedTensor>& out) {
   const int64_t r0 = sl.row(m), n = m.rows, k = m.cols;
-  out.push_back({m.prefix + ".weight",
-                 cut_rows(q.rowwise.data, q.cols, r0, n, k, DType::kF8E4M3, {n, k})});
+  out.push_back(
+      {m.prefix + ".weight", cut_rows(q.rowwise.data, q.cols, r0, n, k, DType::kF8E4M3, {n, k})});
   const int64_t nbr = (n + 127) / 128, nbc = (k + 127) / 128, tiles_c = q.rowwise.scale_cols;
   Tensor inv(DType::kF32, {nbr, nbc});
   const float* src = q.rowwise.scale_inv.ptr<float>();
@@ -108,20 +107,21 @@ std::vector<NamedTensor> unit_tensors(const ExportPlan& plan, const ExportUnit& 
     const int64_t cols = dense->dim() == 2 ? dense->cols() : 1;
     for (const HfPiece& p : u.pieces) {
       const int64_t n = p.hf_shape[0] * (p.hf_shape.size() == 2 ? p.hf_shape[1] : 1);
-      out.push_back({p.hf, from_f32(std::span<const float>(v).subspan(size_t(p.row0 * cols),
-                                                                      size_t(n)),
-                                    p.hf_shape, DType::kBF16)});
+      out.push_back(
+          {p.hf, from_f32(std::span<const float>(v).subspan(size_t(p.row0 * cols), size_t(n)),
+                          p.hf_shape, DType::kBF16)});
     }
     return out;
   }
-  if (!op || !op->defined()) throw std::logic_error("unit_tensors: a linear unit needs its operand");
+  if (!op || !op->defined())
+    throw std::logic_error("unit_tensors: a linear unit needs its operand");
   if (!u.quantized) {
     const Tensor t = host(op->t.dtype() == DType::kBF16 ? op->t : cast(op->t, DType::kBF16));
     const int64_t per_group = t.rows() / u.site.groups;
     for (const HfModule& m : u.modules)
-      out.push_back({m.prefix + ".weight",
-                     cut_rows(t, t.cols() * 2, m.group * per_group + m.row0, m.rows, m.cols * 2,
-                              DType::kBF16, {m.rows, m.cols})});
+      out.push_back(
+          {m.prefix + ".weight", cut_rows(t, t.cols() * 2, m.group * per_group + m.row0, m.rows,
+                                          m.cols * 2, DType::kBF16, {m.rows, m.cols})});
     return out;
   }
   if (!op->quantized() || !op->q.has_rowwise())
@@ -134,10 +134,17 @@ std::vector<NamedTensor> unit_tensors(const ExportPlan& plan, const ExportUnit& 
   for (const HfModule& m : u.modules) {
     switch (plan.opt.format) {
       case HfFormat::kModeloptNvfp4:
-      case HfFormat::kCompressedTensorsNvfp4: nvfp4_module(plan, q, sl, m, out); break;
-      case HfFormat::kMxfp8: mxfp8_module(q, sl, m, out); break;
-      case HfFormat::kFp8Block: fp8_block_module(q, sl, m, out); break;
-      default: throw std::logic_error("format");
+      case HfFormat::kCompressedTensorsNvfp4:
+        nvfp4_module(plan, q, sl, m, out);
+        break;
+      case HfFormat::kMxfp8:
+        mxfp8_module(q, sl, m, out);
+        break;
+      case HfFormat::kFp8Block:
+        fp8_block_module(q, sl, m, out);
+        break;
+      default:
+        throw std::logic_error("format");
     }
   }
   return out;
@@ -162,10 +169,15 @@ json quantization_config(const ExportPlan& plan) {
               {"producer", {{"name", "lockstep"}, {"version", lockstep_source_revision()}}}};
     case HfFormat::kCompressedTensorsNvfp4: {
       auto fp4_args = [](bool dynamic_local) {
-        json a = {{"num_bits", 4},          {"type", "float"},     {"symmetric", true},
-                  {"group_size", 16},       {"strategy", "tensor_group"},
-                  {"block_structure", nullptr}, {"actorder", nullptr},
-                  {"observer", "minmax"},   {"observer_kwargs", json::object()}};
+        json a = {{"num_bits", 4},
+                  {"type", "float"},
+                  {"symmetric", true},
+                  {"group_size", 16},
+                  {"strategy", "tensor_group"},
+                  {"block_structure", nullptr},
+                  {"actorder", nullptr},
+                  {"observer", "minmax"},
+                  {"observer_kwargs", json::object()}};
         a["dynamic"] = dynamic_local ? json("local") : json(false);
         return a;
       };
@@ -184,12 +196,9 @@ json quantization_config(const ExportPlan& plan) {
               {"sparsity_config", json::object()}};
     }
     case HfFormat::kFp8Block:
-      return {{"quant_method", "fp8"},
-              {"fmt", "e4m3"},
-              {"activation_scheme", "dynamic"},
-              {"weight_block_size", {128, 128}},
-              {"ignored_layers", ignore},
-              {"modules_to_not_convert", ignore}};
+      return {{"quant_method", "fp8"},          {"fmt", "e4m3"},
+              {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}},
+              {"ignored_layers", ignore},       {"modules_to_not_convert", ignore}};
     default:
       throw std::logic_error("format");
   }

@@ -10,9 +10,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
-
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "lockstep/tensor/file_io.h"
@@ -22,11 +21,16 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 const std::vector<std::string>& tokenizer_file_names() {
-  static const std::vector<std::string> names{
-      "tokenizer.json",     "tokenizer_config.json", "special_tokens_map.json",
-      "tokenizer.model",    "vocab.json",            "merges.txt",
-      "added_tokens.json",  "generation_config.json", "chat_template.jinja",
-      "chat_template.json"};
+  static const std::vector<std::string> names{"tokenizer.json",
+                                              "tokenizer_config.json",
+                                              "special_tokens_map.json",
+                                              "tokenizer.model",
+                                              "vocab.json",
+                                              "merges.txt",
+                                              "added_tokens.json",
+                                              "generation_config.json",
+                                              "chat_template.jinja",
+                                              "chat_template.json"};
   return names;
 }
 
@@ -73,12 +77,11 @@ void check_out_dir(const std::string& out_dir) {
         out_dir));
   const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
   if (!fs::is_directory(parent, ec))
-    throw ExportError(
-        fmt::format("output folder '{}': its parent '{}' is not a folder", out_dir,
-                    parent.string()));
-  if (::access(parent.c_str(), W_OK | X_OK) != 0)
-    throw ExportError(fmt::format("output folder '{}': cannot write into '{}'", out_dir,
+    throw ExportError(fmt::format("output folder '{}': its parent '{}' is not a folder", out_dir,
                                   parent.string()));
+  if (::access(parent.c_str(), W_OK | X_OK) != 0)
+    throw ExportError(
+        fmt::format("output folder '{}': cannot write into '{}'", out_dir, parent.string()));
 }
 
 ExportResult write_export(const ExportPlan& plan, json config, const std::string& tokenizer_dir,
@@ -94,13 +97,13 @@ ExportResult write_export(const ExportPlan& plan, json config, const std::string
       unit_of.push_back(u);
     }
   uint64_t total = 0;
-  const std::vector<std::vector<size_t>> shards = shard_plan(specs, plan.opt.max_shard_bytes, total);
+  const std::vector<std::vector<size_t>> shards =
+      shard_plan(specs, plan.opt.max_shard_bytes, total);
   std::vector<std::string> shard_names;
   for (size_t s = 0; s < shards.size(); ++s)
-    shard_names.push_back(shards.size() == 1
-                              ? std::string("model.safetensors")
-                              : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1,
-                                            shards.size()));
+    shard_names.push_back(shards.size() == 1 ? std::string("model.safetensors")
+                                             : fmt::format("model-{:05d}-of-{:05d}.safetensors",
+                                                           s + 1, shards.size()));
 
   std::string tmpl = (parent / fmt::format(".{}.tmp.XXXXXX", out.filename().string())).string();
   if (!::mkdtemp(tmpl.data()))
@@ -192,11 +195,12 @@ ExportResult write_export(const ExportPlan& plan, json config, const std::string
     if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_NOREPLACE) != 0) {
       const int err = errno;
       if (err == EEXIST || err == ENOTEMPTY)
-        throw ExportError(fmt::format("output folder '{}' appeared while the export was written; "
-                                      "it was left as it is",
-                                      out_dir));
-      throw FileWriteError(fmt::format("cannot move the finished export to '{}': {}", out_dir,
-                                       std::strerror(err)));
+        throw ExportError(
+            fmt::format("output folder '{}' appeared while the export was written; "
+                        "it was left as it is",
+                        out_dir));
+      throw FileWriteError(
+          fmt::format("cannot move the finished export to '{}': {}", out_dir, std::strerror(err)));
     }
     fsync_path(parent, true);
   } catch (...) {

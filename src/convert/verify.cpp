@@ -42,7 +42,8 @@ std::string upper(std::string s) {
 // The format of a quantized directory, from hf_quant_config.json or config.json.
 HfFormat detect_format(const fs::path& dir, std::string& from) {
   std::error_code ec;
-  auto modelopt = [&](const std::string& algo, const std::string& where) -> std::optional<HfFormat> {
+  auto modelopt = [&](const std::string& algo,
+                      const std::string& where) -> std::optional<HfFormat> {
     const std::string a = upper(algo);
     from = fmt::format("{} quant_algo {}", where, algo);
     if (a == "NVFP4" || a == "W4A16_NVFP4") return HfFormat::kModeloptNvfp4;
@@ -53,8 +54,8 @@ HfFormat detect_format(const fs::path& dir, std::string& from) {
     const json j = read_json(dir / "hf_quant_config.json");
     if (j.contains("quantization") && j["quantization"].is_object() &&
         j["quantization"].contains("quant_algo") && j["quantization"]["quant_algo"].is_string())
-      if (auto f = modelopt(j["quantization"]["quant_algo"].get<std::string>(),
-                            "hf_quant_config.json"))
+      if (auto f =
+              modelopt(j["quantization"]["quant_algo"].get<std::string>(), "hf_quant_config.json"))
         return *f;
   }
   if (!fs::is_regular_file(dir / "config.json", ec))
@@ -62,9 +63,10 @@ HfFormat detect_format(const fs::path& dir, std::string& from) {
   const json c = read_json(dir / "config.json");
   const json q = c.value("quantization_config", json());
   if (!q.is_object())
-    throw ExportError(fmt::format("{}: config.json has no quantization_config (not a quantized "
-                                  "checkpoint)",
-                                  dir.string()));
+    throw ExportError(
+        fmt::format("{}: config.json has no quantization_config (not a quantized "
+                    "checkpoint)",
+                    dir.string()));
   const std::string method = q.value("quant_method", "");
   if (method.starts_with("modelopt") && q.contains("quant_algo") && q["quant_algo"].is_string())
     if (auto f = modelopt(q["quant_algo"].get<std::string>(), "config.json")) return *f;
@@ -76,17 +78,19 @@ HfFormat detect_format(const fs::path& dir, std::string& from) {
     from = "config.json fp8 weight_block_size [128, 128]";
     return HfFormat::kFp8Block;
   }
-  throw ExportError(fmt::format(
-      "{}: quantization_config {} is in no format verify reads ({})", dir.string(),
-      q.dump(), hf_format_names()));
+  throw ExportError(fmt::format("{}: quantization_config {} is in no format verify reads ({})",
+                                dir.string(), q.dump(), hf_format_names()));
 }
 
 // The data tensor suffix of a quantized module in a format, and its dtype.
 std::pair<std::string, DType> data_tensor(HfFormat f) {
   switch (f) {
-    case HfFormat::kModeloptNvfp4: return {".weight", DType::kU8};
-    case HfFormat::kCompressedTensorsNvfp4: return {".weight_packed", DType::kU8};
-    default: return {".weight", DType::kF8E4M3};
+    case HfFormat::kModeloptNvfp4:
+      return {".weight", DType::kU8};
+    case HfFormat::kCompressedTensorsNvfp4:
+      return {".weight_packed", DType::kU8};
+    default:
+      return {".weight", DType::kF8E4M3};
   }
 }
 
@@ -140,12 +144,11 @@ VerifyReport verify_checkpoint(const std::string& bf16_dir, const std::string& q
   const auto quant = index_checkpoint(quant_dir);
   const auto source = index_checkpoint(bf16_dir);
   const auto [suffix, dtype] = data_tensor(rep.format);
-  const bool nvfp4 = rep.format == HfFormat::kModeloptNvfp4 ||
-                     rep.format == HfFormat::kCompressedTensorsNvfp4;
+  const bool nvfp4 =
+      rep.format == HfFormat::kModeloptNvfp4 || rep.format == HfFormat::kCompressedTensorsNvfp4;
   auto get = [&](const std::string& name) -> Tensor {
     auto it = quant.find(name);
-    if (it == quant.end())
-      throw ExportError(fmt::format("{}: no tensor '{}'", quant_dir, name));
+    if (it == quant.end()) throw ExportError(fmt::format("{}: no tensor '{}'", quant_dir, name));
     return read_tensor(it->second);
   };
   auto source_weight = [&](const std::string& prefix, int64_t rows, int64_t cols) {
@@ -264,16 +267,11 @@ json verify_json(const VerifyReport& r) {
   json tot = json::object();
   for (size_t c = 0; c < totals.size(); ++c)
     tot[std::string(diff_class_name(DiffClass(c)))] = totals[c];
-  return {{"format", hf_format_name(r.format)},
-          {"detected_from", r.detected_from},
-          {"modules", int64_t(r.modules.size())},
-          {"identical_modules", r.identical_modules()},
-          {"data_bytes_differ", data_differ},
-          {"scale_bytes_differ", scale_differ},
-          {"global_scales_differ", outer_differ},
-          {"by_class", tot},
-          {"identical", r.identical()},
-          {"per_module", mods}};
+  return {{"format", hf_format_name(r.format)},   {"detected_from", r.detected_from},
+          {"modules", int64_t(r.modules.size())}, {"identical_modules", r.identical_modules()},
+          {"data_bytes_differ", data_differ},     {"scale_bytes_differ", scale_differ},
+          {"global_scales_differ", outer_differ}, {"by_class", tot},
+          {"identical", r.identical()},           {"per_module", mods}};
 }
 
 }  // namespace lockstep::convert

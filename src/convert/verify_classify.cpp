@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -65,19 +66,29 @@ void compare_nvfp4(HfFormat f, const std::vector<float>& x, const ModuleFiles& f
   QuantConfig cfg;
   cfg.format = Format::kNvfp4;
   cfg.scaling = Scaling::kPerTensor;
-  const Tensor a = Tensor::from_vector<float>(std::vector<float>{files.contract_amax}, {1},
-                                              DType::kF32);
+  // 16x16 blocks (ModelOpt / lockstep 2-D weight blocks) when every 16-row tile of the file
+  // repeats one row of scales.
+  const std::vector<uint8_t> fs = bytes_of(files.block_scale);
+  bool tiles = n % 16 == 0 && n > 0;
+  for (int64_t r = 0; r < n && tiles; ++r)
+    tiles =
+        std::equal(fs.begin() + r * nb, fs.begin() + (r + 1) * nb, fs.begin() + (r - r % 16) * nb);
+  cfg.block2d = tiles;
+  if (tiles) v.domain += ", 16x16 blocks";
+  const Tensor a =
+      Tensor::from_vector<float>(std::vector<float>{files.contract_amax}, {1}, DType::kF32);
   const QTensor q = quantize_with_amax(w, {}, a, cfg, v.module);
   const num::TwoLevelOuter o = num::two_level_outer(files.contract_amax, num::kE2M1Max);
   v.outer_file = files.outer;
   v.outer_contract = f == HfFormat::kCompressedTensorsNvfp4 ? o.s_enc : o.s_dec;
-  const int64_t ulps = int64_t(num::f32_bits(v.outer_file)) - int64_t(num::f32_bits(v.outer_contract));
+  const int64_t ulps =
+      int64_t(num::f32_bits(v.outer_file)) - int64_t(num::f32_bits(v.outer_contract));
   v.outer_ulps = ulps < 0 ? -ulps : ulps;
   v.outer_differs = ulps != 0;
   if (v.outer_differs) add(v, DiffClass::kScaleRounding);
 
   const std::vector<uint8_t> fd = bytes_of(files.data), cd = bytes_of(q.rowwise.data);
-  const std::vector<uint8_t> fs = bytes_of(files.block_scale), cs = bytes_of(q.rowwise.block_scale);
+  const std::vector<uint8_t> cs = bytes_of(q.rowwise.block_scale);
   v.data_bytes = int64_t(fd.size());
   v.scale_bytes = int64_t(fs.size());
   for (size_t i = 0; i < fs.size(); ++i) {
@@ -102,9 +113,9 @@ void compare_nvfp4(HfFormat f, const std::vector<float>& x, const ModuleFiles& f
       const size_t blk = size_t(r * nb + c / 16);
       const float enc = num::two_level_encode_factor(cs[blk], o);
       const float scaled = num::mul_rn(x[size_t(r * k + c)], enc);
-      add(v, element_cause(fs[blk] != cs[blk], v.outer_differs, scaled,
-                           num::decode_e2m1(uint8_t(cf)), num::decode_e2m1(uint8_t(cc)), cf, cc,
-                           0x8));
+      add(v,
+          element_cause(fs[blk] != cs[blk], v.outer_differs, scaled, num::decode_e2m1(uint8_t(cf)),
+                        num::decode_e2m1(uint8_t(cc)), cf, cc, 0x8));
     }
   for (size_t i = 0; i < fd.size(); ++i) v.data_bytes_differ += fd[i] != cd[i] ? 1 : 0;
 }
@@ -200,10 +211,17 @@ void compare_module(HfFormat f, const Tensor& w, const ModuleFiles& files, Modul
   const std::vector<float> x = to_f32(w);
   switch (f) {
     case HfFormat::kModeloptNvfp4:
-    case HfFormat::kCompressedTensorsNvfp4: compare_nvfp4(f, x, files, v, w); break;
-    case HfFormat::kMxfp8: compare_mxfp8(x, files, v, w); break;
-    case HfFormat::kFp8Block: compare_fp8_block(x, files, v, w); break;
-    default: throw std::logic_error("format");
+    case HfFormat::kCompressedTensorsNvfp4:
+      compare_nvfp4(f, x, files, v, w);
+      break;
+    case HfFormat::kMxfp8:
+      compare_mxfp8(x, files, v, w);
+      break;
+    case HfFormat::kFp8Block:
+      compare_fp8_block(x, files, v, w);
+      break;
+    default:
+      throw std::logic_error("format");
   }
 }
 

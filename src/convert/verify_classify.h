@@ -12,7 +12,7 @@ struct ModuleFiles {
   Tensor data;         // NVFP4 U8 [N, K/2]; MXFP8 / FP8 F8_E4M3 [N, K]
   Tensor block_scale;  // NVFP4 F8_E4M3 [N, K/16]; MXFP8 U8 [N, K/32]
   Tensor scale_inv;    // FP8 block: F32 [ceil(N/128), ceil(K/128)]
-  float outer = 0;     // NVFP4: weight_scale_2 (ModelOpt) or weight_global_scale (compressed-tensors)
+  float outer = 0;  // NVFP4: weight_scale_2 (ModelOpt) or weight_global_scale (compressed-tensors)
   float contract_amax = 0;  // NVFP4: the A of the contract's domain
 };
 

@@ -91,8 +91,7 @@ uint64_t policy_checksum(const PolicyVersion& p) {
   return h;
 }
 
-std::optional<std::vector<int64_t>> weight_amax_domains(const ModelConfig& c,
-                                                        const ModelPlan& plan,
+std::optional<std::vector<int64_t>> weight_amax_domains(const ModelConfig& c, const ModelPlan& plan,
                                                         const LinearSite& site,
                                                         const ExportOptions& opt) {
   const LinearSpec spec = site_spec(plan, site);
@@ -119,9 +118,9 @@ nn::Operand convert_weight(const Tensor& w, const ModelConfig& c, const ModelPla
   const std::string key = policy_operand_key(s);
   const bool split = split_qkv(s, ws, opt);
   if (amax && !takes_amax(ws))
-    throw std::invalid_argument(fmt::format(
-        "convert '{}': an amax was supplied, but its weight spec ({} {}) takes none", s.name,
-        format_name(ws.format), scaling_name(ws.scaling)));
+    throw std::invalid_argument(
+        fmt::format("convert '{}': an amax was supplied, but its weight spec ({} {}) takes none",
+                    s.name, format_name(ws.format), scaling_name(ws.scaling)));
   if (!amax && !split) {
     if (s.groups > 1) return nn::prepare_grouped_fprop_weight(w, s.groups, spec, key, false);
     return nn::prepare_fprop_weight(w, spec, key, false);
@@ -148,9 +147,9 @@ nn::Operand convert_weight(const Tensor& w, const ModelConfig& c, const ModelPla
   if (amax) {
     const int64_t want = nvfp4_outer_domains(off, qc.scaling);
     if (amax->numel() != want)
-      throw std::invalid_argument(fmt::format(
-          "convert '{}': {} amax value(s) supplied, the weight has {} outer domain(s)", s.name,
-          amax->numel(), want));
+      throw std::invalid_argument(
+          fmt::format("convert '{}': {} amax value(s) supplied, the weight has {} outer domain(s)",
+                      s.name, amax->numel(), want));
     op.q = quantize_with_amax(wp, off, *amax, qc, key);
   } else {
     op.q = quantize_grouped(wp, off, qc, key);
@@ -176,7 +175,8 @@ PolicyVersion export_policy(const ModelWeights& w, const Recipe& recipe, int64_t
     const std::string key = policy_operand_key(s);
     const Tensor* a = nullptr;
     if (amax && !opt.force_bf16)
-      if (auto it = amax->find(s.name); it != amax->end() && takes_amax(site_spec(plan, s)[Gemm::kFprop].b))
+      if (auto it = amax->find(s.name);
+          it != amax->end() && takes_amax(site_spec(plan, s)[Gemm::kFprop].b))
         a = &it->second;
     p.operands[key] = convert_weight(t, w.config, plan, s, opt, a);
     p.dims[key] = {t.rows() / s.groups, t.cols()};
@@ -194,9 +194,9 @@ PolicyConverter::PolicyConverter(Recipe recipe, ExportOptions opt)
 PolicyVersion PolicyConverter::convert(const ModelWeights& weights, int64_t version,
                                        const WeightAmax* amax) {
   if (last_ && version <= *last_)
-    throw PolicyError(fmt::format(
-        "converter: version {} refused: versions only move forward (the last was {})", version,
-        *last_));
+    throw PolicyError(
+        fmt::format("converter: version {} refused: versions only move forward (the last was {})",
+                    version, *last_));
   PolicyVersion p = export_policy(weights, recipe_, version, opt_, amax);
   last_ = version;
   return p;

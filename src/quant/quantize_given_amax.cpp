@@ -36,9 +36,10 @@ QTensor quantize_with_amax(const Tensor& x, std::span<const int64_t> offsets, co
   validate_quant_input(name, x.rows(), x.cols(), offsets, cfg);
   const int64_t ndom = nvfp4_outer_domains(offsets, cfg.scaling);
   if (!amax.defined() || amax.dtype() != DType::kF32 || amax.numel() != ndom)
-    throw QuantError(fmt::format("{}: the supplied amax must be F32 with {} value(s) (one per "
-                                 "outer domain), got {}",
-                                 at, ndom, amax.defined() ? amax.describe() : "none"));
+    throw QuantError(
+        fmt::format("{}: the supplied amax must be F32 with {} value(s) (one per "
+                    "outer domain), got {}",
+                    at, ndom, amax.defined() ? amax.describe() : "none"));
   if (amax.device() != x.device())
     throw QuantError(fmt::format("{}: the supplied amax is on {}, the tensor on {}", at,
                                  amax.device().str(), x.device().str()));
@@ -47,8 +48,8 @@ QTensor quantize_with_amax(const Tensor& x, std::span<const int64_t> offsets, co
 #if defined(LOCKSTEP_HAVE_CUDA)
     q = cuda::quantize_with_amax(x.contiguous(), offsets, amax.contiguous(), cfg, name);
 #else
-    throw std::runtime_error(fmt::format(
-        "{} is on a CUDA device, but this lockstep was built without CUDA", at));
+    throw std::runtime_error(
+        fmt::format("{} is on a CUDA device, but this lockstep was built without CUDA", at));
 #endif
   } else {
     const std::vector<float> a = to_f32(amax);

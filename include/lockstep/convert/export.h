@@ -52,13 +52,13 @@ struct HfModule {
 
 // One lockstep tensor and what it becomes.
 struct ExportUnit {
-  std::string name;              // lockstep name (weights.h)
-  bool linear = false;           // a linear weight (else embedding / norm, written bf16)
-  bool quantized = false;        // linear and quantized by the recipe
-  model::LinearSite site;        // linear only
-  std::vector<HfModule> modules; // linear only
-  std::vector<HfPiece> pieces;   // dense only: its Hugging Face tensors
-  std::vector<TensorSpec> specs; // every output tensor, in writing order
+  std::string name;               // lockstep name (weights.h)
+  bool linear = false;            // a linear weight (else embedding / norm, written bf16)
+  bool quantized = false;         // linear and quantized by the recipe
+  model::LinearSite site;         // linear only
+  std::vector<HfModule> modules;  // linear only
+  std::vector<HfPiece> pieces;    // dense only: its Hugging Face tensors
+  std::vector<TensorSpec> specs;  // every output tensor, in writing order
 };
 
 struct ExportPlan {

@@ -32,9 +32,9 @@ enum class HfFormat : uint8_t {
 
 struct HfFormatInfo {
   HfFormat format;
-  std::string_view name;    // CLI spelling
-  Format weight_format;     // what the recipe's quantized weights must be
-  int block_cols;           // elements per block along K (fp8-block: 128x128 tiles)
+  std::string_view name;  // CLI spelling
+  Format weight_format;   // what the recipe's quantized weights must be
+  int block_cols;         // elements per block along K (fp8-block: 128x128 tiles)
   std::string_view summary;
 };
 

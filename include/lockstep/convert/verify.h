@@ -37,7 +37,7 @@ struct ModuleVerdict {
   int64_t data_bytes = 0, data_bytes_differ = 0;
   int64_t elements_differ = 0;
   int64_t scale_bytes = 0, scale_bytes_differ = 0;  // block scales (fp8-block: scale_inv bytes)
-  bool outer_differs = false;  // NVFP4 global scale (bits)
+  bool outer_differs = false;                       // NVFP4 global scale (bits)
   float outer_file = 0, outer_contract = 0;
   int64_t outer_ulps = 0;
   // Differing values (elements and block scales) by cause.
