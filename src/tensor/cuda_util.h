@@ -38,7 +38,8 @@ namespace lockstep::cuda {
 
 namespace lockstep::cuda {
 
-inline cudaStream_t cu(Stream s) { return static_cast<cudaStream_t>(s.handle); }
+// A call's stream: the one it names, else the thread's current stream (tensor/device.h).
+inline cudaStream_t cu(Stream s) { return static_cast<cudaStream_t>(resolve_stream(s).handle); }
 
 // Makes `d` the current CUDA device for the lifetime of the guard (kernels launch on the current
 // device; the tensors of a call live on theirs).

@@ -13,6 +13,14 @@
 
 namespace lockstep {
 
+namespace {
+thread_local Stream t_current_stream;
+}  // namespace
+
+Stream current_stream() { return t_current_stream; }
+StreamGuard::StreamGuard(Stream s) : prev_(t_current_stream) { t_current_stream = s; }
+StreamGuard::~StreamGuard() { t_current_stream = prev_; }
+
 std::string Device::str() const { return is_cpu() ? "cpu" : fmt::format("cuda:{}", index); }
 
 std::optional<Device> parse_device(std::string_view name) {

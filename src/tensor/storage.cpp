@@ -23,7 +23,7 @@ std::atomic<bool> g_poison{false};
 std::atomic<int64_t> g_d2h{0};
 
 #if defined(LOCKSTEP_HAVE_CUDA)
-cudaStream_t cu(Stream s) { return static_cast<cudaStream_t>(s.handle); }
+cudaStream_t cu(Stream s) { return static_cast<cudaStream_t>(resolve_stream(s).handle); }
 
 void check(cudaError_t err, const char* what, Device d, size_t bytes) {
   if (err != cudaSuccess) {
@@ -88,7 +88,7 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device, Stream s
   if (bytes != 0) check(cudaMallocAsync(&p, bytes, cu(stream)), "cudaMallocAsync", device, bytes);
   if (bytes != 0 && g_poison.load(std::memory_order_relaxed))
     check(cudaMemsetAsync(p, 0xFF, bytes, cu(stream)), "cudaMemsetAsync", device, bytes);
-  return std::shared_ptr<Storage>(new Storage(p, bytes, device, stream));
+  return std::shared_ptr<Storage>(new Storage(p, bytes, device, resolve_stream(stream)));
 #else
   (void)stream;
   no_cuda(device);
@@ -145,6 +145,28 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 #else
   (void)stream;
   no_cuda(dst_device.is_cuda() ? dst_device : src_device);
+#endif
+}
+
+void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+             size_t rows, Device device, Stream stream) {
+  if (width == 0 || rows == 0) return;
+  if (device.is_cpu()) {
+    for (size_t r = 0; r < rows; ++r)
+      std::memcpy(static_cast<std::byte*>(dst) + r * dst_pitch,
+                  static_cast<const std::byte*>(src) + r * src_pitch, width);
+    return;
+  }
+#if defined(LOCKSTEP_HAVE_CUDA)
+  DeviceGuard guard(device);
+  check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToDevice,
+                          cu(stream)),
+        "cudaMemcpy2DAsync", device, width * rows);
+#else
+  (void)dst_pitch;
+  (void)src_pitch;
+  (void)stream;
+  no_cuda(device);
 #endif
 }
 

@@ -35,6 +35,24 @@ struct Stream {
   void* handle = nullptr;
 };
 
+// The stream of the calling thread that work runs on when a call names none (a null Stream in a
+// config or argument): the legacy default stream unless a StreamGuard set another. The learner
+// and the sampler set theirs once, so every op, quantizer, GEMM and allocation underneath them is
+// ordered on one stream (and can be captured into a CUDA graph) without passing it everywhere.
+Stream current_stream();
+// `s` when it names a stream, else the current stream.
+inline Stream resolve_stream(Stream s) { return s.handle ? s : current_stream(); }
+class StreamGuard {
+ public:
+  explicit StreamGuard(Stream s);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  Stream prev_;
+};
+
 struct GpuInfo {
   int index = 0;
   std::string name;  // "NVIDIA H200"

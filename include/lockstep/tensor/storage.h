@@ -51,6 +51,11 @@ class Storage {
 // memory and whose source is device memory returns only when the bytes are there.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
                 Stream stream = {});
+// Copies `rows` rows of `width` bytes between two buffers of one device (row starts `dst_pitch` and
+// `src_pitch` bytes apart), ordered on `stream`: the 2-D block copy under padding, cropping and
+// column splits and concatenations.
+void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+             size_t rows, Device device, Stream stream = {});
 // Fills `bytes` at `dst` with `value` (ordered on `stream` on CUDA).
 void fill_bytes(void* dst, Device device, uint8_t value, size_t bytes, Stream stream = {});
 // Waits until every operation queued on `stream` has finished (no-op on the CPU).

@@ -1,0 +1,235 @@
+// Row executors: the one reduction order of every ops/ row function, and its host and device
+// implementations. A row function (rmsnorm_row, log_softmax_row, attention_row, ...) is written
+// once as a LOCKSTEP_HD template over an executor `X`; the CPU backend calls it with a host
+// executor, the CUDA backend with a warp or block executor, and both compute the same bits because
+// every sum and max goes through the executor, whose order is fixed here:
+//
+//   sum over j in [0, n) of f(j) with L lanes (L a power of two, fixed per op, never derived from
+//   the batch or the device): lane l sums f(l), f(l + L), f(l + 2L), ... in ascending j from +0;
+//   then the partials combine by a fixed tree: for off = L/2, L/4, ..., 1: p[l] = p[l] + p[l + off]
+//   for every l < off; the result is p[0]. Every step is one rounded operation of T.
+//   max over j: the same lanes and tree with a > b ? a : b (lanes start at -inf).
+//
+// Ops choose L = 32 (rows up to a few thousand: norms, head norms, router, SwiGLU sums, a warp per
+// row on the GPU) or L = 1024 (vocabulary-sized rows: log-softmax, token log-probs, sampling; a
+// 1024-thread block per row). Elementwise steps (for_each) have no order to fix.
+//
+// Per-key executors for attention (attention.h): a chunk of up to 32 keys is spread over 32 lanes
+// (one key per lane), head dimensions over the same lanes (d = lane, lane + 32, ...); per-key
+// values are read back by key index in ascending order, so sequential sums over keys keep their
+// order on both sides.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+#include "lockstep/numerics/hd.h"
+
+namespace lockstep::ops {
+
+inline constexpr int kWarpLanes = 32;
+inline constexpr int kBlockLanes = 1024;
+
+// ---- host ----------------------------------------------------------------------------------------
+
+template <int L>
+struct HostLanes {
+  static_assert(L >= 1 && (L & (L - 1)) == 0, "lanes must be a power of two");
+  static constexpr int kLanes = L;
+  // Per-key and per-dimension storage of the attention executor: plain arrays on the host.
+  template <class T>
+  struct Keys {
+    T v[kWarpLanes];
+  };
+  template <class T, int MaxDim>
+  struct Dims {
+    T v[MaxDim];
+    T& operator[](int i) { return v[i]; }
+    const T& operator[](int i) const { return v[i]; }
+  };
+
+  bool leader() const { return true; }
+
+  template <class T, class F>
+  T sum(int64_t n, F&& f) const {
+    T p[L];
+    for (int l = 0; l < L; ++l) p[l] = T(0);
+    int64_t j = 0;
+    for (; j + L <= n; j += L)
+      for (int l = 0; l < L; ++l) p[l] = p[l] + f(j + l);
+    for (int l = 0; j + l < n; ++l) p[l] = p[l] + f(j + l);
+    for (int off = L / 2; off >= 1; off /= 2)
+      for (int l = 0; l < off; ++l) p[l] = p[l] + p[l + off];
+    return p[0];
+  }
+
+  template <class T, class F>
+  T max(int64_t n, F&& f) const {
+    T p[L];
+    for (int l = 0; l < L; ++l) p[l] = -std::numeric_limits<T>::infinity();
+    for (int64_t j = 0; j < n; ++j) {
+      const T x = f(j);
+      T& a = p[j % L];
+      a = x > a ? x : a;
+    }
+    for (int off = L / 2; off >= 1; off /= 2)
+      for (int l = 0; l < off; ++l) p[l] = p[l + off] > p[l] ? p[l + off] : p[l];
+    return p[0];
+  }
+
+  template <class F>
+  void for_each(int64_t n, F&& f) const {
+    for (int64_t j = 0; j < n; ++j) f(j);
+  }
+
+  // Attention: f(j) for the keys j < nc of a chunk (nc <= 32).
+  template <class T, class F>
+  Keys<T> per_key(int nc, F&& f) const {
+    Keys<T> k;
+    for (int j = 0; j < nc; ++j) k.v[j] = f(j);
+    return k;
+  }
+  template <class T>
+  T key(const Keys<T>& k, int j) const {
+    return k.v[j];
+  }
+  // f(d, i) for every dimension d < D; i indexes a Dims array.
+  template <class F>
+  void for_dims(int64_t D, F&& f) const {
+    for (int64_t d = 0; d < D; ++d) f(d, int(d));
+  }
+};
+
+using HostWarp = HostLanes<kWarpLanes>;
+using HostBlock = HostLanes<kBlockLanes>;
+
+// ---- device --------------------------------------------------------------------------------------
+#if defined(__CUDACC__)
+
+// One warp per row; every lane of the warp calls the row function (converged at each collective).
+struct WarpLanes {
+  static constexpr int kLanes = kWarpLanes;
+  int lane;  // threadIdx.x % 32
+
+  template <class T>
+  struct Keys {
+    T v;  // this lane's key
+  };
+  // Dimension d lives in lane d % 32 at index d / 32.
+  template <class T, int MaxDim>
+  struct Dims {
+    T v[(MaxDim + kWarpLanes - 1) / kWarpLanes];
+    __device__ T& operator[](int i) { return v[i]; }
+    __device__ const T& operator[](int i) const { return v[i]; }
+  };
+
+  __device__ bool leader() const { return lane == 0; }
+
+  template <class T, class F>
+  __device__ T sum(int64_t n, F&& f) const {
+    T p = T(0);
+    for (int64_t j = lane; j < n; j += kWarpLanes) p = p + f(j);
+#pragma unroll
+    for (int off = kWarpLanes / 2; off >= 1; off /= 2) {
+      const T o = __shfl_down_sync(0xffffffffu, p, off);
+      if (lane < off) p = p + o;
+    }
+    return __shfl_sync(0xffffffffu, p, 0);
+  }
+
+  template <class T, class F>
+  __device__ T max(int64_t n, F&& f) const {
+    T p = -std::numeric_limits<T>::infinity();
+    for (int64_t j = lane; j < n; j += kWarpLanes) {
+      const T x = f(j);
+      p = x > p ? x : p;
+    }
+#pragma unroll
+    for (int off = kWarpLanes / 2; off >= 1; off /= 2) {
+      const T o = __shfl_down_sync(0xffffffffu, p, off);
+      if (lane < off) p = o > p ? o : p;
+    }
+    return __shfl_sync(0xffffffffu, p, 0);
+  }
+
+  template <class F>
+  __device__ void for_each(int64_t n, F&& f) const {
+    for (int64_t j = lane; j < n; j += kWarpLanes) f(j);
+  }
+
+  template <class T, class F>
+  __device__ Keys<T> per_key(int nc, F&& f) const {
+    Keys<T> k;
+    k.v = lane < nc ? f(lane) : T(0);
+    return k;
+  }
+  template <class T>
+  __device__ T key(const Keys<T>& k, int j) const {
+    return __shfl_sync(0xffffffffu, k.v, j);
+  }
+  template <class F>
+  __device__ void for_dims(int64_t D, F&& f) const {
+    for (int64_t d = lane, i = 0; d < D; d += kWarpLanes, ++i) f(d, int(i));
+  }
+};
+
+// One block of kBlockLanes threads per row; `scratch` is shared memory for kBlockLanes values of
+// the widest T used (8 KiB for double). Every thread of the block calls the row function.
+struct BlockLanes {
+  static constexpr int kLanes = kBlockLanes;
+  int tid;        // threadIdx.x, blockDim.x == kBlockLanes
+  void* scratch;  // __shared__, kBlockLanes * sizeof(T) bytes
+
+  __device__ bool leader() const { return tid == 0; }
+
+  template <class T, class Op>
+  __device__ T tree(T p, Op op) const {
+    T* s = static_cast<T*>(scratch);
+    // Cross-warp levels (off >= 32) through shared memory, then the warp levels by shuffles.
+    s[tid] = p;
+    __syncthreads();
+    for (int off = kBlockLanes / 2; off >= kWarpLanes; off /= 2) {
+      if (tid < off) s[tid] = op(s[tid], s[tid + off]);
+      __syncthreads();
+    }
+    if (tid < kWarpLanes) {
+      p = s[tid];
+#pragma unroll
+      for (int off = kWarpLanes / 2; off >= 1; off /= 2) {
+        const T o = __shfl_down_sync(0xffffffffu, p, off);
+        if (tid < off) p = op(p, o);
+      }
+      if (tid == 0) s[0] = p;
+    }
+    __syncthreads();
+    const T r = s[0];
+    __syncthreads();  // s may be reused by the next collective
+    return r;
+  }
+
+  template <class T, class F>
+  __device__ T sum(int64_t n, F&& f) const {
+    T p = T(0);
+    for (int64_t j = tid; j < n; j += kBlockLanes) p = p + f(j);
+    return tree(p, [](T a, T b) { return a + b; });
+  }
+
+  template <class T, class F>
+  __device__ T max(int64_t n, F&& f) const {
+    T p = -std::numeric_limits<T>::infinity();
+    for (int64_t j = tid; j < n; j += kBlockLanes) {
+      const T x = f(j);
+      p = x > p ? x : p;
+    }
+    return tree(p, [](T a, T b) { return b > a ? b : a; });
+  }
+
+  template <class F>
+  __device__ void for_each(int64_t n, F&& f) const {
+    for (int64_t j = tid; j < n; j += kBlockLanes) f(j);
+  }
+};
+
+#endif  // __CUDACC__
+
+}  // namespace lockstep::ops
