@@ -332,6 +332,56 @@ class ExportFormats(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(a, "tokenizer_config.json")))
 
 
+class Runs(unittest.TestCase):
+    """`export --run`: the checkpoint's version (default) or the reference (version 0), with the
+    run's own recipe."""
+
+    def test_export_a_run(self):
+        run_dir = FIX.out("run")
+        # A random tiny model earns no reward, so its gradient is 0; weight decay still moves the
+        # weights from one version to the next.
+        run("train", "--model", FIX.moe, "--out", run_dir, "--recipe",
+            "nvfp4_per_token_w_per_tensor", "--steps", "2", "--prompts", "4", "--group", "2",
+            "--max-new", "4", "--eval-prompts", "4", "--eval-every", "2", "--checkpoint-every",
+            "2", "--difficulty", "1", "--lr", "0.01", "--weight-decay", "0.5")
+        with open(os.path.join(run_dir, "checkpoint", "trainer.json")) as f:
+            version = json.load(f)["policy_version"]
+        self.assertGreater(version, 0)
+        out = FIX.out("run_latest")
+        r = run("export", "--run", run_dir, "--format", "modelopt-nvfp4", "--weights-only", "-o",
+                out, "--json")
+        self.assertEqual(json.loads(r.stdout)["version"], version)
+        _, meta = read_st(os.path.join(out, "model.safetensors"))
+        self.assertEqual(meta["lockstep.policy_version"], str(version))
+        self.assertEqual(meta["lockstep.recipe"], "nvfp4_per_token_w_per_tensor")
+        self.assertEqual(len(meta["lockstep.checksum"]), 16)
+        # Version 0 is the run's reference: the same bytes as exporting that model directly.
+        v0, ref = FIX.out("run_v0"), FIX.out("run_ref")
+        run("export", "--run", run_dir, "--version", "0", "--format", "modelopt-nvfp4",
+            "--weights-only", "-o", v0)
+        run("export", "--model", os.path.join(run_dir, "reference"), "--recipe",
+            "nvfp4_per_token_w_per_tensor", "--format", "modelopt-nvfp4", "--weights-only", "-o",
+            ref)
+        a, _, _, _, _ = hf.load_dir(v0)
+        b, _, _, _, _ = hf.load_dir(ref)
+        latest, _, _, _, _ = hf.load_dir(out)
+        self.assertEqual(sorted(a), sorted(b))
+        for n in a:
+            self.assertEqual(a[n].tobytes(), b[n].tobytes(), n)
+        moved = [n for n in a if a[n].tobytes() != latest[n].tobytes()]
+        self.assertTrue(moved, "the trained version equals the reference")
+        bad = FIX.out("run_bad")
+        r = run("export", "--run", run_dir, "--version", "99", "--format", "modelopt-nvfp4",
+                "--weights-only", "-o", bad, check=False)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("no version 99", r.stderr)
+        r = run("export", "--run", run_dir, "--recipe", "mxfp8", "--format", "mxfp8", "-o", bad,
+                check=False)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("a run brings its recipe", r.stderr)
+        self.assertFalse(os.path.exists(bad))
+
+
 def leftovers(parent, name):
     return [e for e in os.listdir(parent) if e == name or e.startswith("." + name + ".tmp")]
 

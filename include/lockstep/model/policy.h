@@ -52,7 +52,8 @@ struct PolicyVersion {
 
 // Each weight's outer amax by lockstep weight name (weights.h), e.g. folded into the optimizer
 // step that wrote the weight: F32 [domains] on the weight's device, domain d covering the rows
-// weight_amax_domains() gives. A weight not in the map is read for its amax.
+// weight_amax_domains() gives. A weight not in the map is read for its amax; an entry for a weight
+// whose spec takes none (weight_amax_domains gives nullopt) is not used.
 using WeightAmax = std::map<std::string, Tensor>;
 
 // The outer amax domains the converter quantizes a linear weight with, as row offsets into the
