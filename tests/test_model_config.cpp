@@ -196,7 +196,29 @@ TEST(ModelConfig, WritesTransformersFieldNames) {
 
 TEST(ModelConfig, Presets) {
   const auto names = preset_names();
-  ASSERT_EQ(names, (std::vector<std::string>{"tiny-dense", "tiny-moe"}));
+  ASSERT_EQ(names, (std::vector<std::string>{"tiny-dense", "tiny-moe", "gpu-moe",
+                                             "qwen3-30b-a3b-4l"}));
+  // The benchmark preset has Qwen3-30B-A3B's shapes (its config.json) with 4 layers.
+  const ModelConfig big = preset("qwen3-30b-a3b-4l");
+  EXPECT_EQ(big.vocab_size, 151936);
+  EXPECT_EQ(big.hidden_size, 2048);
+  EXPECT_EQ(big.num_attention_heads, 32);
+  EXPECT_EQ(big.num_key_value_heads, 4);
+  EXPECT_EQ(big.head_dim, 128);
+  EXPECT_EQ(big.num_experts, 128);
+  EXPECT_EQ(big.num_experts_per_tok, 8);
+  EXPECT_EQ(big.moe_intermediate_size, 768);
+  EXPECT_EQ(big.num_hidden_layers, 4);
+  // The GPU main job's preset: 50-200M parameters, every GEMM K a multiple of 128.
+  const ModelConfig g = preset("gpu-moe");
+  const int64_t H = g.hidden_size, I = g.moe_intermediate_size, E = g.num_experts;
+  const int64_t attn = H * (g.num_attention_heads + 2 * g.num_key_value_heads) * g.head_dim +
+                       g.num_attention_heads * g.head_dim * H;
+  const int64_t params = g.num_hidden_layers * (attn + H * E + E * 3 * H * I) +
+                         2 * g.vocab_size * H;
+  EXPECT_GE(params, 50'000'000);
+  EXPECT_LE(params, 200'000'000);
+  for (int64_t k : {H, I, g.num_attention_heads * g.head_dim}) EXPECT_EQ(k % 128, 0) << k;
   const ModelConfig moe = preset("tiny-moe");
   EXPECT_EQ(moe.model_type, "qwen3_moe");
   EXPECT_EQ(moe.vocab_size, 32);

@@ -9,6 +9,7 @@
 #include "lockstep/nn/grouped_linear.h"
 #include "lockstep/nn/linear.h"
 #include "lockstep/numerics/philox.h"
+#include "lockstep/ops/layout.h"
 #include "lockstep/quant/quantize.h"
 #include "lockstep/recipe/coverage.h"
 #include "lockstep/recipe/registry.h"
@@ -84,11 +85,11 @@ TEST(NnBackward, LinearModesEqualExplicitCompositions) {
     // Padded shapes as docs/model.md states them.
     const nn::LinearDims d = nn::LinearDims::of(N, K, s);
     const int64_t Tp = nn::round_up(T, nn::k_multiple(s[Gemm::kWgrad]));
-    const Tensor xp = nn::pad2d(x, Tp, d.in_padded), wp = nn::pad2d(w, d.out_padded, d.in_padded),
-                 dyp = nn::pad2d(dy, Tp, d.out_padded);
+    const Tensor xp = ops::pad2d(x, Tp, d.in_padded), wp = ops::pad2d(w, d.out_padded, d.in_padded),
+                 dyp = ops::pad2d(dy, Tp, d.out_padded);
     const Op xf = make(xp, s[Gemm::kFprop].a, true, false),
              wf = make(wp, s[Gemm::kFprop].b, true, false);
-    expect_bits(y, nn::crop2d(qgemm(xf.arg(), wf.arg()).d, T, N), what + " y");
+    expect_bits(y, ops::crop2d(qgemm(xf.arg(), wf.arg()).d, T, N), what + " y");
     Tensor dx_want, dw_want;
     const Op dyd = make(dyp, s[Gemm::kDgrad].a, true, false);
     const Op dyw = make(dyp, s[Gemm::kWgrad].a, false, true);
@@ -118,8 +119,8 @@ TEST(NnBackward, LinearModesEqualExplicitCompositions) {
       default:
         FAIL();
     }
-    expect_bits(dx, nn::crop2d(dx_want, T, K), what + " dX");
-    expect_bits(g, nn::crop2d(dw_want, N, K), what + " dW");
+    expect_bits(dx, ops::crop2d(dx_want, T, K), what + " dX");
+    expect_bits(g, ops::crop2d(dw_want, N, K), what + " dW");
   }
 }
 
@@ -169,7 +170,7 @@ TEST(NnBackward, GroupedModesEqualPerExpertCompositions) {
     const Tensor w = randf(E * N, K, 7, 0.2f), x = randf(R, K, 8, 1.0f), dy = randf(R, N, 9, 0.5f);
     Tensor g(DType::kF32, {E * N, K});
     nn::GroupedLinear gl("experts", w, g, E, s);
-    const Tensor y = gl.forward(x, off, true);
+    const Tensor y = gl.forward(x, i64_tensor(off), true);
     const Tensor dx = gl.backward(dy);
     const std::string what = recipe;
     for (int64_t e = 0; e < E; ++e) {

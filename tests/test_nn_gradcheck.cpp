@@ -110,11 +110,11 @@ TEST(NnGradcheck, GroupedLinearWithAnEmptyExpert) {
   Tensor w = rand64({E * N, K}, 8, 0.3), g(DType::kF64, {E * N, K});
   Tensor x = rand64({7, K}, 9), G = rand64({7, N}, 10);
   nn::GroupedLinear gl("experts", w, g, E, f32_spec());
-  gl.forward(x, off, true);
+  gl.forward(x, i64_tensor(off), true);
   const Tensor dx = gl.backward(G);
   auto loss = [&] {
     gl.weights_changed();
-    return dot(gl.forward(x, off, false), G);
+    return dot(gl.forward(x, i64_tensor(off), false), G);
   };
   check_fd(x, dx, loss, "dx");
   check_fd(w, g, loss, "dW");

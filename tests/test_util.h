@@ -54,6 +54,11 @@ inline Tensor mat(const std::vector<float>& v, int64_t rows, int64_t cols) {
   return Tensor::from_vector<float>(v, {rows, cols}, DType::kF32);
 }
 
+// A host I64 tensor holding v (group offsets).
+inline Tensor i64_tensor(const std::vector<int64_t>& v) {
+  return Tensor::from_vector<int64_t>(v, {int64_t(v.size())}, DType::kI64);
+}
+
 template <class T>
 std::vector<T> vec(const Tensor& t) {
   if (!t.defined()) return {};

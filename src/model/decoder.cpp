@@ -70,7 +70,10 @@ Decoder::Impl::Impl(DecoderWeights w) : c(w.config), plan(std::move(w.plan)) {
   hkv = c.num_key_value_heads;
   D = c.head_dim;
   dtype = tensor("final_norm").dtype();
+  dev = tensor("final_norm").device();
   rope = ops::rope_table(c.max_position_embeddings, D, c.rope_theta, dtype);
+  rope.cos = rope.cos.to(dev);
+  rope.sin = rope.sin.to(dev);
   uint32_t stream = 1;
   auto linear = [&](const LinearSite& s) {
     const LinearSpec spec = site_spec(plan, s);
@@ -174,12 +177,14 @@ Tensor Decoder::forward(const Tensor& ids, std::span<const int64_t> cu, ExecMode
                       s, cu[s + 1] - cu[s], m.c.max_position_embeddings));
     for (int64_t t = cu[s]; t < cu[s + 1]; ++t) pos[size_t(t)] = int32_t(t - cu[s]);
   }
-  const Tensor positions = Tensor::from_vector<int32_t>(pos, {n}, DType::kI32);
-  const Tensor cut = Tensor::from_vector<int64_t>(cu, {int64_t(cu.size())}, DType::kI64);
+  const Tensor positions = Tensor::from_vector<int32_t>(pos, {n}, DType::kI32).to(m.dev);
+  const Tensor cut = Tensor::from_vector<int64_t>(cu, {int64_t(cu.size())}, DType::kI64).to(m.dev);
   const ops::AttentionKernel kernel = mode == ExecMode::kDeterministic
                                           ? ops::AttentionKernel::kRowwise
                                           : ops::AttentionKernel::kPrefill;
-  Tensor x = ops::embedding(m.embed, ids.contiguous());
+  m.set_mode(mode);
+  const Tensor ids_dev = ids.contiguous().to(m.dev);
+  Tensor x = ops::embedding(m.embed, ids_dev);
   for (Layer& L : m.layers) {
     // New tensors, not in-place adds: the modules keep their inputs for the backward.
     x = ops::add(x, m.attention_packed(L, x, positions, cut, kernel, save));
@@ -187,7 +192,7 @@ Tensor Decoder::forward(const Tensor& ids, std::span<const int64_t> cu, ExecMode
   }
   const Tensor logits = m.final_logits(x, save);
   if (save) {
-    m.ids = ids.contiguous();
+    m.ids = ids_dev;
     m.positions = positions;
     m.cu = cut;
     m.saved = true;
@@ -236,6 +241,23 @@ Tensor Decoder::forward_cached(const Tensor& ids, std::span<const int64_t> posit
     ops::add_inplace(x, f);
   }
   return m.final_logits(x, false);
+}
+
+void Decoder::Impl::set_mode(ExecMode m) {
+  if (mode == m) return;
+  mode = m;
+  const GemmOrder o = m == ExecMode::kDeterministic ? GemmOrder::kBatchInvariant : GemmOrder::kFast;
+  for (Layer& L : layers) {
+    L.qkv.linear().set_gemm_order(o);
+    L.o_proj.set_gemm_order(o);
+    if (L.moe) {
+      L.moe_block.set_gemm_order(o);
+    } else {
+      L.gate_up.linear().set_gemm_order(o);
+      L.down.set_gemm_order(o);
+    }
+  }
+  lm_head.set_gemm_order(o);
 }
 
 void Decoder::weights_changed() {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,9 +51,14 @@ struct Decoder::Impl {
   Tensor mlp_backward(Layer& L, const Tensor& dy);
   Tensor final_logits(const Tensor& x, bool save);
 
+  // Sets every module's GEMM order (deterministic: batch-invariant; fast: the fastest kernels).
+  void set_mode(ExecMode mode);
+
   ModelConfig c;
   ModelPlan plan;
   DType dtype = DType::kF32;
+  Device dev;  // where the weights live: every op of the decoder runs there
+  std::optional<ExecMode> mode;  // the modules' current GEMM order
   int64_t hq = 0, hkv = 0, D = 0;
   std::map<std::string, Tensor> tensors, grads;
   Tensor embed, g_embed, final_norm, g_final_norm;

@@ -7,48 +7,9 @@
 
 #include "decoder_impl.h"
 #include "lockstep/ops/attention.h"
+#include "lockstep/ops/layout.h"
 
 namespace lockstep::model {
-namespace {
-
-// x [T, sum(widths)] -> contiguous column blocks.
-std::vector<Tensor> split_cols(const Tensor& x, std::initializer_list<int64_t> widths) {
-  const int64_t T = x.rows(), C = x.cols();
-  const size_t es = dtype_size(x.dtype());
-  std::vector<Tensor> out;
-  int64_t c0 = 0;
-  for (int64_t w : widths) {
-    Tensor t = Tensor::empty(x.dtype(), {T, w});
-    const auto* src = static_cast<const std::byte*>(x.raw());
-    auto* dst = static_cast<std::byte*>(t.raw());
-    for (int64_t r = 0; r < T; ++r)
-      std::memcpy(dst + size_t(r * w) * es, src + size_t(r * C + c0) * es, size_t(w) * es);
-    out.push_back(t);
-    c0 += w;
-  }
-  return out;
-}
-
-Tensor concat_cols(std::initializer_list<Tensor> parts) {
-  const Tensor& first = *parts.begin();
-  const int64_t T = first.numel() == 0 ? 0 : first.rows();
-  int64_t C = 0;
-  for (const Tensor& p : parts) C += p.cols();
-  Tensor out = Tensor::empty(first.dtype(), {T, C});
-  const size_t es = dtype_size(first.dtype());
-  int64_t c0 = 0;
-  for (const Tensor& p : parts) {
-    const Tensor pc = p.contiguous();
-    const int64_t w = pc.cols();
-    for (int64_t r = 0; r < T; ++r)
-      std::memcpy(static_cast<std::byte*>(out.raw()) + size_t(r * C + c0) * es,
-                  static_cast<const std::byte*>(pc.raw()) + size_t(r * w) * es, size_t(w) * es);
-    c0 += w;
-  }
-  return out;
-}
-
-}  // namespace
 
 size_t Layer::saved_bytes() const {
   size_t n = qkv.saved_bytes() + o_proj.saved_bytes();
@@ -72,9 +33,12 @@ void Layer::clear_saved() {
 }
 
 void Decoder::Impl::check_ids(const Tensor& ids) const {
-  if (!ids.defined() || ids.dtype() != DType::kI32 || ids.dim() != 1 || !ids.is_cpu())
-    throw std::invalid_argument(fmt::format("token ids must be a 1-D I32 host tensor, got {}",
+  if (!ids.defined() || ids.dtype() != DType::kI32 || ids.dim() != 1)
+    throw std::invalid_argument(fmt::format("token ids must be a 1-D I32 tensor, got {}",
                                             ids.defined() ? ids.describe() : "nothing"));
+  // Ids on a device are the caller's responsibility (a device-resident decode step never reads
+  // them on the host); the embedding kernel writes NaN rows for ids outside the vocabulary.
+  if (!ids.is_cpu()) return;
   const Tensor c = ids.contiguous();
   const int32_t* p = c.ptr<int32_t>();
   for (int64_t i = 0; i < c.numel(); ++i)
@@ -89,7 +53,7 @@ Tensor Decoder::Impl::attention_packed(Layer& L, const Tensor& x, const Tensor& 
   const int64_t T = x.rows();
   const double eps = c.rms_norm_eps;
   const Tensor qkv = L.qkv.forward(x, save);
-  std::vector<Tensor> p = split_cols(qkv, {hq * D, hkv * D, hkv * D});
+  std::vector<Tensor> p = ops::split_cols(qkv, {hq * D, hkv * D, hkv * D});
   Tensor q_rstd, k_rstd;
   Tensor q = ops::rmsnorm(p[0].view({T * hq, D}), L.q_norm, eps, &q_rstd).view({T, hq * D});
   Tensor k = ops::rmsnorm(p[1].view({T * hkv, D}), L.k_norm, eps, &k_rstd).view({T, hkv * D});
@@ -124,7 +88,7 @@ Tensor Decoder::Impl::attention_cached(Layer& L, const Tensor& x, const Tensor& 
   const int64_t T = x.rows();
   const double eps = c.rms_norm_eps;
   const Tensor qkv = L.qkv.forward(x, false);
-  std::vector<Tensor> p = split_cols(qkv, {hq * D, hkv * D, hkv * D});
+  std::vector<Tensor> p = ops::split_cols(qkv, {hq * D, hkv * D, hkv * D});
   Tensor q = ops::rmsnorm(p[0].view({T * hq, D}), L.q_norm, eps, nullptr).view({T, hq * D});
   Tensor k = ops::rmsnorm(p[1].view({T * hkv, D}), L.k_norm, eps, nullptr).view({T, hkv * D});
   Tensor v = p[2];
@@ -184,7 +148,7 @@ Tensor Decoder::Impl::attention_backward(Layer& L, const Tensor& dy) {
   if (L.g_q_norm.defined()) ops::add_inplace(L.g_q_norm, dqw);
   if (L.g_k_norm.defined()) ops::add_inplace(L.g_k_norm, dkw);
   const Tensor dqkv =
-      concat_cols({dq.view({T, hq * D}), dk.view({T, hkv * D}), g.dv.view({T, hkv * D})});
+      ops::concat_cols({dq.view({T, hq * D}), dk.view({T, hkv * D}), g.dv.view({T, hkv * D})});
   return L.qkv.backward(dqkv);
 }
 

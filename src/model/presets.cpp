@@ -1,5 +1,7 @@
 // The built-in model presets: one row per preset in one table (name, one-line description, the
-// configuration). Sized for the CPU main job: an RL run of a few minutes on 2 cores.
+// configuration). tiny-*: the CPU main job (an RL run of a few minutes on 2 cores); gpu-moe: the
+// GPU main job (an RL run of a few minutes on one H200); qwen3-30b-a3b-4l: Qwen3-30B-A3B's layer
+// shapes with 4 layers, for `lockstep bench model` against transformers.
 #include <fmt/format.h>
 
 #include <array>
@@ -56,13 +58,64 @@ ModelConfig tiny_moe() {
   return c;
 }
 
-constexpr std::array<PresetRow, 2> kPresets{{
+// The GPU main job's model: the RL tasks' vocabulary, hidden 512, 8 layers of 8 query heads (4 kv)
+// of 64, 32 experts top-4 of 384 (about 160M parameters, 26M active per token).
+ModelConfig gpu_moe() {
+  ModelConfig c = tiny_base();
+  c.model_type = "qwen3_moe";
+  c.hidden_size = 512;
+  c.num_hidden_layers = 8;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 4;
+  c.head_dim = 64;
+  c.intermediate_size = 1536;  // unused: every layer is MoE
+  c.num_experts = 32;
+  c.num_experts_per_tok = 4;
+  c.moe_intermediate_size = 384;
+  c.norm_topk_prob = true;
+  c.max_position_embeddings = 512;
+  return c;
+}
+
+// Qwen3-30B-A3B's layer and vocabulary shapes (its config.json) with 4 of its 48 layers.
+ModelConfig qwen3_30b_a3b_4l() {
+  ModelConfig c;
+  c.model_type = "qwen3_moe";
+  c.vocab_size = 151936;
+  c.hidden_size = 2048;
+  c.intermediate_size = 6144;
+  c.num_hidden_layers = 4;
+  c.num_attention_heads = 32;
+  c.num_key_value_heads = 4;
+  c.head_dim = 128;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 1000000.0;
+  c.max_position_embeddings = 8192;
+  c.num_experts = 128;
+  c.num_experts_per_tok = 8;
+  c.moe_intermediate_size = 768;
+  c.norm_topk_prob = true;
+  c.tie_word_embeddings = false;
+  c.bos_token_id = 151643;
+  c.eos_token_id = 151645;
+  return c;
+}
+
+constexpr std::array<PresetRow, 4> kPresets{{
     {"tiny-dense", "Qwen3 dense: vocab 32, hidden 64, 4 layers, 4 x 16 heads (2 kv), MLP 128, tied",
      tiny_dense},
     {"tiny-moe",
      "Qwen3-MoE: vocab 32, hidden 64, 4 layers, 4 x 16 heads (2 kv), 8 experts top-2 of 64, "
      "untied",
      tiny_moe},
+    {"gpu-moe",
+     "Qwen3-MoE for the GPU main job: vocab 32, hidden 512, 8 layers, 8 x 64 heads (4 kv), 32 "
+     "experts top-4 of 384, about 160M parameters",
+     gpu_moe},
+    {"qwen3-30b-a3b-4l",
+     "Qwen3-30B-A3B layer shapes, 4 layers: vocab 151936, hidden 2048, 32 x 128 heads (4 kv), 128 "
+     "experts top-8 of 768 (benchmarks)",
+     qwen3_30b_a3b_4l},
 }};
 
 const PresetRow& find_row(std::string_view name) {

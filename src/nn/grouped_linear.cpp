@@ -8,6 +8,7 @@
 
 #include <stdexcept>
 
+#include "lockstep/ops/layout.h"
 #include "lockstep/ops/tensor_ops.h"
 #include "module_operands.h"
 
@@ -31,7 +32,7 @@ int64_t group_row_multiple(const LinearSpec& spec) { return k_multiple(spec[Gemm
 Operand prepare_grouped_fprop_weight(const Tensor& w, int64_t groups, const LinearSpec& spec,
                                      std::string_view name, bool training) {
   const LinearDims d = LinearDims::of(w.rows() / groups, w.cols(), spec);
-  const Tensor wp = pad_groups(w, groups, d.out_padded, d.in_padded);
+  const Tensor wp = ops::pad_groups(w, groups, d.out_padded, d.in_padded);
   OperandRequest req;
   req.colwise = detail::fprop_weight_with_colwise(spec, training);
   const std::vector<int64_t> off = weight_offsets(groups, d.out_padded);
@@ -82,30 +83,45 @@ const Operand& GroupedLinear::fprop_weight() {
 const Operand& GroupedLinear::dgrad_weight() {
   if (!w_dgrad_.defined())
     w_dgrad_ = detail::dgrad_weight_operand(
-        fprop_weight(), pad_groups(weight_, groups_, dims_.out_padded, dims_.in_padded), spec_,
+        fprop_weight(), ops::pad_groups(weight_, groups_, dims_.out_padded, dims_.in_padded), spec_,
         name_ + ".weight", weight_offsets(groups_, dims_.out_padded));
   return w_dgrad_;
 }
 
-Tensor GroupedLinear::forward(const Tensor& x, std::span<const int64_t> offsets, bool save) {
-  if (x.dim() != 2 || x.cols() != dims_.in || int64_t(offsets.size()) != groups_ + 1 ||
-      offsets.back() != x.rows())
-    throw std::invalid_argument(
-        fmt::format("{}: input {} with {} offsets is not [rows, {}] grouped into {} experts", name_,
-                    x.describe(), offsets.size(), dims_.in, groups_));
-  const Tensor xp = pad2d(x, x.rows(), dims_.in_padded);
+Tensor GroupedLinear::forward(const Tensor& x, const Tensor& offsets, bool save) {
+  if (x.dim() != 2 || x.cols() != dims_.in || offsets.dtype() != DType::kI64 ||
+      offsets.numel() != groups_ + 1 || (!offsets.is_cpu() && offsets.device() != x.device()))
+    throw std::invalid_argument(fmt::format(
+        "{}: input {} with offsets {} is not [rows, {}] grouped into {} experts on its device",
+        name_, x.describe(), offsets.describe(), dims_.in, groups_));
+  // Group sizes on the host: always for host offsets; for device offsets only where the layout of
+  // a copy or the GEMM's loop needs them (one small device-to-host copy).
+  const OperandSpec& fa = spec_[Gemm::kFprop].a;
+  const bool need_host = offsets.is_cpu() || save || fa.scaling == Scaling::kPerGroup;
+  std::vector<int64_t> host_off;
+  if (need_host) {
+    const Tensor h = offsets.to(Device::cpu()).contiguous();
+    host_off.assign(h.ptr<int64_t>(), h.ptr<int64_t>() + h.numel());
+    if (host_off.back() != x.rows())
+      throw std::invalid_argument(fmt::format("{}: offsets end at {}, the input has {} rows", name_,
+                                              host_off.back(), x.rows()));
+  }
+  const Tensor xp = ops::pad2d(x, x.rows(), dims_.in_padded);
   detail::ActivationOperands xo =
-      detail::activation_operands(xp, spec_, save, name_ + ".input", offsets);
+      detail::activation_operands(xp, spec_, save, name_ + ".input", host_off);
   const Operand& wf = fprop_weight();
+  GemmConfig cfg;
+  cfg.order = order_;
   const GemmResult r = wf.packed.defined()
-                           ? grouped_qgemm_packed(xo.fprop.arg(), offsets, wf.packed)
-                           : grouped_qgemm(xo.fprop.arg(), offsets_tensor(offsets), wf.arg());
+                           ? grouped_qgemm_packed(xo.fprop.arg(), host_off, wf.packed)
+                           : grouped_qgemm(xo.fprop.arg(), offsets, wf.arg(), cfg);
   if (save) {
-    offsets_.assign(offsets.begin(), offsets.end());
+    offsets_ = std::move(host_off);
+    offsets_t_ = offsets;
     has_saved_ = true;
     x_saved_ = std::move(xo.saved);
   }
-  return crop2d(r.d, x.rows(), dims_.out);
+  return ops::crop2d(r.d, x.rows(), dims_.out);
 }
 
 Tensor GroupedLinear::backward(const Tensor& dy) {
@@ -115,20 +131,22 @@ Tensor GroupedLinear::backward(const Tensor& dy) {
   if (dy.dim() != 2 || dy.rows() != R || dy.cols() != dims_.out)
     throw std::invalid_argument(
         fmt::format("{}: dy {} is not [{}, {}]", name_, dy.describe(), R, dims_.out));
-  const Tensor dyp = pad2d(dy, R, dims_.out_padded);
-  const Tensor off = offsets_tensor(offsets_);
+  const Tensor dyp = ops::pad2d(dy, R, dims_.out_padded);
+  const Tensor off = offsets_tensor(offsets_);  // the wgrad GEMM loops over groups on the host
   const detail::GradOutputOperands g = detail::grad_output_operands(
       dyp, spec_, grad_seed_, stream_, name_ + ".grad_output", offsets_);
   GemmConfig dg;
   dg.w_copy = Copy::kColwise;
+  dg.order = order_;
   const GemmResult dx = grouped_qgemm(g.dgrad.arg(), off, dgrad_weight().arg(), dg);
   GemmConfig wg;
   wg.a_copy = wg.w_copy = Copy::kColwise;
+  wg.order = order_;
   const GemmResult dw =
       grouped_qgemm(g.wgrad.arg(), off, detail::wgrad_activation(x_saved_, spec_).arg(), wg);
-  if (grad_.defined()) ops::add_inplace(grad_, crop_groups(dw.d, groups_, dims_.out, dims_.in));
+  if (grad_.defined()) ops::add_inplace(grad_, ops::crop_groups(dw.d, groups_, dims_.out, dims_.in));
   clear_saved();
-  return crop2d(dx.d, R, dims_.in);
+  return ops::crop2d(dx.d, R, dims_.in);
 }
 
 size_t GroupedLinear::saved_bytes() const { return has_saved_ ? x_saved_.nbytes() : 0; }
@@ -136,6 +154,7 @@ size_t GroupedLinear::saved_bytes() const { return has_saved_ ? x_saved_.nbytes(
 void GroupedLinear::clear_saved() {
   x_saved_ = Operand{};
   offsets_.clear();
+  offsets_t_ = Tensor();
   has_saved_ = false;
 }
 

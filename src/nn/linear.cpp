@@ -12,6 +12,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "lockstep/ops/layout.h"
 #include "lockstep/ops/tensor_ops.h"
 #include "module_operands.h"
 
@@ -20,14 +21,16 @@ namespace {
 
 const GemmSpec& gemm_of(const LinearSpec& s, Gemm g) { return s[g]; }
 
-GemmConfig colwise_w() {
+GemmConfig colwise_w(GemmOrder order) {
   GemmConfig c;
   c.w_copy = Copy::kColwise;
+  c.order = order;
   return c;
 }
-GemmConfig colwise_both() {
+GemmConfig colwise_both(GemmOrder order) {
   GemmConfig c;
   c.a_copy = c.w_copy = Copy::kColwise;
+  c.order = order;
   return c;
 }
 
@@ -51,7 +54,7 @@ LinearDims LinearDims::of(int64_t out, int64_t in, const LinearSpec& spec) {
 Operand prepare_fprop_weight(const Tensor& w, const LinearSpec& spec, std::string_view name,
                              bool training) {
   const LinearDims d = LinearDims::of(w.rows(), w.cols(), spec);
-  const Tensor wp = pad2d(w, d.out_padded, d.in_padded);
+  const Tensor wp = ops::pad2d(w, d.out_padded, d.in_padded);
   OperandRequest req;
   req.colwise = detail::fprop_weight_with_colwise(spec, training);
   return make_operand(wp, spec[Gemm::kFprop].b, req, name);
@@ -94,7 +97,7 @@ const Operand& Linear::fprop_weight() {
 const Operand& Linear::dgrad_weight() {
   if (!w_dgrad_.defined())
     w_dgrad_ = detail::dgrad_weight_operand(fprop_weight(),
-                                            pad2d(weight_, dims_.out_padded, dims_.in_padded),
+                                            ops::pad2d(weight_, dims_.out_padded, dims_.in_padded),
                                             spec_, name_ + ".weight", {});
   return w_dgrad_;
 }
@@ -108,18 +111,20 @@ Tensor Linear::forward(const Tensor& x, bool save) {
         fmt::format("{}: an inference module keeps nothing for a backward", name_));
   const int64_t T = x.rows();
   const int64_t Tp = save ? round_up(T, token_multiple(spec_)) : T;
-  const Tensor xp = pad2d(x, Tp, dims_.in_padded);
+  const Tensor xp = ops::pad2d(x, Tp, dims_.in_padded);
   detail::ActivationOperands xo =
       detail::activation_operands(xp, spec_, save, name_ + ".input", {});
   const Operand& wf = fprop_weight();
+  GemmConfig cfg;
+  cfg.order = order_;
   const GemmResult r = wf.packed.defined() ? qgemm_packed(xo.fprop.arg(), wf.packed)
-                                           : qgemm(xo.fprop.arg(), wf.arg());
+                                           : qgemm(xo.fprop.arg(), wf.arg(), cfg);
   if (save) {
     tokens_ = T;
     has_saved_ = true;
     x_saved_ = std::move(xo.saved);
   }
-  return crop2d(r.d, T, dims_.out);
+  return ops::crop2d(r.d, T, dims_.out);
 }
 
 Tensor Linear::backward(const Tensor& dy) {
@@ -128,19 +133,19 @@ Tensor Linear::backward(const Tensor& dy) {
   if (dy.dim() != 2 || dy.rows() != tokens_ || dy.cols() != dims_.out)
     throw std::invalid_argument(
         fmt::format("{}: dy {} is not [{}, {}]", name_, dy.describe(), tokens_, dims_.out));
-  const Tensor dyp = pad2d(dy, round_up(tokens_, token_multiple(spec_)), dims_.out_padded);
+  const Tensor dyp = ops::pad2d(dy, round_up(tokens_, token_multiple(spec_)), dims_.out_padded);
   const detail::GradOutputOperands g =
       detail::grad_output_operands(dyp, spec_, grad_seed_, stream_, name_ + ".grad_output", {});
   // dgrad: dX [Tp, K_p] = dY [Tp, N_p] W [N_p, K_p]; wgrad: dW [N_p, K_p] = dY^T X.
-  const GemmResult dx = qgemm(g.dgrad.arg(), dgrad_weight().arg(), colwise_w());
+  const GemmResult dx = qgemm(g.dgrad.arg(), dgrad_weight().arg(), colwise_w(order_));
   const GemmResult dw =
-      qgemm(g.wgrad.arg(), detail::wgrad_activation(x_saved_, spec_).arg(), colwise_both());
+      qgemm(g.wgrad.arg(), detail::wgrad_activation(x_saved_, spec_).arg(), colwise_both(order_));
   if (grad_.defined()) {
-    const Tensor dwc = crop2d(dw.d, dims_.out, dims_.in);
+    const Tensor dwc = ops::crop2d(dw.d, dims_.out, dims_.in);
     ops::add_inplace(grad_, dwc);
   }
   clear_saved();
-  return crop2d(dx.d, dy.rows(), dims_.in);
+  return ops::crop2d(dx.d, dy.rows(), dims_.in);
 }
 
 size_t Linear::saved_bytes() const { return has_saved_ ? x_saved_.nbytes() : 0; }

@@ -1,10 +1,8 @@
-// GEMM operands of the nn/ modules (nn/operand.h): one recipe operand spec applied to a tensor,
-// and the zero padding of K and of expert groups.
+// GEMM operands of the nn/ modules (nn/operand.h): one recipe operand spec applied to a tensor.
 #include "lockstep/nn/operand.h"
 
 #include <fmt/format.h>
 
-#include <cstring>
 #include <numeric>
 #include <stdexcept>
 
@@ -87,57 +85,5 @@ int64_t k_multiple(const OperandSpec& spec) {
 int64_t k_multiple(const GemmSpec& g) { return std::lcm(k_multiple(g.a), k_multiple(g.b)); }
 
 int64_t round_up(int64_t v, int64_t m) { return m <= 1 ? v : (v + m - 1) / m * m; }
-
-namespace {
-// Copies the [rows, cols] block of src (row stride src_cols) into dst (row stride dst_cols).
-void copy_block(const std::byte* src, int64_t src_cols, std::byte* dst, int64_t dst_cols,
-                int64_t rows, int64_t cols, size_t esize) {
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(dst + size_t(r * dst_cols) * esize, src + size_t(r * src_cols) * esize,
-                size_t(cols) * esize);
-}
-}  // namespace
-
-Tensor pad2d(const Tensor& x_in, int64_t rows_to, int64_t cols_to) {
-  if (x_in.rows() == rows_to && x_in.cols() == cols_to) return x_in;
-  const Tensor x = x_in.contiguous();
-  Tensor y(x.dtype(), {rows_to, cols_to});
-  copy_block(static_cast<const std::byte*>(x.raw()), x.cols(), static_cast<std::byte*>(y.raw()),
-             cols_to, x.rows(), x.cols(), dtype_size(x.dtype()));
-  return y;
-}
-
-Tensor crop2d(const Tensor& x_in, int64_t rows, int64_t cols) {
-  if (x_in.rows() == rows && x_in.cols() == cols) return x_in.contiguous();
-  const Tensor x = x_in.contiguous();
-  Tensor y = Tensor::empty(x.dtype(), {rows, cols});
-  copy_block(static_cast<const std::byte*>(x.raw()), x.cols(), static_cast<std::byte*>(y.raw()),
-             cols, rows, cols, dtype_size(x.dtype()));
-  return y;
-}
-
-Tensor pad_groups(const Tensor& w_in, int64_t groups, int64_t n_to, int64_t k_to) {
-  const int64_t n = w_in.rows() / groups, k = w_in.cols();
-  if (n == n_to && k == k_to) return w_in;
-  const Tensor w = w_in.contiguous();
-  Tensor y(w.dtype(), {groups * n_to, k_to});
-  const size_t es = dtype_size(w.dtype());
-  for (int64_t g = 0; g < groups; ++g)
-    copy_block(static_cast<const std::byte*>(w.raw()) + size_t(g * n * k) * es, k,
-               static_cast<std::byte*>(y.raw()) + size_t(g * n_to * k_to) * es, k_to, n, k, es);
-  return y;
-}
-
-Tensor crop_groups(const Tensor& w_in, int64_t groups, int64_t n, int64_t k) {
-  const int64_t n_to = w_in.rows() / groups, k_to = w_in.cols();
-  if (n == n_to && k == k_to) return w_in.contiguous();
-  const Tensor w = w_in.contiguous();
-  Tensor y = Tensor::empty(w.dtype(), {groups * n, k});
-  const size_t es = dtype_size(w.dtype());
-  for (int64_t g = 0; g < groups; ++g)
-    copy_block(static_cast<const std::byte*>(w.raw()) + size_t(g * n_to * k_to) * es, k_to,
-               static_cast<std::byte*>(y.raw()) + size_t(g * n * k) * es, k, n, k, es);
-  return y;
-}
 
 }  // namespace lockstep::nn

@@ -72,3 +72,41 @@ void require_device(Device d) {
 }
 
 }  // namespace lockstep
+
+namespace lockstep {
+
+Device select_device(std::string_view choice) {
+  if (choice == "auto") {
+    const DeviceReport r = query_devices();
+    return r.cuda_compiled && !r.gpus.empty() ? Device::cuda(0) : Device::cpu();
+  }
+  const std::optional<Device> d = parse_device(choice);
+  if (!d)
+    throw std::invalid_argument(fmt::format(
+        "unknown device '{}' (expected cpu, cuda, cuda:N or auto)", choice));
+  require_device(*d);
+  return *d;
+}
+
+std::pair<size_t, size_t> device_memory(Device d) {
+  if (d.is_cpu()) return {0, 0};
+#if defined(LOCKSTEP_HAVE_CUDA)
+  int prev = 0;
+  cudaGetDevice(&prev);
+  cudaSetDevice(d.index);
+  size_t free = 0, total = 0;
+  const cudaError_t err = cudaMemGetInfo(&free, &total);
+  cudaSetDevice(prev);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    throw std::runtime_error(fmt::format("cudaMemGetInfo on {}: {}", d.str(),
+                                         cudaGetErrorString(err)));
+  }
+  return {free, total};
+#else
+  require_device(d);
+  return {0, 0};
+#endif
+}
+
+}  // namespace lockstep

@@ -191,8 +191,14 @@ void Tensor::copy_from(const Tensor& src, Stream stream) {
     copy_from(src.contiguous(), stream);
     return;
   }
-  // A strided device tensor: only row ranges (strides contiguous inside dimension 0) are views
-  // that a plain copy can read; anything else needs a device kernel, which copies do not have.
+  // A strided device tensor: a 2-D view whose rows are contiguous (a column block) is a 2-D block
+  // copy; anything else needs a device kernel, which copies do not have.
+  if (dim() == 2 && src.strides_[1] == 1 && src.device_ == device_) {
+    const size_t es = dtype_size(dtype_);
+    copy_2d(raw(), size_t(shape_[1]) * es, src.raw(), size_t(src.strides_[0]) * es,
+            size_t(shape_[1]) * es, size_t(shape_[0]), device_, stream);
+    return;
+  }
   throw std::invalid_argument(fmt::format("copy of the strided device tensor {}: not supported", src.describe()));
 }
 

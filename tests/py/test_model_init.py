@@ -123,7 +123,7 @@ class Init(unittest.TestCase):
     def test_presets_listing(self):
         presets = json.loads(run("presets", "--json").stdout)
         names = [p["name"] for p in presets]
-        self.assertEqual(names, ["tiny-dense", "tiny-moe"])
+        self.assertEqual(names, ["tiny-dense", "tiny-moe", "gpu-moe", "qwen3-30b-a3b-4l"])
         for p in presets:
             shapes = expected_hf_shapes(p["config"])
             total = sum(int(np.prod(s)) for s in shapes.values())

@@ -32,13 +32,18 @@ class GroupedLinear {
   static GroupedLinear from_operand(std::string name, Operand fprop_weight, int64_t groups,
                                     int64_t out, int64_t in, LinearSpec spec);
 
-  // x: [R, K] rows grouped by offsets [groups + 1] (R = offsets.back()) -> y [R, N].
-  Tensor forward(const Tensor& x, std::span<const int64_t> offsets, bool save);
+  // x: [R, K] rows grouped by offsets (I64 [groups + 1], offsets[groups] = R, on x's device or
+  // the host) -> y [R, N]. Device offsets are read on the host only where the recipe needs the
+  // group sizes there (a training forward: columnwise copies and the wgrad GEMM loop over groups;
+  // per_group activation scaling); an inference forward never waits for the device.
+  Tensor forward(const Tensor& x, const Tensor& offsets, bool save);
   // dy: [R, N] -> dx [R, K]; adds dW into the grad tensor.
   Tensor backward(const Tensor& dy);
 
   void weights_changed();
   void set_grad_seed(uint64_t seed) { grad_seed_ = seed; }
+  // The GEMMs' summation order (batch-invariant, or the fastest kernel: docs/gemm.md).
+  void set_gemm_order(GemmOrder order) { order_ = order; }
   size_t saved_bytes() const;
   void clear_saved();
   const LinearSpec& spec() const { return spec_; }
@@ -56,10 +61,12 @@ class GroupedLinear {
   Tensor weight_, grad_;
   uint32_t stream_ = 0;
   uint64_t grad_seed_ = 0;
+  GemmOrder order_ = GemmOrder::kBatchInvariant;
   bool inference_ = false;
   Operand w_fprop_, w_dgrad_;
   Operand x_saved_;
-  std::vector<int64_t> offsets_;
+  std::vector<int64_t> offsets_;  // host offsets of the saved forward
+  Tensor offsets_t_;              // the same on the operands' device
   bool has_saved_ = false;
 };
 

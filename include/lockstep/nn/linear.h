@@ -45,6 +45,8 @@ class Linear {
 
   void weights_changed();  // the master changed: rebuild cached operands
   void set_grad_seed(uint64_t seed) { grad_seed_ = seed; }
+  // The GEMMs' summation order (batch-invariant, or the fastest kernel: docs/gemm.md).
+  void set_gemm_order(GemmOrder order) { order_ = order; }
   size_t saved_bytes() const;  // bytes kept for the backward now
   void clear_saved();
   const LinearSpec& spec() const { return spec_; }
@@ -61,6 +63,7 @@ class Linear {
   Tensor weight_, grad_;
   uint32_t stream_ = 0;
   uint64_t grad_seed_ = 0;
+  GemmOrder order_ = GemmOrder::kBatchInvariant;
   bool inference_ = false;
   Operand w_fprop_, w_dgrad_;  // cached per weight version
   // Saved by forward(save = true).

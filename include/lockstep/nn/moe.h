@@ -12,6 +12,7 @@
 
 #include "lockstep/nn/grouped_linear.h"
 #include "lockstep/nn/linear.h"
+#include "lockstep/ops/moe.h"
 #include "lockstep/ops/tensor_ops.h"
 
 namespace lockstep::nn {
@@ -39,6 +40,7 @@ class MoeBlock {
 
   void weights_changed();
   void set_grad_seed(uint64_t seed);
+  void set_gemm_order(GemmOrder order);
   size_t saved_bytes() const;
   void clear_saved();
 
@@ -54,11 +56,9 @@ class MoeBlock {
   std::optional<SharedExpert> shared_;
   // Saved by forward(save = true).
   ops::RouterOut route_;
-  std::vector<int64_t> offsets_;      // padded group offsets [E + 1]
-  std::vector<int64_t> slot_row_;     // [T * k]: padded row of slot (t, s)
+  ops::MoeRoute grouped_;             // the grouped row layout (padded per expert)
   Tensor prob_row_, fc1_out_;         // [R], [R, 2 Ie]
   Tensor sh_fc1_, sh_out_, sh_gate_;  // shared expert: fc1 output, its output, sigmoid gate
-  int64_t tokens_ = 0;
   bool has_saved_ = false;
 };
 

@@ -1,8 +1,8 @@
 // GEMM operands of the nn/ modules: a tensor turned into what one GEMM reads under one recipe
 // operand spec (bf16 -> a BF16 tensor, f32 -> the tensor as it is, nvfp4 / mxfp8 / fp8 -> a
-// QTensor with the copies asked for), plus the zero padding the quantized GEMMs need along K and
-// the per-expert row padding of grouped buffers. Padding never changes a quantized value: zero
-// rows and columns change no amax and form their own (zero) blocks.
+// QTensor with the copies asked for), and the multiples the quantized GEMMs need along K (the
+// zero padding itself is ops/layout.h). Padding never changes a quantized value: zero rows and
+// columns change no amax and form their own (zero) blocks.
 #pragma once
 
 #include <cstdint>
@@ -55,14 +55,5 @@ Operand make_operand(const Tensor& x, const OperandSpec& spec, const OperandRequ
 int64_t k_multiple(const OperandSpec& spec);
 int64_t k_multiple(const GemmSpec& g);  // lcm over both operands
 int64_t round_up(int64_t v, int64_t m);
-
-// x [rows, cols] zero-padded to [rows_to, cols_to] (x itself when nothing is added).
-Tensor pad2d(const Tensor& x, int64_t rows_to, int64_t cols_to);
-// The leading [rows, cols] block of x (x itself when it is that shape), contiguous.
-Tensor crop2d(const Tensor& x, int64_t rows, int64_t cols);
-// A grouped weight [groups * n, k] padded per group to [groups * n_to, k_to].
-Tensor pad_groups(const Tensor& w, int64_t groups, int64_t n_to, int64_t k_to);
-// The inverse: [groups * n_to, k_to] -> [groups * n, k].
-Tensor crop_groups(const Tensor& w, int64_t groups, int64_t n, int64_t k);
 
 }  // namespace lockstep::nn

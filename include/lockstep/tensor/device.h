@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace lockstep {
@@ -77,5 +78,13 @@ DeviceReport query_devices();
 
 // Throws std::runtime_error naming the reason when `d` cannot run in this build / machine.
 void require_device(Device d);
+
+// The device a `--device` choice means: "cpu", "cuda" / "cuda:N" (checked with require_device),
+// or "auto": cuda:0 when this build has CUDA and a GPU is visible, else the CPU. Throws
+// std::invalid_argument for any other spelling and std::runtime_error when the device is missing.
+Device select_device(std::string_view choice);
+
+// Free and total bytes of a CUDA device's memory (cudaMemGetInfo); {0, 0} for the CPU.
+std::pair<size_t, size_t> device_memory(Device d);
 
 }  // namespace lockstep

@@ -1,0 +1,252 @@
+// CUDA kernels of the MoE routing ops (ops/moe.h). The grouped layout comes from a stable radix
+// sort of the slots by expert (CUB; stable, so the slots of one expert stay in ascending (t, s)
+// order, as the CPU reference places them), a histogram and a serial offsets pass over the E
+// experts; the row moves are plain copies and in-order sums.
+#include <cub/device/device_radix_sort.cuh>
+
+#include "../tensor/cuda_util.h"
+#include "lockstep/numerics/transcendental.h"
+#include "moe_cuda.h"
+
+namespace lockstep::ops::cuda {
+namespace {
+
+using lockstep::cuda::cu;
+
+constexpr int kThreads = 256;
+
+int blocks_for(int64_t n, int per_block = kThreads) {
+  return int(std::max<int64_t>(1, (n + per_block - 1) / per_block));
+}
+
+__global__ void route_keys_kernel(const int32_t* ids, int64_t n, int32_t experts, int32_t* keys,
+                                  int32_t* vals, int32_t* count) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  int32_t e = ids[i];
+  e = e < 0 ? 0 : (e >= experts ? experts - 1 : e);
+  keys[i] = e;
+  vals[i] = int32_t(i);
+  atomicAdd(count + e, 1);
+}
+
+// One thread: padded offsets (and the unpadded starts of each expert's slots in sorted order).
+__global__ void route_offsets_kernel(const int32_t* count, int32_t experts, int64_t multiple,
+                                     int64_t rows, int64_t* off, int64_t* start) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  int64_t o = 0, s = 0;
+  for (int32_t e = 0; e < experts; ++e) {
+    off[e] = o;
+    start[e] = s;
+    o += (int64_t(count[e]) + multiple - 1) / multiple * multiple;
+    s += count[e];
+  }
+  off[experts] = rows;
+}
+
+__global__ void route_place_kernel(const int32_t* keys, const int32_t* vals, int64_t n, int64_t k,
+                                   const int64_t* off, const int64_t* start, int32_t* src_rows,
+                                   int32_t* slot_row) {
+  const int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (p >= n) return;
+  const int32_t e = keys[p], i = vals[p];
+  const int64_t row = off[e] + (p - start[e]);
+  slot_row[i] = int32_t(row);
+  src_rows[row] = int32_t(i / k);
+}
+
+// out[r] = x[src[r]] (0 when src[r] < 0); one block row-chunk per output row.
+__global__ void gather_kernel(const float* x, const int32_t* src, int64_t rows, int64_t d,
+                              float* out) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int32_t s = src[r];
+    float* o = out + r * d;
+    if (s < 0) {
+      for (int64_t c = threadIdx.x; c < d; c += blockDim.x) o[c] = 0.0f;
+    } else {
+      const float* a = x + int64_t(s) * d;
+      for (int64_t c = threadIdx.x; c < d; c += blockDim.x) o[c] = a[c];
+    }
+  }
+}
+
+// out[t, c] = sum over s ascending of rows[slot_row[t k + s], c], from +0.
+__global__ void combine_kernel(const float* rows, const int32_t* slot_row, int64_t tokens,
+                               int64_t k, int64_t d, float* out) {
+  for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x)
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+      float acc = 0.0f;
+      for (int64_t s = 0; s < k; ++s) acc = __fadd_rn(acc, rows[int64_t(slot_row[t * k + s]) * d + c]);
+      out[t * d + c] = acc;
+    }
+}
+
+// out[slot_row[t k + s]] = x[t] for every slot (out zero-filled before).
+__global__ void scatter_kernel(const float* x, const int32_t* slot_row, int64_t tokens, int64_t k,
+                               int64_t d, float* out) {
+  for (int64_t i = blockIdx.x; i < tokens * k; i += gridDim.x) {
+    const float* a = x + (i / k) * d;
+    float* o = out + int64_t(slot_row[i]) * d;
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) o[c] = a[c];
+  }
+}
+
+__global__ void scatter_slots_kernel(const float* w, const int32_t* slot_row, int64_t n, float* out) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < n) out[slot_row[i]] = w[i];
+}
+
+__global__ void gather_slots_kernel(const float* v, const int32_t* slot_row, int64_t n, float* out) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = v[slot_row[i]];
+}
+
+__global__ void sigmoid_backward_kernel(const float* dy, const float* y, int64_t n, float* out) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = __fmul_rn(dy[i], __fmul_rn(y[i], __fsub_rn(1.0f, y[i])));
+}
+
+__global__ void sigmoid_kernel(float* x, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] = __fdiv_rn(1.0f, __fadd_rn(1.0f, num::exp_f32(-x[i])));
+}
+
+__global__ void scale_rows_kernel(const float* x, const float* a, int64_t T, int64_t d, float* out) {
+  for (int64_t t = blockIdx.x; t < T; t += gridDim.x)
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) out[t * d + c] = __fmul_rn(a[t], x[t * d + c]);
+}
+
+// One thread per row: the sum runs in ascending column order, as on the CPU.
+__global__ void row_dot_kernel(const float* a, const float* b, int64_t T, int64_t d, float* out) {
+  const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (t >= T) return;
+  float acc = 0.0f;
+  for (int64_t c = 0; c < d; ++c) acc = __fadd_rn(acc, __fmul_rn(a[t * d + c], b[t * d + c]));
+  out[t] = acc;
+}
+
+int row_blocks(int64_t rows) { return int(std::min<int64_t>(std::max<int64_t>(rows, 1), 65535)); }
+int row_threads(int64_t d) { return d >= 256 ? 256 : (d >= 128 ? 128 : 64); }
+
+}  // namespace
+
+void moe_route(const Tensor& ids, MoeRoute& r) {
+  lockstep::cuda::DeviceGuard guard(ids.device());
+  const Device dev = ids.device();
+  const cudaStream_t st = cu(Stream{});
+  const int64_t n = r.tokens * r.top_k, E = r.experts;
+  r.offsets = Tensor::empty(DType::kI64, {E + 1}, dev);
+  r.src_rows = Tensor::empty(DType::kI32, {r.rows}, dev);
+  r.slot_row = Tensor::empty(DType::kI32, {n}, dev);
+  lockstep::cuda::Scratch sc(dev, Stream{});
+  int32_t* count = sc.get<int32_t>(size_t(E));
+  int64_t* start = sc.get<int64_t>(size_t(E));
+  int32_t* keys = sc.get<int32_t>(size_t(n));
+  int32_t* vals = sc.get<int32_t>(size_t(n));
+  int32_t* keys_out = sc.get<int32_t>(size_t(n));
+  int32_t* vals_out = sc.get<int32_t>(size_t(n));
+  LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(count, 0, size_t(E) * 4, st));
+  if (r.rows > 0)
+    LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(r.src_rows.raw(), 0xFF, size_t(r.rows) * 4, st));
+  if (n > 0) {
+    route_keys_kernel<<<blocks_for(n), kThreads, 0, st>>>(ids.ptr<int32_t>(), n, int32_t(E), keys,
+                                                          vals, count);
+    LOCKSTEP_CUDA_CHECK_LAUNCH();
+    int bits = 1;
+    while ((int64_t(1) << bits) < E) ++bits;
+    size_t temp = 0;
+    LOCKSTEP_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp, keys, keys_out, vals,
+                                                        vals_out, n, 0, bits, st));
+    void* tmp = sc.bytes(temp);
+    LOCKSTEP_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(tmp, temp, keys, keys_out, vals, vals_out,
+                                                        n, 0, bits, st));
+  }
+  route_offsets_kernel<<<1, 1, 0, st>>>(count, int32_t(E), r.row_multiple, r.rows,
+                                        r.offsets.ptr<int64_t>(), start);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+  if (n > 0) {
+    route_place_kernel<<<blocks_for(n), kThreads, 0, st>>>(keys_out, vals_out, n, r.top_k,
+                                                           r.offsets.ptr<int64_t>(), start,
+                                                           r.src_rows.ptr<int32_t>(),
+                                                           r.slot_row.ptr<int32_t>());
+    LOCKSTEP_CUDA_CHECK_LAUNCH();
+  }
+}
+
+void moe_gather(const Tensor& x, const MoeRoute& r, Tensor& out) {
+  if (r.rows == 0 || x.cols() == 0) return;
+  lockstep::cuda::DeviceGuard guard(x.device());
+  gather_kernel<<<row_blocks(r.rows), row_threads(x.cols()), 0, cu(Stream{})>>>(
+      x.ptr<float>(), r.src_rows.ptr<int32_t>(), r.rows, x.cols(), out.ptr<float>());
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
+void moe_combine(const Tensor& rows, const MoeRoute& r, Tensor& out) {
+  if (r.tokens == 0 || rows.cols() == 0) return;
+  lockstep::cuda::DeviceGuard guard(rows.device());
+  combine_kernel<<<row_blocks(r.tokens), row_threads(rows.cols()), 0, cu(Stream{})>>>(
+      rows.ptr<float>(), r.slot_row.ptr<int32_t>(), r.tokens, r.top_k, rows.cols(),
+      out.ptr<float>());
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
+void moe_scatter(const Tensor& x, const MoeRoute& r, Tensor& out) {
+  if (r.tokens == 0 || x.cols() == 0) return;
+  lockstep::cuda::DeviceGuard guard(x.device());
+  scatter_kernel<<<row_blocks(r.tokens * r.top_k), row_threads(x.cols()), 0, cu(Stream{})>>>(
+      x.ptr<float>(), r.slot_row.ptr<int32_t>(), r.tokens, r.top_k, x.cols(), out.ptr<float>());
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
+void moe_scatter_slots(const Tensor& w, const MoeRoute& r, Tensor& out) {
+  const int64_t n = r.tokens * r.top_k;
+  if (n == 0) return;
+  lockstep::cuda::DeviceGuard guard(w.device());
+  scatter_slots_kernel<<<blocks_for(n), kThreads, 0, cu(Stream{})>>>(
+      w.ptr<float>(), r.slot_row.ptr<int32_t>(), n, out.ptr<float>());
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
+void moe_gather_slots(const Tensor& v, const MoeRoute& r, Tensor& out) {
+  const int64_t n = r.tokens * r.top_k;
+  if (n == 0) return;
+  lockstep::cuda::DeviceGuard guard(v.device());
+  gather_slots_kernel<<<blocks_for(n), kThreads, 0, cu(Stream{})>>>(
+      v.ptr<float>(), r.slot_row.ptr<int32_t>(), n, out.ptr<float>());
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
+void sigmoid_inplace(Tensor& x) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  lockstep::cuda::DeviceGuard guard(x.device());
+  sigmoid_kernel<<<blocks_for(n), kThreads, 0, cu(Stream{})>>>(x.ptr<float>(), n);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
+void scale_rows(const Tensor& x, const Tensor& a, Tensor& out) {
+  if (x.numel() == 0) return;
+  lockstep::cuda::DeviceGuard guard(x.device());
+  scale_rows_kernel<<<row_blocks(x.rows()), row_threads(x.cols()), 0, cu(Stream{})>>>(
+      x.ptr<float>(), a.ptr<float>(), x.rows(), x.cols(), out.ptr<float>());
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
+void row_dot(const Tensor& a, const Tensor& b, Tensor& out) {
+  if (a.rows() == 0) return;
+  lockstep::cuda::DeviceGuard guard(a.device());
+  row_dot_kernel<<<blocks_for(a.rows()), kThreads, 0, cu(Stream{})>>>(
+      a.ptr<float>(), b.ptr<float>(), a.rows(), a.cols(), out.ptr<float>());
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
+void sigmoid_backward(const Tensor& dy, const Tensor& y, Tensor& out) {
+  const int64_t n = dy.numel();
+  if (n == 0) return;
+  lockstep::cuda::DeviceGuard guard(dy.device());
+  sigmoid_backward_kernel<<<blocks_for(n), kThreads, 0, cu(Stream{})>>>(
+      dy.ptr<float>(), y.ptr<float>(), n, out.ptr<float>());
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace lockstep::ops::cuda
