@@ -7,6 +7,7 @@
 
 #include "lockstep/nn/grouped_linear.h"
 #include "lockstep/nn/linear.h"
+#include "lockstep/ops/layout.h"
 #include "lockstep/quant/given_amax.h"
 #include "lockstep/recipe/registry.h"
 
@@ -132,10 +133,10 @@ nn::Operand convert_weight(const Tensor& w, const ModelConfig& c, const ModelPla
   std::vector<int64_t> off;
   Tensor wp;
   if (s.groups > 1) {
-    wp = nn::pad_groups(w, s.groups, d.out_padded, d.in_padded);
+    wp = ops::pad_groups(w, s.groups, d.out_padded, d.in_padded);
     for (int64_t g = 0; g <= s.groups; ++g) off.push_back(g * d.out_padded);
   } else {
-    wp = nn::pad2d(w, d.out_padded, d.in_padded);
+    wp = ops::pad2d(w, d.out_padded, d.in_padded);
     if (split) {
       off = qkv_offsets(c, d.out_padded);
       qc.scaling = Scaling::kPerGroup;
