@@ -20,15 +20,15 @@ using test::error_of;
 
 namespace fs = std::filesystem;
 
-struct TempDir {
+struct RecipeFileDir {
   fs::path path;
-  TempDir() {
+  RecipeFileDir() {
     path = fs::temp_directory_path() / ("lockstep_recipe_test_" + std::to_string(::getpid()) + "_" +
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(path);
     fs::create_directories(path);
   }
-  ~TempDir() {
+  ~RecipeFileDir() {
     std::error_code ec;
     fs::remove_all(path, ec);
   }
@@ -39,7 +39,7 @@ struct TempDir {
 };
 
 TEST(RecipeSelection, PrecedenceCodeFileFlagEnvDefault) {
-  TempDir t;
+  RecipeFileDir t;
   const std::string file = t.write("mine.json", R"({"extends": "mxfp8"})");
   SelectionInputs in;
   EXPECT_EQ(select_recipe(in).recipe.name, "bf16");
@@ -69,7 +69,7 @@ TEST(RecipeSelection, PrecedenceCodeFileFlagEnvDefault) {
 }
 
 TEST(RecipeSelection, FlagAndFileTogetherIsAnError) {
-  TempDir t;
+  RecipeFileDir t;
   SelectionInputs in;
   in.recipe_name = "mxfp8";
   in.recipe_file = t.write("r.json", R"({"name": "x"})");
@@ -88,14 +88,14 @@ TEST(RecipeSelection, UnknownNamesFromFlagEnvAndExtendsListClosest) {
   e = error_of<RecipeError>([&] { select_recipe(in); });
   EXPECT_NE(e.find("LOCKSTEP_RECIPE=fp8_blocks"), std::string::npos) << e;
   EXPECT_NE(e.find("closest: fp8_block"), std::string::npos) << e;
-  TempDir t;
+  RecipeFileDir t;
   in.recipe_file = t.write("bad.json", R"({"extends": "mxfp9"})");
   e = error_of<RecipeError>([&] { select_recipe(in); });
   EXPECT_NE(e.find("closest: mxfp8"), std::string::npos) << e;
 }
 
 TEST(RecipeSelection, FileErrorsNameTheFile) {
-  TempDir t;
+  RecipeFileDir t;
   EXPECT_NE(error_of<RecipeError>([&] { load_recipe_file((t.path / "missing.json").string()); }).find("cannot read recipe file"),
             std::string::npos);
   const std::string bad = t.write("bad.json", "{not json");
@@ -108,7 +108,7 @@ TEST(RecipeSelection, FileErrorsNameTheFile) {
 }
 
 TEST(RecipeSelection, EveryBuiltinRoundTripsThroughAFile) {
-  TempDir t;
+  RecipeFileDir t;
   for (const RecipeInfo& info : builtin_recipes()) {
     const std::string f = t.write(info.name + ".json", to_json(info.recipe).dump(2));
     SelectionInputs in;
@@ -118,7 +118,7 @@ TEST(RecipeSelection, EveryBuiltinRoundTripsThroughAFile) {
 }
 
 TEST(RecipeSelection, FileExtendsMergesAndReplacesOperandsWithANewFormat) {
-  TempDir t;
+  RecipeFileDir t;
   const std::string f = t.write("x.json", R"({"extends": "fp8_block", "name": "fp8_block_experts",
       "fprop": {"activation": {"format": "mxfp8"}, "weight": {"pow2": false}},
       "coverage": {"scope": "experts", "last_n_bf16": 2}})");
@@ -152,7 +152,7 @@ TEST(RecipeSelection, DisableBackwardQuantIsAnAliasOfHighPrecision) {
 }
 
 TEST(RecipeRunMeta, WritesAtomicallyWithProvenance) {
-  TempDir t;
+  RecipeFileDir t;
   SelectionInputs in;
   in.recipe_name = "nvfp4_per_token";
   const SelectedRecipe s = select_recipe(in);
