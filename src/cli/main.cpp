@@ -43,8 +43,8 @@ int main(int argc, char** argv) {
       "lockstep: one precision contract (NVFP4, MXFP8, FP8), bit-identical on CPU and GPU.\n"
       "Example: lockstep train"};
   app.require_subcommand(1);
-  app.set_version_flag("--version",
-                       std::string("lockstep 0.1.0 (") + lockstep_source_revision() + ")");
+  app.set_version_flag("--version", std::string("lockstep " LOCKSTEP_VERSION " (") +
+                                        lockstep_source_revision() + ")");
   register_quantize_commands(app);
   register_inspect_command(app);
   register_sweep_command(app);

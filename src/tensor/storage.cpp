@@ -97,10 +97,15 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device, Stream s
 
 std::shared_ptr<Storage> Storage::wrap_host(void* ptr, size_t bytes,
                                             std::shared_ptr<const void> owner) {
+  return wrap(ptr, bytes, Device::cpu(), std::move(owner));
+}
+
+std::shared_ptr<Storage> Storage::wrap(void* ptr, size_t bytes, Device device,
+                                       std::shared_ptr<const void> owner) {
   if (bytes != 0 && (ptr == nullptr || owner == nullptr))
     throw std::invalid_argument(
-        fmt::format("Storage::wrap_host: {} bytes need a non-null pointer and owner", bytes));
-  auto s = std::shared_ptr<Storage>(new Storage(ptr, bytes, Device::cpu(), {}));
+        fmt::format("Storage::wrap: {} bytes need a non-null pointer and owner", bytes));
+  auto s = std::shared_ptr<Storage>(new Storage(ptr, bytes, device, {}));
   s->owner_ = std::move(owner);
   return s;
 }
@@ -141,7 +146,8 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   } else {
     check(cudaMemcpyAsync(dst, src, bytes, kind, cu(stream)), "cudaMemcpyAsync", on, bytes);
   }
-  if (dst_device.is_cpu()) check(cudaStreamSynchronize(cu(stream)), "cudaStreamSynchronize", on, bytes);
+  if (dst_device.is_cpu())
+    check(cudaStreamSynchronize(cu(stream)), "cudaStreamSynchronize", on, bytes);
 #else
   (void)stream;
   no_cuda(dst_device.is_cuda() ? dst_device : src_device);

@@ -24,6 +24,10 @@ class Storage {
   // Storage sharing it. Several Storages may share one owner (one per tensor of a mapped file).
   static std::shared_ptr<Storage> wrap_host(void* ptr, size_t bytes,
                                             std::shared_ptr<const void> owner);
+  // The same for memory on any device (a CUDA buffer another framework allocated, handed over
+  // through DLPack): lockstep reads and writes it in place and never frees it.
+  static std::shared_ptr<Storage> wrap(void* ptr, size_t bytes, Device device,
+                                       std::shared_ptr<const void> owner);
 
   ~Storage();
   Storage(const Storage&) = delete;
