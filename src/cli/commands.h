@@ -135,6 +135,8 @@ void register_bench_model_command(CLI::App& bench);  // bench model (under `benc
 void register_init_commands(CLI::App& app);          // init, presets
 void register_train_commands(CLI::App& app);         // train, pretrain
 void register_compare_command(CLI::App& app);        // compare
+void register_export_commands(CLI::App& app);        // export, convert
+void register_verify_command(CLI::App& app);         // verify
 // `lockstep inspect MODEL_DIR` (src/cli/cmd_inspect_model.cpp).
 void inspect_model_dir(const std::string& dir, bool json);
 

@@ -1,10 +1,14 @@
 // The converter (model/policy.h): learner masters -> the sampler's prepared weights, with a
-// checksum the sampler verifies.
+// checksum the sampler verifies, the amax an optimizer step supplies, and versions that only move
+// forward.
 #include "lockstep/model/policy.h"
 
 #include <fmt/format.h>
 
 #include "lockstep/nn/grouped_linear.h"
+#include "lockstep/nn/linear.h"
+#include "lockstep/ops/layout.h"
+#include "lockstep/quant/given_amax.h"
 #include "lockstep/recipe/registry.h"
 
 namespace lockstep::model {
@@ -30,9 +34,29 @@ void fnv_tensor(uint64_t& h, const Tensor& t) {
     fnv_str(h, "-");
     return;
   }
-  const Tensor c = t.contiguous();
+  const Tensor c = t.is_cpu() ? t.contiguous() : t.to(Device::cpu()).contiguous();
   fnv_str(h, std::string(dtype_name(c.dtype())) + shape_string(c.shape()));
   fnv(h, c.raw(), c.nbytes());
+}
+
+// NVFP4 per_tensor / per_group: the outer domains a caller's amax can stand for.
+bool takes_amax(const OperandSpec& w) {
+  return w.format == Format::kNvfp4 && !w.hadamard && !w.stochastic &&
+         (w.scaling == Scaling::kPerTensor || w.scaling == Scaling::kPerGroup);
+}
+
+// q / k / v rows of a layer's fused qkv weight quantized as three domains.
+bool split_qkv(const LinearSite& s, const OperandSpec& w, const ExportOptions& opt) {
+  return !opt.fuse_scales && s.cls == ModuleClass::kQkv && takes_amax(w);
+}
+
+std::vector<int64_t> qkv_offsets(const ModelConfig& c, int64_t rows_to) {
+  const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  return {0, q, q + kv, rows_to};
+}
+
+std::string policy_operand_key(const LinearSite& s) {
+  return s.cls == ModuleClass::kLmHead ? "lm_head" : s.name;
 }
 
 }  // namespace
@@ -47,7 +71,10 @@ size_t PolicyVersion::nbytes() const {
 uint64_t policy_checksum(const PolicyVersion& p) {
   uint64_t h = kFnvOffset;
   fnv(h, &p.version, sizeof p.version);
-  fnv_str(h, p.recipe.name);
+  fnv_str(h, to_json(p.recipe).dump());
+  fnv_str(h, config_to_json(p.config).dump());
+  const uint8_t fused = p.options.fuse_scales ? 1 : 0;
+  fnv(h, &fused, 1);
   for (const auto& [name, t] : p.dense) {
     fnv_str(h, name);
     fnv_tensor(h, t);
@@ -65,31 +92,114 @@ uint64_t policy_checksum(const PolicyVersion& p) {
   return h;
 }
 
+std::optional<std::vector<int64_t>> weight_amax_domains(const ModelConfig& c, const ModelPlan& plan,
+                                                        const LinearSite& site,
+                                                        const ExportOptions& opt) {
+  const LinearSpec spec = site_spec(plan, site);
+  const OperandSpec& w = spec[Gemm::kFprop].b;
+  if (!takes_amax(w)) return std::nullopt;
+  const int64_t rows = site.cls == ModuleClass::kLmHead ? c.vocab_size : [&] {
+    for (const auto& [name, shape] : weight_shapes(c))
+      if (name == site.name) return shape[0];
+    throw std::invalid_argument(fmt::format("weight_amax_domains: no weight '{}'", site.name));
+  }();
+  if (split_qkv(site, w, opt)) return qkv_offsets(c, rows);
+  std::vector<int64_t> o{0};
+  if (site.groups > 1 && w.scaling == Scaling::kPerGroup)
+    for (int64_t g = 1; g <= site.groups; ++g) o.push_back(rows / site.groups * g);
+  else
+    o.push_back(rows);
+  return o;
+}
+
+nn::Operand convert_weight(const Tensor& w, const ModelConfig& c, const ModelPlan& plan,
+                           const LinearSite& s, const ExportOptions& opt, const Tensor* amax) {
+  const LinearSpec spec = site_spec(plan, s);
+  const OperandSpec& ws = spec[Gemm::kFprop].b;
+  const std::string key = policy_operand_key(s);
+  const bool split = split_qkv(s, ws, opt);
+  if (amax && !takes_amax(ws))
+    throw std::invalid_argument(
+        fmt::format("convert '{}': an amax was supplied, but its weight spec ({} {}) takes none",
+                    s.name, format_name(ws.format), scaling_name(ws.scaling)));
+  if (!amax && !split) {
+    if (s.groups > 1) return nn::prepare_grouped_fprop_weight(w, s.groups, spec, key, false);
+    return nn::prepare_fprop_weight(w, spec, key, false);
+  }
+  // The learner's padding and domains (nn::prepare_*_fprop_weight and make_operand), with the
+  // domain amax given or, for separate q / k / v, three domains.
+  const nn::LinearDims d = nn::LinearDims::of(w.rows() / s.groups, w.cols(), spec);
+  QuantConfig qc = *to_quant_spec(ws);
+  std::vector<int64_t> off;
+  Tensor wp;
+  if (s.groups > 1) {
+    wp = ops::pad_groups(w, s.groups, d.out_padded, d.in_padded);
+    for (int64_t g = 0; g <= s.groups; ++g) off.push_back(g * d.out_padded);
+  } else {
+    wp = ops::pad2d(w, d.out_padded, d.in_padded);
+    if (split) {
+      off = qkv_offsets(c, d.out_padded);
+      qc.scaling = Scaling::kPerGroup;
+    } else if (ws.scaling == Scaling::kPerGroup) {
+      off = {0, d.out_padded};  // a dense tensor is one group (make_operand)
+    }
+  }
+  nn::Operand op;
+  if (amax) {
+    const int64_t want = nvfp4_outer_domains(off, qc.scaling);
+    if (amax->numel() != want)
+      throw std::invalid_argument(
+          fmt::format("convert '{}': {} amax value(s) supplied, the weight has {} outer domain(s)",
+                      s.name, amax->numel(), want));
+    op.q = quantize_with_amax(wp, off, *amax, qc, key);
+  } else {
+    op.q = quantize_grouped(wp, off, qc, key);
+  }
+  if (s.groups == 1 && !split && ws.scaling == Scaling::kPerGroup) op.q = group_view(op.q, 0);
+  return op;
+}
+
 PolicyVersion export_policy(const ModelWeights& w, const Recipe& recipe, int64_t version,
-                            const ExportOptions& opt) {
+                            const ExportOptions& opt, const WeightAmax* amax) {
   PolicyVersion p;
   p.version = version;
   p.recipe = opt.force_bf16 ? builtin_recipe_or_throw("bf16", "export_policy").recipe : recipe;
   p.config = w.config;
+  p.options = opt;
   const ModelPlan plan = resolve_model(p.recipe, int(w.config.num_hidden_layers));
   std::map<std::string, bool> is_linear;
   for (const LinearSite& s : linear_sites(w.config)) {
-    const LinearSpec spec = site_spec(plan, s);
     auto found = w.tensors.find(s.name);
     if (found == w.tensors.end())
       throw std::invalid_argument(fmt::format("export_policy: missing weight '{}'", s.name));
     const Tensor& t = found->second;
-    const std::string key = s.cls == ModuleClass::kLmHead ? "lm_head" : s.name;
-    if (s.groups > 1)
-      p.operands[key] = nn::prepare_grouped_fprop_weight(t, s.groups, spec, key, false);
-    else
-      p.operands[key] = nn::prepare_fprop_weight(t, spec, key, false);
+    const std::string key = policy_operand_key(s);
+    const Tensor* a = nullptr;
+    if (amax && !opt.force_bf16)
+      if (auto it = amax->find(s.name);
+          it != amax->end() && takes_amax(site_spec(plan, s)[Gemm::kFprop].b))
+        a = &it->second;
+    p.operands[key] = convert_weight(t, w.config, plan, s, opt, a);
     p.dims[key] = {t.rows() / s.groups, t.cols()};
     if (s.name != "embed") is_linear[s.name] = true;
   }
   for (const auto& [name, t] : w.tensors)
     if (!is_linear.count(name)) p.dense[name] = cast(t, DType::kF32);
   p.checksum = policy_checksum(p);
+  return p;
+}
+
+PolicyConverter::PolicyConverter(Recipe recipe, ExportOptions opt)
+    : recipe_(std::move(recipe)), opt_(opt) {}
+
+PolicyVersion PolicyConverter::convert(const ModelWeights& weights, int64_t version,
+                                       const WeightAmax* amax) {
+  if (last_ && version <= *last_)
+    throw PolicyError(
+        fmt::format("converter: version {} refused: versions only move forward (the last was {})",
+                    version, *last_));
+  PolicyVersion p = export_policy(weights, recipe_, version, opt_, amax);
+  last_ = version;
   return p;
 }
 

@@ -14,24 +14,10 @@ namespace lockstep::model {
 
 namespace {
 
-// Rows [row0, row0 + shape[0]) of a lockstep tensor are the Hugging Face tensor `hf` (1-D
-// tensors are one piece covering everything).
-struct Piece {
-  std::string hf;
-  int64_t row0 = 0;
-  std::vector<int64_t> hf_shape;
-};
-
-struct LayoutEntry {
-  std::string name;
-  std::vector<int64_t> shape;
-  std::vector<Piece> pieces;
-};
-
 // Stacks pieces of [rows_i, cols] along dimension 0.
-LayoutEntry stacked(std::string name, int64_t cols,
+HfLayoutEntry stacked(std::string name, int64_t cols,
                     std::vector<std::pair<std::string, int64_t>> parts) {
-  LayoutEntry e{std::move(name), {}, {}};
+  HfLayoutEntry e{std::move(name), {}, {}};
   int64_t rows = 0;
   for (auto& [hf, r] : parts) {
     e.pieces.push_back({std::move(hf), rows, {r, cols}});
@@ -41,14 +27,16 @@ LayoutEntry stacked(std::string name, int64_t cols,
   return e;
 }
 
-LayoutEntry vector_entry(std::string name, std::string hf, int64_t n) {
+HfLayoutEntry vector_entry(std::string name, std::string hf, int64_t n) {
   return {std::move(name), {n}, {{std::move(hf), 0, {n}}}};
 }
 
-std::vector<LayoutEntry> hf_layout(const ModelConfig& c) {
+}  // namespace
+
+std::vector<HfLayoutEntry> hf_layout(const ModelConfig& c) {
   const int64_t H = c.hidden_size, V = c.vocab_size, D = c.head_dim;
   const int64_t Hq = c.num_attention_heads, Hkv = c.num_key_value_heads;
-  std::vector<LayoutEntry> out;
+  std::vector<HfLayoutEntry> out;
   out.push_back(stacked("embed", H, {{"model.embed_tokens.weight", V}}));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = fmt::format("layers.{}.", l);
@@ -93,6 +81,8 @@ std::vector<LayoutEntry> hf_layout(const ModelConfig& c) {
   if (!c.tie_word_embeddings) out.push_back(stacked("lm_head", H, {{"lm_head.weight", V}}));
   return out;
 }
+
+namespace {
 
 bool is_float_source(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
 
@@ -171,10 +161,10 @@ ModelWeights weights_from_hf(const ModelConfig& c, const std::map<std::string, T
   w.config = c;
   std::set<std::string> used;
   std::vector<std::string> missing;
-  for (const LayoutEntry& e : layout) {
+  for (const HfLayoutEntry& e : layout) {
     Tensor t(DType::kF32, e.shape);
     const int64_t cols = e.shape.size() == 2 ? e.shape[1] : 1;
-    for (const Piece& p : e.pieces) {
+    for (const HfPiece& p : e.pieces) {
       auto it = hf.find(p.hf);
       if (it == hf.end()) {
         missing.push_back(
@@ -234,7 +224,7 @@ std::vector<NamedTensor> weights_to_hf_ordered(const ModelWeights& w, DType dtyp
   const auto layout = hf_layout(w.config);
   std::vector<NamedTensor> out;
   std::set<std::string> expected;
-  for (const LayoutEntry& e : layout) {
+  for (const HfLayoutEntry& e : layout) {
     expected.insert(e.name);
     const Tensor& t = w.at(e.name);
     if (t.dtype() != DType::kF32 || !t.is_cpu() || t.shape() != e.shape)
@@ -243,7 +233,7 @@ std::vector<NamedTensor> weights_to_hf_ordered(const ModelWeights& w, DType dtyp
                       e.name, t.describe(), shape_string(e.shape)));
     const Tensor src = t.contiguous();
     const int64_t cols = e.shape.size() == 2 ? e.shape[1] : 1;
-    for (const Piece& p : e.pieces) {
+    for (const HfPiece& p : e.pieces) {
       const int64_t n = p.hf_shape[0] * (p.hf_shape.size() == 2 ? p.hf_shape[1] : 1);
       std::span<const float> values = src.data<float>().subspan(size_t(p.row0 * cols), size_t(n));
       out.push_back({p.hf, from_f32(values, p.hf_shape, dtype)});

@@ -81,7 +81,18 @@ void rows_with(const Loader& ld, RowFmt f, const RowParams& p, cudaStream_t st) 
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
+__global__ void amax_keys_kernel(const float* a, uint32_t* keys, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) keys[i] = amax_key(a[i]);
+}
+
 }  // namespace
+
+void launch_amax_keys(const float* a, uint32_t* keys, int64_t n, cudaStream_t st) {
+  if (n <= 0) return;
+  amax_keys_kernel<<<unsigned((n + 255) / 256), 256, 0, st>>>(a, keys, n);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
 
 void launch_fill_f32(float* p, int64_t n, float v, cudaStream_t st) {
   if (n <= 0) return;

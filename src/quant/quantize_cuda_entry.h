@@ -14,6 +14,10 @@ namespace lockstep::cuda {
 
 QTensor quantize(const Tensor& x, std::span<const int64_t> offsets, const QuantConfig& cfg,
                  std::string_view name);
+// NVFP4 per_tensor / per_group rowwise copy with each domain's amax given (F32 [domains] on x's
+// device): the amax pass is replaced by turning the given values into the domain keys.
+QTensor quantize_with_amax(const Tensor& x, std::span<const int64_t> offsets, const Tensor& amax,
+                           const QuantConfig& cfg, std::string_view name);
 std::vector<QTensor> quantize_joint(std::span<const Tensor> xs, const QuantConfig& cfg,
                                     std::span<const std::string> names);
 Tensor dequantize(const QTensor& q, const DequantConfig& cfg);

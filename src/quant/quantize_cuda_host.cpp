@@ -389,6 +389,19 @@ QTensor quantize(const Tensor& x, std::span<const int64_t> offsets, const QuantC
   return q;
 }
 
+QTensor quantize_with_amax(const Tensor& x, std::span<const int64_t> offsets, const Tensor& amax,
+                           const QuantConfig& cfg, std::string_view name) {
+  const Input in = plan::input_of(x, name);
+  DeviceGuard guard(x.device());
+  Ctx c(x.device(), cfg.stream, offsets, in.rows);
+  QTensor q = quantized_meta(cfg, in.rows, in.cols, offsets);
+  const int64_t ndom = nvfp4_domains(c, cfg, in.rows);
+  uint32_t* keys = c.zero_keys(ndom);
+  launch_amax_keys(amax.ptr<float>(), keys, ndom, c.cs);
+  nvfp4_rowwise(c, in, cfg, q.rowwise, keys, in.rows * in.cols > 0);
+  return q;
+}
+
 std::vector<QTensor> quantize_joint(std::span<const Tensor> xs, const QuantConfig& cfg,
                                     std::span<const std::string> names) {
   std::vector<QTensor> out;

@@ -223,6 +223,8 @@ struct InputRef {
 void launch_domain_amax(const InputRef& in, const AmaxParams& p, cudaStream_t st);
 void launch_finish(const FinishParams& p, cudaStream_t st);
 void launch_fill_f32(float* p, int64_t n, float v, cudaStream_t st);
+// keys[i] = the domain key (amax_key) of the amax value a[i], for amax values given by a caller.
+void launch_amax_keys(const float* a, uint32_t* keys, int64_t n, cudaStream_t st);
 void launch_rows(const InputRef& in, RowFmt f, const RowParams& p, cudaStream_t st);
 // Producer fusions, NVFP4 rows: gather (output row r = input row src[r], -1 = zero row) and
 // weighted SwiGLU (in is the [rows, 2 * half] FC1 output, prob [rows]).

@@ -101,11 +101,15 @@ int64_t encode_units(const Tensor& x, int64_t unit, int64_t nb, const ScaleView&
   return nonfinite;
 }
 
-int64_t nvfp4(const Tensor& x, std::span<const int64_t> offsets, const QuantConfig& cfg, QData& q) {
+int64_t nvfp4(const Tensor& x, std::span<const int64_t> offsets, const QuantConfig& cfg,
+              std::span<const float> given_amax, QData& q) {
   const int64_t rows = x.rows(), cols = x.cols(), nb = cols / 16;
   const bool per_row = cfg.scaling == Scaling::kPerRow;
-  std::vector<float> amax =
-      per_row ? std::vector<float>(size_t(rows)) : domain_amaxes(x, offsets, cfg.scaling);
+  std::vector<float> amax;
+  if (!given_amax.empty())
+    amax.assign(given_amax.begin(), given_amax.end());
+  else
+    amax = per_row ? std::vector<float>(size_t(rows)) : domain_amaxes(x, offsets, cfg.scaling);
   const std::vector<int64_t> dom = row_domains(rows, offsets, cfg.scaling);
   std::vector<num::TwoLevelOuter> outer(amax.size());
   for (size_t d = 0; d < amax.size() && !per_row; ++d)
@@ -228,11 +232,13 @@ bool rows_path_applies(const Tensor& x, const QuantConfig& cfg) {
 }
 
 QTensor quantize_rows(const Tensor& x, std::span<const int64_t> offsets, const QuantConfig& cfg,
-                      int64_t& nonfinite) {
+                      int64_t& nonfinite, std::span<const float> given_amax) {
+  if (!given_amax.empty() && (cfg.format != Format::kNvfp4 || cfg.scaling == Scaling::kPerRow))
+    throw QuantError("quantize_rows: a given amax applies to nvfp4 per_tensor / per_group only");
   QTensor q = quantized_meta(cfg, x.rows(), x.cols(), offsets);
   switch (cfg.format) {
     case Format::kNvfp4:
-      nonfinite = nvfp4(x, offsets, cfg, q.rowwise);
+      nonfinite = nvfp4(x, offsets, cfg, given_amax, q.rowwise);
       break;
     case Format::kMxfp8:
       nonfinite = mxfp8(x, cfg, q.rowwise);

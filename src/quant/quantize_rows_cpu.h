@@ -19,8 +19,10 @@ bool rows_path_applies(const Tensor& x, const QuantConfig& cfg);
 
 // Quantizes x (validated by validate_quant_input, rows_path_applies true) into the rowwise copy,
 // the same bytes as cpu::quantize. `nonfinite` receives the count of NaN and +-inf inputs.
+// given_amax (NVFP4 per_tensor / per_group): the amax of each outer domain, used instead of
+// reading x for it (quantize_with_amax).
 QTensor quantize_rows(const Tensor& x, std::span<const int64_t> offsets, const QuantConfig& cfg,
-                      int64_t& nonfinite);
+                      int64_t& nonfinite, std::span<const float> given_amax = {});
 
 namespace rows {
 

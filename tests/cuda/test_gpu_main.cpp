@@ -22,6 +22,7 @@ void test_quantize();
 void test_dequantize();
 void test_grouped();
 void test_joint();
+void test_given_amax();
 void test_hadamard();
 void test_colwise();
 void test_fused();
@@ -136,6 +137,7 @@ int main(int argc, char** argv) {
     test_dequantize();
     test_grouped();
     test_joint();
+    test_given_amax();
     test_hadamard();
     test_colwise();
     test_fused();

@@ -46,6 +46,22 @@ struct ModelWeights {
   Tensor& at(const std::string& name);
 };
 
+// One Hugging Face tensor inside a lockstep tensor: rows [row0, row0 + hf_shape[0]) of it (a 1-D
+// tensor is one piece covering it).
+struct HfPiece {
+  std::string hf;
+  int64_t row0 = 0;
+  std::vector<int64_t> hf_shape;
+};
+struct HfLayoutEntry {
+  std::string name;  // lockstep name
+  std::vector<int64_t> shape;
+  std::vector<HfPiece> pieces;
+};
+// The table every conversion below follows: each lockstep tensor of a config and its Hugging Face
+// pieces, in the layout's fixed order (embed, layer by layer, norm, head).
+std::vector<HfLayoutEntry> hf_layout(const ModelConfig& c);
+
 // Every lockstep tensor name and shape the config implies, in a fixed order.
 std::vector<std::pair<std::string, std::vector<int64_t>>> weight_shapes(const ModelConfig& c);
 // The number of weights (elements of weight_shapes; a tied head counted once).
