@@ -124,7 +124,6 @@ TEST(DiagMismatch, MetricsKeysAndRepeatability) {
   const std::vector<int64_t> off = {0, 100, 130, 300};
   const std::vector<float> a = {0.5f, -1.0f, 0.0f};
   const MismatchStats s1 = mismatch_stats(off, d, m, a), s2 = mismatch_stats(off, d, m, a);
-  EXPECT_EQ(std::memcmp(&s1, &s2, sizeof(s1)), 0);
   Json row, row2;
   add_mismatch_metrics(s1, row);
   add_mismatch_metrics(s2, row2);

@@ -74,6 +74,7 @@ TEST(QuantizeWithAmax, EqualsReadingTheAmaxAndJointForALargerOne) {
     for (DType dt : {DType::kF32, DType::kBF16}) {
       const Tensor xs = cast(x, dt);
       QuantConfig cfg;
+      cfg.format = Format::kNvfp4;
       cfg.block2d = block2d;
       const std::string what = fmt::format("block2d {} {}", block2d, dtype_name(dt));
       const QTensor ref = quantize(xs, cfg, "x");
@@ -94,6 +95,7 @@ TEST(QuantizeWithAmax, EqualsReadingTheAmaxAndJointForALargerOne) {
   const Tensor e = w.at("layers.0.gate_up");           // [128, 32]
   const std::vector<int64_t> off{0, 32, 32, 96, 128};  // an empty group too
   QuantConfig g;
+  g.format = Format::kNvfp4;
   g.scaling = Scaling::kPerGroup;
   const QTensor ref = quantize_grouped(e, off, g, "e");
   const QTensor given = quantize_with_amax(
@@ -105,6 +107,7 @@ TEST(QuantizeWithAmax, EqualsReadingTheAmaxAndJointForALargerOne) {
 TEST(QuantizeWithAmax, RefusesWhatAnAmaxCannotStandFor) {
   const Tensor x(DType::kF32, {16, 32});
   QuantConfig c;
+  c.format = Format::kNvfp4;
   c.scaling = Scaling::kPerRow;
   EXPECT_THROW(quantize_with_amax(x, {}, f32_values({1.0f}), c, "x"), QuantError);
   QuantConfig m;
@@ -112,9 +115,11 @@ TEST(QuantizeWithAmax, RefusesWhatAnAmaxCannotStandFor) {
   m.scaling = Scaling::kBlock1x32;
   EXPECT_THROW(quantize_with_amax(x, {}, f32_values({1.0f}), m, "x"), QuantError);
   QuantConfig col;
+  col.format = Format::kNvfp4;
   col.colwise = true;
   EXPECT_THROW(quantize_with_amax(x, {}, f32_values({1.0f}), col, "x"), QuantError);
   QuantConfig ok;
+  ok.format = Format::kNvfp4;
   EXPECT_THROW(quantize_with_amax(x, {}, f32_values({1.0f, 2.0f}), ok, "x"), QuantError);
   EXPECT_THROW(quantize_with_amax(x, {}, f32_values({-1.0f}), ok, "x"), QuantError);
 }
@@ -178,7 +183,7 @@ TEST(Converter, FusedScalesShareOneDomainSeparateGiveEachProjectionItsOwn) {
     EXPECT_EQ(sq.rowwise.amax.ptr<float>()[d], amax_rows(qkv, bounds[d], bounds[d + 1]));
     // Each projection's rows are its own per-tensor quantization.
     const QTensor alone =
-        quantize(qkv.slice_rows(bounds[d], bounds[d + 1]).contiguous(), QuantConfig{}, "alone");
+        quantize(qkv.slice_rows(bounds[d], bounds[d + 1]).contiguous(), QuantConfig(default_spec(Format::kNvfp4)), "alone");
     const auto all = host_bytes(sq.rowwise.data);
     const auto own = host_bytes(alone.rowwise.data);
     EXPECT_TRUE(std::equal(own.begin(), own.end(), all.begin() + bounds[d] * qkv.cols() / 2))

@@ -19,6 +19,8 @@
 #include "lockstep/model/policy.h"
 #include "lockstep/model/sampler.h"
 #include "lockstep/model/weights.h"
+#include "lockstep/recipe/json.h"
+#include "lockstep/tensor/device.h"
 
 namespace lockstep::py {
 namespace {
@@ -80,7 +82,7 @@ void bind_model(nb::module_& m) {
               throw ArgError("ModelWeights.init: give exactly one of preset or config");
             const model::ModelConfig c =
                 preset ? model::preset(*preset)
-                       : model::config_from_json(nlohmann::json::parse(*config_json), "config");
+                       : model::config_from_json(parse_json(*config_json), "config");
             return model::init_weights(c, seed);
           },
           nb::arg("preset").none() = nb::none(), nb::arg("config_json").none() = nb::none(),
@@ -207,7 +209,12 @@ void bind_model(nb::module_& m) {
           },
           nb::arg("force_bf16") = false)
       .def("save_checkpoint", &model::Learner::save_checkpoint, nb::arg("dir"))
-      .def_static("load_checkpoint", &model::Learner::load_checkpoint, nb::arg("dir"));
+      .def_static(
+          "load_checkpoint",
+          [](const std::string& dir, const std::string& device) {
+            return model::Learner::load_checkpoint(dir, select_device(device));
+          },
+          nb::arg("dir"), nb::arg("device") = "cpu");
 
   nb::class_<model::Sampler>(m, "Sampler", "KV-cache decode with continuous batching")
       .def(

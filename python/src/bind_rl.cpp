@@ -88,11 +88,15 @@ nb::dict mismatch_py(nb::handle offsets, nb::handle learner, nb::handle sampler,
   const diag::MismatchStats st =
       diag::mismatch_stats(off, delta, mask_of(mask, "align_stats: mask"),
                            floats(advantages, "align_stats: advantages"));
-  nlohmann::ordered_json row;
+  Json row;
   diag::add_mismatch_metrics(st, row);
   nb::dict out;
   for (auto it = row.begin(); it != row.end(); ++it) {
-    if (it->is_number_integer()) {
+    if (it->is_array()) {  // gap_hist: the histogram's counts
+      nb::list counts;
+      for (const Json& v : *it) counts.append(v.get<int64_t>());
+      out[it.key().c_str()] = counts;
+    } else if (it->is_number_integer()) {
       out[it.key().c_str()] = it->get<int64_t>();
     } else if (it->is_number()) {
       out[it.key().c_str()] = it->get<double>();
@@ -129,7 +133,7 @@ nb::tuple triage_py(nb::handle offsets, nb::handle old_lp, nb::handle sampler, n
   if (o.size() != s.size() || o.size() != m.size())
     throw ArgError(fmt::format("triage_weights: logp_old has {} tokens, logp_sampler {}, mask {}",
                                o.size(), s.size(), m.size()));
-  rl::check_packed_offsets("triage_weights", off, o.size(), a.size());
+  check_packed_offsets("triage_weights", off, o.size(), a.size());
   std::vector<float> delta(o.size());
   for (size_t i = 0; i < o.size(); ++i) delta[i] = o[i] - s[i];
   rl::TriageGateStats st;

@@ -20,7 +20,7 @@ namespace lockstep::cli {
 namespace {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
+using json = Json;
 
 struct ExportArgs {
   std::string model_dir, run_dir, format, output;
@@ -122,7 +122,7 @@ void run_export(ExportArgs& a) {
   if (!a.model_dir.empty()) {
     if (a.version) throw UsageError("--version selects a version of a run (--run RUN_DIR)");
     const model::ModelWeights w = load_model_source({a.model_dir, "", 0});
-    const Recipe recipe = select_run_recipe(a.recipe);
+    const Recipe recipe = select_run_recipe(a.recipe).recipe;
     // Check the format against the recipe before converting anything.
     convert::plan_export(w.config, recipe, opt);
     p = model::export_policy(w, recipe, 0, opt.convert);
@@ -178,7 +178,7 @@ void run_convert(ExportArgs& a) {
   convert::HfExportOptions opt = export_options(a);
   TensorProgress progress;
   opt.on_progress = [&](int64_t d, int64_t t) { progress(d, t); };
-  const Recipe recipe = select_run_recipe(a.recipe);
+  const Recipe recipe = select_run_recipe(a.recipe).recipe;
   const convert::ExportResult r = convert::convert_model_dir(a.model_dir, recipe, a.output, opt);
   export_report(a, r, recipe.name, std::nullopt, export_seconds_since(t0));
 }

@@ -10,7 +10,7 @@
 
 namespace lockstep::convert {
 namespace fs = std::filesystem;
-using json = nlohmann::json;
+using json = Json;
 
 json read_json(const fs::path& p) {
   std::ifstream in(p);

@@ -5,7 +5,7 @@
 
 #include <filesystem>
 #include <map>
-#include <nlohmann/json.hpp>
+#include "lockstep/recipe/json.h"
 #include <string>
 
 #include "lockstep/tensor/safetensors.h"
@@ -13,7 +13,7 @@
 namespace lockstep::convert {
 
 // A JSON file, or ExportError naming it.
-nlohmann::json read_json(const std::filesystem::path& p);
+Json read_json(const std::filesystem::path& p);
 
 // Where a tensor of a checkpoint lies: its file, header entry and the data section's offset.
 struct TensorLocation {

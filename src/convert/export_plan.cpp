@@ -37,7 +37,7 @@ std::string site_path(const model::LinearSite& s) {
   return s.cls == ModuleClass::kLmHead ? "lm_head" : module_path(s.layer, s.cls);
 }
 
-std::string operand_text(const OperandSpec& o) {
+std::string operand_text(const QuantSpec& o) {
   if (!is_quantized(o.format)) return std::string(format_name(o.format));
   std::string t = fmt::format("{} {}", format_name(o.format), scaling_name(o.scaling));
   if (o.format != Format::kNvfp4 && o.elem == ElemCodec::kE5M2) t += " e5m2";
@@ -54,7 +54,7 @@ std::string strip_weight(const std::string& hf) {
 }
 
 // The reason the format cannot hold this quantized weight, or "" when it can.
-std::string weight_problem(HfFormat f, const OperandSpec& w, int64_t cols) {
+std::string weight_problem(HfFormat f, const QuantSpec& w, int64_t cols) {
   const HfFormatInfo& fi = hf_format_info(f);
   if (w.format != fi.weight_format)
     return fmt::format(
@@ -97,7 +97,7 @@ std::string weight_problem(HfFormat f, const OperandSpec& w, int64_t cols) {
 
 // What the format declares for the activations of a quantized module: "w4a16", "w4a4", "" (the
 // format's only declaration, for mxfp8 / fp8-block), or an error text starting with '!'.
-std::string activation_kind(HfFormat f, const OperandSpec& a, bool weights_only) {
+std::string activation_kind(HfFormat f, const QuantSpec& a, bool weights_only) {
   if (nvfp4_family(f)) {
     if (weights_only || a.format == Format::kBf16) return "w4a16";
     if (a.format == Format::kNvfp4 && !a.hadamard) return "w4a4";
@@ -168,7 +168,7 @@ ExportPlan plan_export(const model::ModelConfig& c, const Recipe& recipe,
   }
   if (tied_head) {
     const LinearSpec head = model::site_spec(out.plan, *tied_head);
-    const OperandSpec& w = head[Gemm::kFprop].b;
+    const QuantSpec& w = head[Gemm::kFprop].b;
     if (is_quantized(w.format))
       throw ExportError(fmt::format(
           "lm_head: the recipe quantizes the head ({}), but it is tied to the embedding "
@@ -192,7 +192,7 @@ ExportPlan plan_export(const model::ModelConfig& c, const Recipe& recipe,
     }
     const model::LinearSite& s = it->second;
     const LinearSpec spec = model::site_spec(out.plan, s);
-    const OperandSpec& w = spec[Gemm::kFprop].b;
+    const QuantSpec& w = spec[Gemm::kFprop].b;
     const std::string path = site_path(s);
     u.linear = true;
     u.site = s;

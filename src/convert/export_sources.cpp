@@ -13,7 +13,7 @@
 
 namespace lockstep::convert {
 namespace fs = std::filesystem;
-using json = nlohmann::json;
+using json = Json;
 
 namespace {
 

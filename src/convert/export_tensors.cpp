@@ -14,7 +14,7 @@
 namespace lockstep::convert {
 namespace {
 
-using json = nlohmann::json;
+using json = Json;
 
 Tensor host(const Tensor& t) { return t.is_cpu() ? t.contiguous() : t.to(Device::cpu()); }
 

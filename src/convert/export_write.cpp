@@ -18,7 +18,7 @@
 
 namespace lockstep::convert {
 namespace fs = std::filesystem;
-using json = nlohmann::json;
+using json = Json;
 
 const std::vector<std::string>& tokenizer_file_names() {
   static const std::vector<std::string> names{"tokenizer.json",

@@ -3,7 +3,7 @@
 #pragma once
 
 #include <functional>
-#include <nlohmann/json.hpp>
+#include "lockstep/recipe/json.h"
 #include <string>
 #include <vector>
 
@@ -20,7 +20,7 @@ using UnitProducer = std::function<std::vector<NamedTensor>(const ExportUnit&)>;
 
 // Writes the export of `plan` to out_dir through a temporary folder beside it (see export.h).
 // config: the config.json object to complete with torch_dtype and quantization_config.
-ExportResult write_export(const ExportPlan& plan, nlohmann::json config,
+ExportResult write_export(const ExportPlan& plan, Json config,
                           const std::string& tokenizer_dir, const std::string& out_dir,
                           const UnitProducer& produce);
 

@@ -16,7 +16,7 @@
 
 namespace lockstep::convert {
 namespace fs = std::filesystem;
-using json = nlohmann::json;
+using json = Json;
 
 std::string_view diff_class_name(DiffClass c) {
   static constexpr std::array<std::string_view, size_t(DiffClass::kCount)> kNames{

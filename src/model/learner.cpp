@@ -22,6 +22,7 @@ ModelPlan plan_for(const ModelConfig& c, const Recipe& r, std::span<const CodeOv
 struct Learner::Impl {
   ModelWeights w;
   std::map<std::string, Tensor> grads, m, v;
+  std::map<std::string, Tensor> amax;  // F32 [1] per master: its amax after the last step
   Recipe recipe;
   LearnerConfig cfg;
   ModelPlan plan;
@@ -36,9 +37,9 @@ struct Learner::Impl {
   void build() {
     grads.clear();
     for (auto& [name, t] : w.tensors) {
-      grads[name] = Tensor(t.dtype(), t.shape());
-      if (!m.count(name)) m[name] = Tensor(t.dtype(), t.shape());
-      if (!v.count(name)) v[name] = Tensor(t.dtype(), t.shape());
+      grads[name] = Tensor(t.dtype(), t.shape(), t.device());
+      if (!m.count(name)) m[name] = Tensor(t.dtype(), t.shape(), t.device());
+      if (!v.count(name)) v[name] = Tensor(t.dtype(), t.shape(), t.device());
     }
     plan = plan_for(w.config, recipe, cfg.code_overrides);
     DecoderWeights dw;
@@ -55,11 +56,15 @@ Learner::Learner(ModelWeights weights, Recipe recipe, LearnerConfig cfg)
   Impl& m = *impl_;
   if (cfg.dtype != DType::kF32 && cfg.dtype != DType::kF64)
     throw std::invalid_argument("learner: dtype must be F32 or F64");
+  if (cfg.dtype == DType::kF64 && !cfg.device.is_cpu())
+    throw std::invalid_argument("learner: F64 (the gradient-check path) runs on the CPU only");
+  require_device(cfg.device);
   if (!(cfg.temperature > 0.0))
     throw std::invalid_argument(
         fmt::format("learner: temperature {} must be > 0", cfg.temperature));
   m.w.config = weights.config;
-  for (auto& [name, t] : weights.tensors) m.w.tensors[name] = cast(t, cfg.dtype).clone();
+  for (auto& [name, t] : weights.tensors)
+    m.w.tensors[name] = cast(t.to(Device::cpu()), cfg.dtype).clone().to(cfg.device);
   m.recipe = std::move(recipe);
   m.cfg = std::move(cfg);
   m.build();
@@ -92,10 +97,10 @@ LearnerOutput Learner::forward(const Tensor& tokens, std::span<const int64_t> cu
   }
   const Tensor logits = m.dec->forward(tokens, cu, m.cfg.mode, /*save=*/true);
   m.scaled_logits = scaled(logits, m.cfg.temperature);
-  m.targets = targets.contiguous();
+  m.targets = targets.contiguous().to(m.cfg.device);
   m.lp = ops::token_logprobs(m.scaled_logits, m.targets);
   m.has_forward = true;
-  return {m.lp.logp, m.lp.entropy};
+  return {m.lp.logp.to(Device::cpu()), m.lp.entropy.to(Device::cpu())};
 }
 
 Tensor Learner::logits(const Tensor& tokens, std::span<const int64_t> cu) {
@@ -105,7 +110,10 @@ Tensor Learner::logits(const Tensor& tokens, std::span<const int64_t> cu) {
 void Learner::backward(const Tensor& dlogp, const Tensor& dentropy) {
   Impl& m = *impl_;
   if (!m.has_forward) throw std::logic_error("learner: backward without a forward");
-  const Tensor ds = ops::token_logprobs_backward(m.scaled_logits, m.targets, m.lp, dlogp, dentropy);
+  const Device dev = m.cfg.device;
+  const Tensor ds = ops::token_logprobs_backward(
+      m.scaled_logits, m.targets, m.lp, dlogp.defined() ? dlogp.to(dev) : Tensor(),
+      dentropy.defined() ? dentropy.to(dev) : Tensor());
   // Philox seed of this step's stochastic rounding: the learner seed mixed with the step count.
   m.dec->set_grad_seed(m.cfg.seed ^ (uint64_t(m.steps + 1) * 0x9E3779B97F4A7C15ull));
   m.dec->backward(scaled(ds, m.cfg.temperature));
@@ -117,14 +125,12 @@ void Learner::backward(const Tensor& dlogp, const Tensor& dentropy) {
 StepStats Learner::step() {
   Impl& m = *impl_;
   StepStats st;
-  const bool f64 = m.cfg.dtype == DType::kF64;
-  auto run = [&](auto z) {
-    using T = decltype(z);
-    std::vector<std::span<T>> gs;
-    for (auto& [name, g] : m.grads) gs.push_back(g.template data<T>());
-    std::vector<std::span<const T>> cg(gs.begin(), gs.end());
-    st.grad_norm = ops::grad_norm_cpu<T>(cg);
-    if (!std::isfinite(st.grad_norm)) return false;
+  std::vector<Tensor> gs;
+  for (auto& [name, g] : m.grads) gs.push_back(g);
+  st.grad_norm = ops::grad_norm(gs);
+  if (!std::isfinite(st.grad_norm)) {
+    st.skipped = true;
+  } else {
     double coef = 1.0;
     if (m.cfg.max_grad_norm > 0.0) {
       coef = m.cfg.max_grad_norm / (st.grad_norm + 1e-6);
@@ -133,13 +139,7 @@ StepStats Learner::step() {
     const double gscale = st.clipped ? coef : 1.0;
     for (auto& [name, p] : m.w.tensors)
       ops::adamw_step(p, m.grads.at(name), m.m.at(name), m.v.at(name), m.cfg.adamw, m.steps + 1,
-                      gscale);
-    return true;
-  };
-  const bool ok = f64 ? run(double{}) : run(float{});
-  if (!ok) {
-    st.skipped = true;
-  } else {
+                      gscale, &m.amax[name]);
     ++m.steps;
     ++m.version;
     m.dec->weights_changed();
@@ -154,6 +154,7 @@ void Learner::zero_grad() {
 }
 
 const ModelWeights& Learner::weights() const { return impl_->w; }
+const std::map<std::string, Tensor>& Learner::weight_amax() const { return impl_->amax; }
 const std::map<std::string, Tensor>& Learner::grads() const { return impl_->grads; }
 const Recipe& Learner::recipe() const { return impl_->recipe; }
 const ModelPlan& Learner::plan() const { return impl_->plan; }
@@ -213,7 +214,8 @@ void Learner::save_checkpoint(const std::string& dir) const {
     const auto& src = std::string(kind) == "param"    ? m.w.tensors
                       : std::string(kind) == "adam_m" ? m.m
                                                       : m.v;
-    for (const auto& [name, t] : src) f.tensors.push_back({std::string(kind) + "." + name, t});
+    for (const auto& [name, t] : src)
+      f.tensors.push_back({std::string(kind) + "." + name, t.to(Device::cpu())});
   }
   f.metadata["lockstep.checkpoint"] = "learner";
   write_safetensors((std::filesystem::path(dir) / "learner.safetensors").string(), f);
@@ -227,7 +229,7 @@ void Learner::save_checkpoint(const std::string& dir) const {
   write_file_atomic(std::filesystem::path(dir) / "learner.json", j.dump(2) + "\n");
 }
 
-std::unique_ptr<Learner> Learner::load_checkpoint(const std::string& dir) {
+std::unique_ptr<Learner> Learner::load_checkpoint(const std::string& dir, Device device) {
   const std::filesystem::path jp = std::filesystem::path(dir) / "learner.json";
   std::string text;
   try {
@@ -245,7 +247,8 @@ std::unique_ptr<Learner> Learner::load_checkpoint(const std::string& dir) {
   ModelWeights w;
   w.config = config_from_json(j.at("config"), where);
   const Recipe recipe = recipe_from_json(j.at("recipe"), where);
-  const LearnerConfig cfg = learner_settings_from_json(j.at("learner"), where);
+  LearnerConfig cfg = learner_settings_from_json(j.at("learner"), where);
+  cfg.device = device;
   const SafetensorsFile f =
       read_safetensors((std::filesystem::path(dir) / "learner.safetensors").string());
   std::map<std::string, Tensor> moments_m, moments_v;

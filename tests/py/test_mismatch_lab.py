@@ -251,7 +251,7 @@ class MismatchLab(unittest.TestCase):
                               (["--routing-replay"], "--routing-replay is not yet supported"),
                               (["--kv-cache", "int4"], "--kv-cache 'int4'"),
                               (["--guard", "tis+triage"], "TIS + gate + repair"),
-                              (["--gate-segment", "0"], "--gate-segment 0"),
+                              (["--gate-segment", "0"], "--gate-segment '0'"),
                               (["--eval-split", "train"], "unknown evaluation split 'train'"),
                               (["--task", "cumsum", "--difficulty", "11"],
                                "--max-new 8 cannot hold the answer")):

@@ -11,7 +11,7 @@
 
 #include <cstdint>
 #include <functional>
-#include <nlohmann/json.hpp>
+#include "lockstep/recipe/json.h"
 #include <optional>
 #include <string>
 #include <vector>
@@ -85,8 +85,8 @@ std::vector<NamedTensor> unit_tensors(const ExportPlan& plan, const ExportUnit& 
                                       const nn::Operand* op, const Tensor* dense);
 
 // config.json's quantization_config (and the ModelOpt hf_quant_config.json) of a plan.
-nlohmann::json quantization_config(const ExportPlan& plan);
-nlohmann::json hf_quant_config(const ExportPlan& plan);  // null for formats without one
+Json quantization_config(const ExportPlan& plan);
+Json hf_quant_config(const ExportPlan& plan);  // null for formats without one
 
 struct ExportResult {
   std::vector<std::string> files;  // written into OUT_DIR
@@ -97,7 +97,7 @@ struct ExportResult {
 // Writes OUT_DIR from a policy version. source_config: the model's config.json object (its fields
 // are kept; torch_dtype and quantization_config are set), or null for config_to_json(p.config).
 // tokenizer_dir: a folder whose tokenizer files are copied (empty: none).
-ExportResult export_policy_dir(const model::PolicyVersion& p, const nlohmann::json& source_config,
+ExportResult export_policy_dir(const model::PolicyVersion& p, const Json& source_config,
                                const std::string& tokenizer_dir, const std::string& out_dir,
                                const HfExportOptions& opt);
 

@@ -10,7 +10,7 @@
 
 #include <array>
 #include <cstdint>
-#include <nlohmann/json.hpp>
+#include "lockstep/recipe/json.h"
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,6 +59,6 @@ struct VerifyReport {
 // no format verify reads, or a quantized module has no bf16 weight of its shape in bf16_dir.
 VerifyReport verify_checkpoint(const std::string& bf16_dir, const std::string& quant_dir);
 
-nlohmann::json verify_json(const VerifyReport& r);
+Json verify_json(const VerifyReport& r);
 
 }  // namespace lockstep::convert

@@ -25,9 +25,13 @@ struct LearnerConfig {
   double temperature = 1.0;   // log-probs of logits / temperature (as the sampler samples)
   uint64_t seed = 0;          // Philox seed of stochastic rounding (mixed with the step)
   DType dtype = DType::kF32;  // F64: the gradient-check path (f32 pass-through recipes)
+  // Where the masters, gradients, moments and every op run (F64 runs on the CPU only). Not part
+  // of a checkpoint: a checkpoint written on one device loads on any other.
+  Device device = Device::cpu();
   std::vector<CodeOverride> code_overrides;  // per-module specs beating the recipe
 };
 
+// Host tensors, whatever the learner's device (per-token values the trainer reads).
 struct LearnerOutput {
   Tensor logp;     // [n] log-prob of each target under logits / temperature
   Tensor entropy;  // [n] entropy of the full temperature-scaled distribution
@@ -53,13 +57,16 @@ class Learner {
   // The logits [n, V] of a packed batch (no log-probs, nothing kept).
   Tensor logits(const Tensor& tokens, std::span<const int64_t> cu_seqlens);
   // Gradients of sum_t dlogp[t] logp[t] + dentropy[t] entropy[t] added into grads(); either
-  // may be undefined (zero).
+  // may be undefined (zero); host or device tensors.
   void backward(const Tensor& dlogp, const Tensor& dentropy);
   // Clip, AdamW on the masters, zero the gradients, version + 1.
   StepStats step();
   void zero_grad();
 
-  const ModelWeights& weights() const;
+  const ModelWeights& weights() const;  // the masters, on the learner's device
+  // F32 [1] per master (learner names, on the learner's device): its amax after the last step, for
+  // a converter that quantizes per tensor without reading the weight again (empty before step 1).
+  const std::map<std::string, Tensor>& weight_amax() const;
   const std::map<std::string, Tensor>& grads() const;
   const Recipe& recipe() const;
   const ModelPlan& plan() const;
@@ -70,8 +77,10 @@ class Learner {
   // Checkpoint directory: learner.safetensors (param.*, adam_m.*, adam_v.*) + learner.json
   // (config, recipe, version, step, learner settings). Files are written atomically.
   void save_checkpoint(const std::string& dir) const;
-  // A learner continuing exactly where the checkpoint left off (same bits on the next steps).
-  static std::unique_ptr<Learner> load_checkpoint(const std::string& dir);
+  // A learner continuing exactly where the checkpoint left off (same bits on the next steps when
+  // it runs on the device that wrote it), on `device`.
+  static std::unique_ptr<Learner> load_checkpoint(const std::string& dir,
+                                                  Device device = Device::cpu());
 
  private:
   struct Impl;
