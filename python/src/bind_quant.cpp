@@ -30,11 +30,6 @@ Scaling parse_scaling(std::string_view s, std::string_view what) {
                   what, s));
 }
 
-// The scaling a format uses when none is given (as `lockstep quantize`).
-Scaling default_scaling(Format f) {
-  return f == Format::kMxfp8 ? Scaling::kBlock1x32 : Scaling::kPerTensor;
-}
-
 const QData& part_copy(const QTensor& q, std::string_view part, std::string_view* field) {
   constexpr std::string_view kCol = "_colwise";
   if (part.size() > kCol.size() && part.substr(part.size() - kCol.size()) == kCol) {
@@ -152,6 +147,11 @@ nb::object dequantize_py(const QTensor& q, const std::string& dtype, const std::
   {
     nb::gil_scoped_release nogil;
     out = dequantize(q, dc);
+    if (q.hadamard) {  // back from the transformed domain, as `lockstep dequantize` does
+      std::vector<float> v = to_f32(out.to(Device::cpu()));
+      undo_hadamard(v, q.rows, q.cols, dc.copy);
+      out = from_f32(v, {q.rows, q.cols}, dc.dtype);
+    }
   }
   return to_array(out);
 }

@@ -223,27 +223,6 @@ int64_t count_inf(std::span<const float> v) {
   return n;
 }
 
-// Undoes the random Hadamard transform (CONTRACT.md section 6) of values rebuilt from one copy:
-// along rows for the rowwise copy, along columns (the rows of X^T) for the transposed copy.
-// values: [rows, cols] row-major. The transform's bf16 rounding and the quantization error stay.
-void invert_hadamard(std::vector<float>& values, int64_t rows, int64_t cols, Copy copy) {
-  float in[16], out[16];
-  if (copy == Copy::kRowwise) {
-    for (size_t k = 0; k + 16 <= values.size(); k += 16) {
-      std::copy_n(values.data() + k, 16, in);
-      num::inverse_hadamard16_chunk(in, out);
-      std::copy_n(out, 16, values.data() + k);
-    }
-    return;
-  }
-  for (int64_t c = 0; c < cols; ++c)
-    for (int64_t r0 = 0; r0 + 16 <= rows; r0 += 16) {
-      for (int i = 0; i < 16; ++i) in[i] = values[size_t((r0 + i) * cols + c)];
-      num::inverse_hadamard16_chunk(in, out);
-      for (int i = 0; i < 16; ++i) values[size_t((r0 + i) * cols + c)] = out[i];
-    }
-}
-
 void run_dequantize(const DequantizeArgs& a) {
   const std::string &input = a.input, &output = a.output, &dtype_arg = a.dtype;
   check_output_paths({{"-o", output}, {"--run-meta", a.run_meta}});
@@ -274,7 +253,7 @@ void run_dequantize(const DequantizeArgs& a) {
     std::vector<float> values =
         naming_file(input, [&] { return to_f32(dequantize(q.to(device), dc).to(Device::cpu())); });
     if (q.hadamard) {
-      invert_hadamard(values, q.rows, q.cols, dc.copy);
+      undo_hadamard(values, q.rows, q.cols, dc.copy);
       ++inverted;
     }
     Tensor t = from_f32(values, {q.rows, q.cols}, dt);

@@ -66,8 +66,15 @@ struct DequantConfig {
   DType dtype = DType::kF32;   // F32, or BF16 (the fp32 value rounded to nearest even)
   Stream stream;
 };
-// Reconstruct X [rows, cols] from one copy, on the QTensor's device.
+// Reconstruct X [rows, cols] from one copy, on the QTensor's device. A --hadamard tensor comes back
+// in the transformed domain (what the GEMM consumes); undo_hadamard maps it back.
 Tensor dequantize(const QTensor& q, const DequantConfig& cfg = {});
+
+// Undoes the random Hadamard transform (CONTRACT.md section 6) of values rebuilt from one copy of
+// a --hadamard QTensor, in place: along rows for the rowwise copy, along columns (the rows of X^T)
+// for the columnwise copy. values: [rows, cols] row-major on the host. The transform's bf16
+// rounding and the quantization error stay.
+void undo_hadamard(std::span<float> values, int64_t rows, int64_t cols, Copy copy);
 
 // The random Hadamard transform of CONTRACT.md section 6 along each row (cols % 16 == 0), rounded
 // to bf16 and widened back: an F32 tensor of x's shape on x's device.
