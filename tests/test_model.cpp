@@ -39,7 +39,7 @@ Batch make_batch(const std::vector<int64_t>& lens, int64_t vocab, uint32_t strea
 
 std::vector<float> f32s(const Tensor& t) { return floats(t); }
 
-void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b,
+void expect_same_model_bits(const std::vector<float>& a, const std::vector<float>& b,
                       const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   for (size_t i = 0; i < a.size(); ++i)
@@ -97,12 +97,16 @@ TEST(ModelGradcheck, WholeModelFloat64DenseAndMoe) {
       for (int64_t i = int64_t(test_seed() % uint64_t(step)); i < p.numel(); i += step) {
         double* v = p.ptr<double>() + i;
         const double keep = *v;
+        // The decoder's weight operands are views of the masters for f32 specs, or padded copies
+        // (K to kLinearKMultiple): rebuilt after every change.
         *v = keep + 1e-6;
-        // Cached weight operands are views of the masters for f32 specs; nothing to rebuild.
+        l.weights_changed();
         const double lp = loss();
         *v = keep - 1e-6;
+        l.weights_changed();
         const double lm = loss();
         *v = keep;
+        l.weights_changed();
         const double fd = (lp - lm) / 2e-6, a = an.ptr<double>()[i];
         ASSERT_NEAR(fd, a, 1e-6 * (1 + std::fabs(a)))
             << (moe ? "moe " : "dense ") << name << "[" << i << "] seed " << test_seed();
@@ -148,14 +152,14 @@ TEST(ModelDeterministic, LearnerEqualsSamplerAloneAndInMixedBatches) {
       for (size_t i = 0; i < reqs.size(); ++i) {
         const auto [g0, gn] = gen_pos[i];
         const std::vector<float> got(packed.begin() + g0, packed.begin() + g0 + gn);
-        expect_same_bits(got, res[i].logprobs, what + " batched seq " + std::to_string(i));
+        expect_same_model_bits(got, res[i].logprobs, what + " batched seq " + std::to_string(i));
         const int64_t s0 = all.cu[i], s1 = all.cu[i + 1];
         const std::vector<int32_t> ids(all.ids.begin() + s0, all.ids.begin() + s1),
             tg(all.targets.begin() + s0, all.targets.begin() + s1);
         const std::vector<int64_t> cu{0, s1 - s0};
         const std::vector<float> alone =
             f32s(scorer.forward(ids_tensor(ids), cu, ids_tensor(tg)).logp);
-        expect_same_bits(alone, std::vector<float>(packed.begin() + s0, packed.begin() + s1),
+        expect_same_model_bits(alone, std::vector<float>(packed.begin() + s0, packed.begin() + s1),
                          what + " alone vs batch " + std::to_string(i));
       }
     }
@@ -191,7 +195,7 @@ TEST(ModelDeterministic, SameBitsWhateverTheThreadCount) {
   }
   omp_set_num_threads(threads);
   for (size_t i = 2; i < runs.size(); ++i)
-    expect_same_bits(runs[i], runs[i % 2], "thread count run " + std::to_string(i));
+    expect_same_model_bits(runs[i], runs[i % 2], "thread count run " + std::to_string(i));
 }
 
 TEST(ModelSampler, SameSeedSameTokensWhateverTheBatch) {
@@ -219,7 +223,7 @@ TEST(ModelSampler, SameSeedSameTokensWhateverTheBatch) {
       const std::vector<SampleResult> again = s.generate(reqs);
       for (size_t i = 0; i < reqs.size(); ++i) {
         EXPECT_EQ(again[i].tokens, all[i].tokens) << rn << " request " << i << " max_batch " << mb;
-        expect_same_bits(again[i].logprobs, all[i].logprobs, std::string(rn) + " logprobs");
+        expect_same_model_bits(again[i].logprobs, all[i].logprobs, std::string(rn) + " logprobs");
       }
     }
     const std::vector<SampleResult> one = s.generate(std::span(reqs).subspan(3, 1));
@@ -285,9 +289,9 @@ TEST(ModelLearner, CheckpointContinuesBitIdentically) {
   EXPECT_EQ(resumed->version(), 2);
   const std::vector<float> l2 = train(*resumed, 2);
   std::filesystem::remove_all(dir);
-  expect_same_bits(l2, std::vector<float>(l4.begin() + 2, l4.end()), "losses after reload");
+  expect_same_model_bits(l2, std::vector<float>(l4.begin() + 2, l4.end()), "losses after reload");
   for (const auto& [name, t] : straight.weights().tensors)
-    expect_same_bits(f32s(t), f32s(resumed->weights().tensors.at(name)), "weights " + name);
+    expect_same_model_bits(f32s(t), f32s(resumed->weights().tensors.at(name)), "weights " + name);
 }
 
 TEST(ModelErrors, BadInputIsRefusedWithAMessage) {

@@ -281,6 +281,10 @@ RandomBatch random_batch(uint64_t seed) {
     b.lp_ref.push_back(old + 0.2 * n(g));
     b.mask.push_back(u(g) < 0.9);
   }
+  // Response 0: a positive advantage and a sampler 1.5 nats above the learner on every token, so
+  // the repair has an active segment whatever the seed.
+  b.adv[0] = 1.0 + std::fabs(b.adv[0]);
+  for (int64_t t = b.offsets[0]; t < b.offsets[1]; ++t) b.lp_smp[size_t(t)] += 1.5;
   return b;
 }
 

@@ -5,6 +5,7 @@
 #include "lockstep/nn/grouped_linear.h"
 
 #include <fmt/format.h>
+#include <numeric>
 
 #include <stdexcept>
 
@@ -27,7 +28,9 @@ std::vector<int64_t> weight_offsets(int64_t groups, int64_t rows_per_group) {
 
 }  // namespace
 
-int64_t group_row_multiple(const LinearSpec& spec) { return k_multiple(spec[Gemm::kWgrad]); }
+int64_t group_row_multiple(const LinearSpec& spec) {
+  return std::lcm(k_multiple(spec[Gemm::kWgrad]), kLinearKMultiple);
+}
 
 Operand prepare_grouped_fprop_weight(const Tensor& w, int64_t groups, const LinearSpec& spec,
                                      std::string_view name, bool training) {

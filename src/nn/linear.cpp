@@ -35,7 +35,9 @@ GemmConfig colwise_both(GemmOrder order) {
 }
 
 // Tokens the wgrad GEMM reduces over must be a multiple of this (zero rows are added).
-int64_t token_multiple(const LinearSpec& s) { return k_multiple(gemm_of(s, Gemm::kWgrad)); }
+int64_t token_multiple(const LinearSpec& s) {
+  return std::lcm(k_multiple(gemm_of(s, Gemm::kWgrad)), kLinearKMultiple);
+}
 
 }  // namespace
 
@@ -43,9 +45,10 @@ LinearDims LinearDims::of(int64_t out, int64_t in, const LinearSpec& spec) {
   LinearDims d;
   d.out = out;
   d.in = in;
-  d.in_padded = round_up(in, k_multiple(spec[Gemm::kFprop]));
-  int64_t om = 1;
-  if (spec.backward_mode == BackwardMode::kQuantized) om = k_multiple(spec[Gemm::kDgrad]);
+  d.in_padded = round_up(in, std::lcm(k_multiple(spec[Gemm::kFprop]), kLinearKMultiple));
+  int64_t om = kLinearKMultiple;
+  if (spec.backward_mode == BackwardMode::kQuantized)
+    om = std::lcm(om, k_multiple(spec[Gemm::kDgrad]));
   if (spec[Gemm::kFprop].b.block2d) om = std::lcm(om, int64_t(16));
   d.out_padded = round_up(out, om);
   return d;

@@ -15,7 +15,7 @@
 namespace lockstep::nn {
 
 // Rows of each expert group are padded to a multiple of this when training (the wgrad GEMM
-// reduces over them): nvfp4 columnwise 16, mxfp8 32, fp8 1x128 128, else 1.
+// reduces over them): the wgrad format's block (fp8 1x128: 128) and kLinearKMultiple.
 int64_t group_row_multiple(const LinearSpec& spec);
 
 // The fprop weight operand of a grouped W [groups * N, K] (quantize_grouped per expert), padded

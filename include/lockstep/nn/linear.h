@@ -15,6 +15,12 @@ namespace lockstep::nn {
 // The weight operands a Linear prepares once per weight version (the converter calls
 // prepare_fprop_weight too, so the sampler reads the learner's bytes).
 //   padded dims: K_p = roundup(K, k_multiple(fprop)), N_p = roundup(N, k_multiple(dgrad)).
+// Every K a linear layer's GEMMs reduce over (fprop: in, dgrad: out, wgrad: tokens, or an expert's
+// rows) is zero-padded to a multiple of this as well as to its formats' block size, on every
+// device: the CUDA GEMM kernels step K by 32, and padding alike everywhere keeps a layer's shapes
+// and bits independent of where it runs (zero products add nothing to a sum).
+inline constexpr int64_t kLinearKMultiple = 32;
+
 struct LinearDims {
   int64_t out = 0, in = 0;  // N, K
   int64_t out_padded = 0, in_padded = 0;
