@@ -50,6 +50,7 @@ AlignResult align(const ModelWeights& w, const Recipe& recipe, const AlignOption
   LearnerConfig lc;
   lc.mode = o.mode;
   lc.temperature = o.temperature;
+  lc.device = o.device;
   Learner learner(w, o.learner_recipe ? *o.learner_recipe : recipe, lc);
   SamplerConfig sc;
   sc.temperature = o.temperature;
@@ -58,6 +59,7 @@ AlignResult align(const ModelWeights& w, const Recipe& recipe, const AlignOption
   sc.kv = o.kv;
   sc.max_batch = o.alone ? 1 : o.batch;
   sc.eos = c.eos_token_id;
+  sc.device = o.device;
   Sampler sampler(sc);
   sampler.load_policy(export_policy(w, recipe, learner.version()), learner.version(), recipe.name);
   const std::vector<SampleResult> res = sampler.generate(reqs);

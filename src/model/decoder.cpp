@@ -223,25 +223,38 @@ Tensor Decoder::forward_cached(const Tensor& ids, std::span<const int64_t> posit
   m.check_ids(ids);
   if (int64_t(positions.size()) != n || int64_t(slots.size()) != n)
     throw std::invalid_argument("forward_cached: ids, positions and slots differ in length");
-  std::vector<int32_t> pos(static_cast<size_t>(n));
+  if (cache.device() != m.dev)
+    throw std::invalid_argument(fmt::format("forward_cached: the KV cache is on {}, the model on {}",
+                                            cache.device().str(), m.dev.str()));
+  if (cache.dtype() != m.kv) m.kv = cache.dtype();
+  std::vector<int32_t> pos(static_cast<size_t>(n)), slot(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r) {
-    if (positions[size_t(r)] < 0 || positions[size_t(r)] >= m.c.max_position_embeddings)
+    if (positions[size_t(r)] < 0 || positions[size_t(r)] >= cache.max_pos())
       throw std::invalid_argument(
-          fmt::format("forward_cached: position {} is outside the configured context "
+          fmt::format("forward_cached: position {} is outside the KV cache's {} positions "
                       "(max_position_embeddings = {})",
-                      positions[size_t(r)], m.c.max_position_embeddings));
+                      positions[size_t(r)], cache.max_pos(), m.c.max_position_embeddings));
+    if (slots[size_t(r)] < 0 || slots[size_t(r)] >= cache.slots())
+      throw std::invalid_argument(fmt::format("forward_cached: slot {} is outside the KV cache's {}",
+                                              slots[size_t(r)], cache.slots()));
     pos[size_t(r)] = int32_t(positions[size_t(r)]);
+    slot[size_t(r)] = int32_t(slots[size_t(r)]);
   }
-  const Tensor pt = Tensor::from_vector<int32_t>(pos, {n}, DType::kI32);
-  Tensor x = ops::embedding(m.embed, ids.contiguous());
+  const Tensor pt = Tensor::from_vector<int32_t>(pos, {n}, DType::kI32).to(m.dev);
+  const Tensor st = Tensor::from_vector<int32_t>(slot, {n}, DType::kI32).to(m.dev);
+  Tensor x = ops::embedding(m.embed, ids.contiguous().to(m.dev));
   for (Layer& L : m.layers) {
-    const Tensor a = m.attention_cached(L, x, pt, positions, slots, cache);
+    const Tensor a = m.attention_cached(L, x, pt, st, cache);
     ops::add_inplace(x, a);
     const Tensor f = m.mlp(L, x, false);
     ops::add_inplace(x, f);
   }
   return m.final_logits(x, false);
 }
+
+Device Decoder::device() const { return impl_->dev; }
+
+void Decoder::set_kv_dtype(KvDtype dtype) { impl_->kv = dtype; }
 
 void Decoder::Impl::set_mode(ExecMode m) {
   if (mode == m) return;

@@ -42,8 +42,8 @@ struct Decoder::Impl {
   Tensor attention_packed(Layer& L, const Tensor& x, const Tensor& positions, const Tensor& cu,
                           ops::AttentionKernel kernel, bool save);
   // The same with K / V appended to the cache and attention_row over it.
-  Tensor attention_cached(Layer& L, const Tensor& x, const Tensor& positions_i32,
-                          std::span<const int64_t> positions, std::span<const int64_t> slots,
+  // positions / slots: I32 [rows] on the decoder's device, checked by the caller.
+  Tensor attention_cached(Layer& L, const Tensor& x, const Tensor& positions, const Tensor& slots,
                           KvCache& cache);
   Tensor attention_backward(Layer& L, const Tensor& dy);
   // Dense SwiGLU MLP or MoE block, normalized input inside.
@@ -59,6 +59,7 @@ struct Decoder::Impl {
   DType dtype = DType::kF32;
   Device dev;  // where the weights live: every op of the decoder runs there
   std::optional<ExecMode> mode;  // the modules' current GEMM order
+  KvDtype kv = KvDtype::kBf16;   // the learner's K / V rounding (the sampler's cache dtype)
   int64_t hq = 0, hkv = 0, D = 0;
   std::map<std::string, Tensor> tensors, grads;
   Tensor embed, g_embed, final_norm, g_final_norm;

@@ -2,7 +2,6 @@
 // the KV cache, the MLP / MoE step, and their backward passes.
 #include <fmt/format.h>
 
-#include <cstring>
 #include <stdexcept>
 
 #include "decoder_impl.h"
@@ -60,9 +59,9 @@ Tensor Decoder::Impl::attention_packed(Layer& L, const Tensor& x, const Tensor& 
   Tensor v = p[2];
   ops::rope_inplace(q, positions, hq, rope);
   ops::rope_inplace(k, positions, hkv, rope);
-  // The sampler's KV cache holds bf16 values: the learner attends to the same values.
-  ops::round_bf16_inplace(k);
-  ops::round_bf16_inplace(v);
+  // The sampler's KV cache holds K / V rounded by its rule: the learner attends to the same values.
+  ops::kv_round_inplace(k, hkv, kv);
+  ops::kv_round_inplace(v, hkv, kv);
   Tensor lse;
   const Tensor o = ops::attention(q, k, v, cu_t, {hq, hkv, D}, kernel, &lse);
   const Tensor y = L.o_proj.forward(o, save);
@@ -80,9 +79,8 @@ Tensor Decoder::Impl::attention_packed(Layer& L, const Tensor& x, const Tensor& 
   return y;
 }
 
-Tensor Decoder::Impl::attention_cached(Layer& L, const Tensor& x, const Tensor& positions_i32,
-                                       std::span<const int64_t> positions,
-                                       std::span<const int64_t> slots, KvCache& cache) {
+Tensor Decoder::Impl::attention_cached(Layer& L, const Tensor& x, const Tensor& positions,
+                                       const Tensor& slots, KvCache& cache) {
   if (x.dtype() != DType::kF32)
     throw std::invalid_argument("forward_cached: the cached executor runs F32 tensors");
   const int64_t T = x.rows();
@@ -91,44 +89,13 @@ Tensor Decoder::Impl::attention_cached(Layer& L, const Tensor& x, const Tensor& 
   std::vector<Tensor> p = ops::split_cols(qkv, {hq * D, hkv * D, hkv * D});
   Tensor q = ops::rmsnorm(p[0].view({T * hq, D}), L.q_norm, eps, nullptr).view({T, hq * D});
   Tensor k = ops::rmsnorm(p[1].view({T * hkv, D}), L.k_norm, eps, nullptr).view({T, hkv * D});
-  Tensor v = p[2];
-  ops::rope_inplace(q, positions_i32, hq, rope);
-  ops::rope_inplace(k, positions_i32, hkv, rope);
-  const int64_t W = hkv * D;
-  float* kp = k.ptr<float>();
-  float* vp = v.ptr<float>();
-  if (cache.dtype() == KvDtype::kBf16) {
-    ops::round_bf16_inplace(k);
-    ops::round_bf16_inplace(v);
-  }
-  for (int64_t r = 0; r < T;) {
-    int64_t r1 = r + 1;
-    while (r1 < T && slots[size_t(r1)] == slots[size_t(r)]) ++r1;
-    const int64_t s = slots[size_t(r)];
-    if (cache.dtype() == KvDtype::kFp8E4M3)
-      cache.round_rows(s, L.index, kp + r * W, vp + r * W, r1 - r);
-    for (int64_t i = r; i < r1; ++i) {
-      std::memcpy(cache.k(s, L.index) + positions[size_t(i)] * W, kp + i * W,
-                  size_t(W) * sizeof(float));
-      std::memcpy(cache.v(s, L.index) + positions[size_t(i)] * W, vp + i * W,
-                  size_t(W) * sizeof(float));
-    }
-    r = r1;
-  }
-  Tensor o = Tensor::empty(DType::kF32, {T, hq * D});
-  const float scale = float(ops::attention_scale(D));
-  const float* qp = q.ptr<float>();
-  float* op = o.ptr<float>();
-  const int64_t rep = hq / hkv, rows = T * hq;
-  int64_t work = 0;
-  for (int64_t r = 0; r < T; ++r) work += (positions[size_t(r)] + 1) * hq * D;
-#pragma omp parallel for schedule(dynamic, 4) if (work >= (int64_t(1) << 15) && rows > 1)
-  for (int64_t rh = 0; rh < rows; ++rh) {
-    const int64_t r = rh / hq, h = rh % hq, g = h / rep, s = slots[size_t(r)];
-    float lse = 0;
-    ops::attention_row<float>(qp + rh * D, cache.k(s, L.index) + g * D, cache.v(s, L.index) + g * D,
-                              W, positions[size_t(r)] + 1, D, scale, op + rh * D, &lse);
-  }
+  ops::rope_inplace(q, positions, hq, rope);
+  ops::rope_inplace(k, positions, hkv, rope);
+  // The cache rounds the rows by its rule (the learner's kv_round_inplace) as it stores them;
+  // every row of this call is stored before any row attends, so a prompt's rows see each other.
+  ops::KvCacheLayer& layer = cache.layer(L.index);
+  ops::kv_cache_write(layer, k, p[2].contiguous(), slots, positions);
+  const Tensor o = ops::attention_cached(q, layer, slots, positions, {hq, hkv, D});
   return L.o_proj.forward(o, false);
 }
 

@@ -149,6 +149,8 @@ StepStats Learner::step() {
   return st;
 }
 
+void Learner::weights_changed() { impl_->dec->weights_changed(); }
+
 void Learner::zero_grad() {
   for (auto& [name, g] : impl_->grads) g.fill_bytes(0);
 }

@@ -40,13 +40,13 @@ void fnv_tensor(uint64_t& h, const Tensor& t) {
 }
 
 // NVFP4 per_tensor / per_group: the outer domains a caller's amax can stand for.
-bool takes_amax(const OperandSpec& w) {
+bool takes_amax(const QuantSpec& w) {
   return w.format == Format::kNvfp4 && !w.hadamard && !w.stochastic &&
          (w.scaling == Scaling::kPerTensor || w.scaling == Scaling::kPerGroup);
 }
 
 // q / k / v rows of a layer's fused qkv weight quantized as three domains.
-bool split_qkv(const LinearSite& s, const OperandSpec& w, const ExportOptions& opt) {
+bool split_qkv(const LinearSite& s, const QuantSpec& w, const ExportOptions& opt) {
   return !opt.fuse_scales && s.cls == ModuleClass::kQkv && takes_amax(w);
 }
 
@@ -96,7 +96,7 @@ std::optional<std::vector<int64_t>> weight_amax_domains(const ModelConfig& c, co
                                                         const LinearSite& site,
                                                         const ExportOptions& opt) {
   const LinearSpec spec = site_spec(plan, site);
-  const OperandSpec& w = spec[Gemm::kFprop].b;
+  const QuantSpec& w = spec[Gemm::kFprop].b;
   if (!takes_amax(w)) return std::nullopt;
   const int64_t rows = site.cls == ModuleClass::kLmHead ? c.vocab_size : [&] {
     for (const auto& [name, shape] : weight_shapes(c))
@@ -115,7 +115,7 @@ std::optional<std::vector<int64_t>> weight_amax_domains(const ModelConfig& c, co
 nn::Operand convert_weight(const Tensor& w, const ModelConfig& c, const ModelPlan& plan,
                            const LinearSite& s, const ExportOptions& opt, const Tensor* amax) {
   const LinearSpec spec = site_spec(plan, s);
-  const OperandSpec& ws = spec[Gemm::kFprop].b;
+  const QuantSpec& ws = spec[Gemm::kFprop].b;
   const std::string key = policy_operand_key(s);
   const bool split = split_qkv(s, ws, opt);
   if (amax && !takes_amax(ws))
@@ -129,7 +129,7 @@ nn::Operand convert_weight(const Tensor& w, const ModelConfig& c, const ModelPla
   // The learner's padding and domains (nn::prepare_*_fprop_weight and make_operand), with the
   // domain amax given or, for separate q / k / v, three domains.
   const nn::LinearDims d = nn::LinearDims::of(w.rows() / s.groups, w.cols(), spec);
-  QuantConfig qc = *to_quant_spec(ws);
+  QuantConfig qc(ws);
   std::vector<int64_t> off;
   Tensor wp;
   if (s.groups > 1) {
@@ -203,13 +203,23 @@ PolicyVersion PolicyConverter::convert(const ModelWeights& weights, int64_t vers
   return p;
 }
 
-DecoderWeights decoder_weights(const PolicyVersion& p) {
+DecoderWeights decoder_weights(const PolicyVersion& p, Device device) {
   DecoderWeights d;
   d.config = p.config;
   d.plan = resolve_model(p.recipe, int(p.config.num_hidden_layers));
-  d.tensors = p.dense;
-  d.operands = p.operands;
   d.operand_dims = p.dims;
+  if (device.is_cpu()) {
+    d.tensors = p.dense;
+    d.operands = p.operands;
+    return d;
+  }
+  for (const auto& [name, t] : p.dense) d.tensors[name] = t.to(device);
+  for (const auto& [name, op] : p.operands) {
+    nn::Operand o;
+    if (op.t.defined()) o.t = op.t.to(device);
+    if (op.quantized()) o.q = op.q.to(device);
+    d.operands[name] = std::move(o);
+  }
   return d;
 }
 

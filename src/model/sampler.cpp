@@ -10,7 +10,6 @@
 #include <cmath>
 #include <numeric>
 
-#include "lockstep/ops/softmax.h"
 #include "lockstep/ops/tensor_ops.h"
 
 namespace lockstep::model {
@@ -42,6 +41,24 @@ struct Sampler::Impl {
   Tensor scaled(const Tensor& logits) const {
     return cfg.temperature == 1.0 ? logits : ops::scale(logits, 1.0 / cfg.temperature);
   }
+  // A cache with room for `slots` sequences of `positions` tokens: the current one when it is
+  // large enough (and of the configured dtype and device), else a new one at least as large.
+  KvCache& cache_for(int64_t slots, int64_t positions) {
+    const ModelConfig& c = policy->config;
+    constexpr int64_t kPositionQuantum = 64;  // fewer reallocations as lengths vary
+    positions = std::min(c.max_position_embeddings,
+                         (positions + kPositionQuantum - 1) / kPositionQuantum * kPositionQuantum);
+    if (cache && cache->dtype() == cfg.kv && cache->device() == cfg.device &&
+        cache->slots() >= slots && cache->max_pos() >= positions)
+      return *cache;
+    if (cache && cache->dtype() == cfg.kv && cache->device() == cfg.device) {
+      slots = std::max(slots, cache->slots());
+      positions = std::max(positions, cache->max_pos());
+    }
+    cache.reset();  // free the old one before allocating
+    cache = std::make_unique<KvCache>(c, cfg.kv, slots, positions, cfg.device);
+    return *cache;
+  }
 };
 
 Sampler::Sampler(SamplerConfig cfg) : impl_(std::make_unique<Impl>()) { set_config(cfg); }
@@ -55,10 +72,13 @@ void Sampler::set_config(const SamplerConfig& cfg) {
     throw std::invalid_argument(fmt::format("sampler: top_p {} must be in (0, 1]", cfg.top_p));
   if (cfg.top_k < 0 || cfg.max_new < 0 || cfg.max_batch < 1)
     throw std::invalid_argument("sampler: top_k and max_new must be >= 0, max_batch >= 1");
-  const bool new_cache = !impl_->cache || cfg.kv != impl_->cfg.kv;
+  const bool moved = cfg.device != impl_->cfg.device;
   impl_->cfg = cfg;
-  if (new_cache && impl_->policy)
-    impl_->cache = std::make_unique<KvCache>(impl_->policy->config, cfg.kv);
+  if (moved) {
+    impl_->cache.reset();
+    if (impl_->policy)
+      impl_->dec = std::make_unique<Decoder>(decoder_weights(*impl_->policy, cfg.device));
+  }
 }
 
 const SamplerConfig& Sampler::config() const { return impl_->cfg; }
@@ -77,8 +97,8 @@ void Sampler::load_policy(PolicyVersion p, int64_t expected_version,
     throw PolicyError(fmt::format(
         "sampler: policy version {} checksum {:016x} does not verify (the bytes hash to {:016x})",
         p.version, p.checksum, sum));
-  impl_->dec = std::make_unique<Decoder>(decoder_weights(p));
-  impl_->cache = std::make_unique<KvCache>(p.config, impl_->cfg.kv);
+  impl_->dec.reset();  // the old version's device memory first
+  impl_->dec = std::make_unique<Decoder>(decoder_weights(p, impl_->cfg.device));
   impl_->policy = std::move(p);
 }
 
@@ -94,25 +114,28 @@ std::vector<SampleResult> Sampler::generate(std::span<const SampleRequest> reque
     bool prefilled;
   };
   std::vector<SampleResult> out(requests.size());
+  if (m.cfg.max_new == 0 || requests.empty()) return out;
+  int64_t longest = 0;
+  for (const SampleRequest& r : requests)
+    longest = std::max(longest, int64_t(r.prompt.size()) + m.cfg.max_new);
+  KvCache& cache = m.cache_for(std::min<int64_t>(m.cfg.max_batch, int64_t(requests.size())),
+                               std::min(longest, c.max_position_embeddings));
+  const Device dev = m.cfg.device;
   std::vector<Active> active;
   size_t next = 0;
-  std::vector<int32_t> ids;
-  std::vector<int64_t> pos, slots, last_row;
+  std::vector<int32_t> ids, last_row, streams;
+  std::vector<int64_t> pos, slots, lens;
+  const ops::SampleConfig sc{m.cfg.temperature, m.cfg.top_k, m.cfg.top_p, m.cfg.seed};
   while (next < requests.size() || !active.empty()) {
-    while (int64_t(active.size()) < m.cfg.max_batch && next < requests.size()) {
-      if (m.cfg.max_new == 0) {
-        ++next;
-        continue;
-      }
-      active.push_back({next, m.cache->acquire(), 0, false});
-      ++next;
-    }
-    if (active.empty()) break;
+    while (int64_t(active.size()) < m.cfg.max_batch && next < requests.size())
+      active.push_back({next++, cache.acquire(), 0, false});
     ids.clear();
     pos.clear();
     slots.clear();
     last_row.clear();
-    for (const Active& a : active) {
+    streams.clear();
+    lens.clear();
+    for (Active& a : active) {
       const SampleRequest& r = requests[a.req];
       if (!a.prefilled) {
         for (size_t j = 0; j < r.prompt.size(); ++j) {
@@ -125,27 +148,35 @@ std::vector<SampleResult> Sampler::generate(std::span<const SampleRequest> reque
         pos.push_back(a.len);
         slots.push_back(a.slot);
       }
-      last_row.push_back(int64_t(ids.size()) - 1);
-    }
-    const Tensor idt = Tensor::from_vector<int32_t>(ids, {int64_t(ids.size())}, DType::kI32);
-    const Tensor logits = m.dec->forward_cached(idt, pos, slots, *m.cache);
-    const ops::SampleConfig sc{m.cfg.temperature, m.cfg.top_k, m.cfg.top_p, m.cfg.seed};
-    std::vector<Active> still;
-    for (size_t i = 0; i < active.size(); ++i) {
-      Active a = active[i];
-      const SampleRequest& r = requests[a.req];
+      last_row.push_back(int32_t(ids.size()) - 1);
       a.len = a.prefilled ? a.len + 1 : int64_t(r.prompt.size());
       a.prefilled = true;
-      const int32_t stream = int32_t(r.stream);
-      const ops::SampledTokens st = ops::sample_tokens(
-          logits.slice_rows(last_row[i], last_row[i] + 1),
-          Tensor::from_vector<int32_t>(std::span<const int32_t>(&stream, 1), {1}, DType::kI32),
-          Tensor::from_vector<int64_t>(std::span<const int64_t>(&a.len, 1), {1}, DType::kI64), sc);
-      const int32_t tok = st.tokens.ptr<int32_t>()[0];
-      const float logp = st.logprobs.ptr<float>()[0];
+      streams.push_back(int32_t(r.stream));
+      lens.push_back(a.len);
+    }
+    const int64_t B = int64_t(active.size());
+    const Tensor idt = Tensor::from_vector<int32_t>(ids, {int64_t(ids.size())}, DType::kI32);
+    const Tensor logits = m.dec->forward_cached(idt, pos, slots, cache);
+    // The last row of each sequence (every row when all sequences decode one token).
+    const Tensor rows =
+        int64_t(ids.size()) == B
+            ? logits
+            : ops::embedding(logits,
+                             Tensor::from_vector<int32_t>(last_row, {B}, DType::kI32).to(dev));
+    const ops::SampledTokens st = ops::sample_tokens(
+        rows, Tensor::from_vector<int32_t>(streams, {B}, DType::kI32).to(dev),
+        Tensor::from_vector<int64_t>(lens, {B}, DType::kI64).to(dev), sc);
+    const Tensor tokens = st.tokens.to(Device::cpu()), logprobs = st.logprobs.to(Device::cpu());
+    std::vector<Active> still;
+    for (int64_t i = 0; i < B; ++i) {
+      const Active& a = active[size_t(i)];
+      const int32_t tok = tokens.ptr<int32_t>()[i];
+      const float logp = logprobs.ptr<float>()[i];
       if (tok < 0)
-        throw std::runtime_error(fmt::format(
-            "sampler: the logits of request {} have no distribution (a NaN or +inf logit)", a.req));
+        throw std::domain_error(fmt::format(
+            "sampler: the logits of request {} are not finite (a NaN or +inf logit): no "
+            "distribution to sample",
+            a.req));
       SampleResult& res = out[a.req];
       res.tokens.push_back(tok);
       res.logprobs.push_back(logp);
@@ -153,7 +184,7 @@ std::vector<SampleResult> Sampler::generate(std::span<const SampleRequest> reque
       const bool done = res.eos || int64_t(res.tokens.size()) >= m.cfg.max_new ||
                         a.len + 1 >= c.max_position_embeddings;
       if (done)
-        m.cache->release(a.slot);
+        cache.release(a.slot);
       else
         still.push_back(a);
     }
@@ -167,10 +198,10 @@ std::vector<float> Sampler::score(std::span<const int32_t> prompt,
   Impl& m = *impl_;
   m.check_ready();
   m.validate(prompt, 0);
-  const int64_t V = m.policy->config.vocab_size;
   if (int64_t(prompt.size() + continuation.size()) > m.policy->config.max_position_embeddings)
     throw std::invalid_argument("sampler score: prompt + continuation exceed the context");
-  const int64_t slot = m.cache->acquire();
+  KvCache& cache = m.cache_for(1, int64_t(prompt.size() + continuation.size()));
+  const int64_t slot = cache.acquire();
   std::vector<float> res;
   std::vector<int32_t> ids(prompt.begin(), prompt.end());
   std::vector<int64_t> pos(ids.size()), slots(ids.size(), slot);
@@ -178,18 +209,20 @@ std::vector<float> Sampler::score(std::span<const int32_t> prompt,
   int64_t len = 0;
   for (size_t i = 0; i < continuation.size(); ++i) {
     const Tensor idt = Tensor::from_vector<int32_t>(ids, {int64_t(ids.size())}, DType::kI32);
-    const Tensor logits = m.scaled(m.dec->forward_cached(idt, pos, slots, *m.cache));
+    const Tensor logits = m.dec->forward_cached(idt, pos, slots, cache);
+    const int64_t last = logits.rows() - 1;
     len += int64_t(ids.size());
     const int32_t tok = continuation[i];
-    float logp = 0, ent = 0, lse = 0;
-    ops::token_logprobs_fwd_cpu<float>(logits.ptr<float>() + (logits.rows() - 1) * V, &tok, 1, V,
-                                       &logp, &ent, &lse);
-    res.push_back(logp);
+    const ops::TokenLogprobs lp = ops::token_logprobs(
+        m.scaled(logits.slice_rows(last, last + 1)),
+        Tensor::from_vector<int32_t>(std::span<const int32_t>(&tok, 1), {1}, DType::kI32)
+            .to(m.cfg.device));
+    res.push_back(lp.logp.to(Device::cpu()).ptr<float>()[0]);
     ids.assign(1, tok);
     pos.assign(1, len);
     slots.assign(1, slot);
   }
-  m.cache->release(slot);
+  cache.release(slot);
   return res;
 }
 

@@ -144,8 +144,11 @@ ModelWeights init_weights(const ModelConfig& c, uint64_t seed) {
     } else {
       // Tensor i of weight_shapes draws Philox stream i; element k (row-major) is the k-th
       // normal of that stream, times 0.02 in float64, rounded once to fp32.
-      for (size_t k = 0; k < v.size(); ++k)
-        v[k] = float(num::philox_normal_f64(seed, uint32_t(i), k) * kInitStd);
+      // Counter-based: every element is its own draw, so the split over threads changes nothing.
+      const int64_t n = int64_t(v.size());
+#pragma omp parallel for schedule(static) if (n >= (int64_t(1) << 16))
+      for (int64_t k = 0; k < n; ++k)
+        v[size_t(k)] = float(num::philox_normal_f64(seed, uint32_t(i), uint64_t(k)) * kInitStd);
     }
     w.tensors.emplace(name, std::move(t));
   }

@@ -24,6 +24,7 @@ struct AlignOptions {
   uint64_t seed = 0;   // prompts and sampling
   bool alone = false;  // sampler and learner see one sequence at a time
   KvDtype kv = KvDtype::kBf16;
+  Device device = Device::cpu();  // where the learner and the sampler run
   // Rescore with another recipe than the sampler's (e.g. a bf16 learner behind a quantized
   // sampler, the usual setup without a shared contract); unset: the sampler's recipe.
   std::optional<Recipe> learner_recipe;

@@ -1,5 +1,5 @@
 // The Qwen3 / Qwen3-MoE decoder built from nn/ modules: token embedding; per layer RMSNorm + qkv,
-// per-head q/k RMSNorm, RoPE, K and V rounded to bf16, causal GQA attention, o_proj, residual;
+// per-head q/k RMSNorm, RoPE, K and V rounded by the KV-cache rule, causal GQA attention, o_proj, residual;
 // RMSNorm + dense SwiGLU MLP or MoE block, residual; final norm; LM head (tied or not). Two
 // executors share the layer code: the packed full-sequence forward / backward of the learner, and
 // the cached incremental forward of the sampler (K / V of each row appended to a KvCache).
@@ -56,34 +56,33 @@ std::vector<LinearSite> linear_sites(const ModelConfig& c);
 // the router of its layer).
 LinearSpec site_spec(const ModelPlan& plan, const LinearSite& s);
 
-// KV cache of the sampler: per slot (a sequence) and layer, K and V [max_pos, Hkv, D] as fp32
-// values already rounded to the cache dtype (bf16, or FP8 E4M3 with a per-(slot, layer, head)
-// scale from the first rows written, the prompt's prefill amax: s = 448 / amax, values
-// decode(E4M3(x * s)) / s). The dtype enum is the ops layer's (ops/kv_cache.h).
+// KV cache of the sampler: one ops::KvCacheLayer per layer (K and V [slots, max_pos, Hkv, D] as
+// bf16 values, or FP8 E4M3 codes with a scale per (slot, position, kv head): ops/kv_cache.h), on
+// the device the decoder runs on. Slots are reused across sequences: a sequence's attention reads
+// only the positions it wrote, so a released slot needs no clearing and continuous batching
+// allocates nothing per token.
 using KvDtype = ops::KvDtype;
 class KvCache {
  public:
-  KvCache(const ModelConfig& c, KvDtype dtype);
-  int64_t acquire();  // a free slot (reused storage), positions empty
+  // slots: sequences held at once; max_pos: positions per slot (<= the configured context).
+  KvCache(const ModelConfig& c, KvDtype dtype, int64_t slots, int64_t max_pos,
+          Device device = Device::cpu());
+  int64_t acquire();  // a free slot; std::runtime_error when every slot is taken
   void release(int64_t slot);
-  float* k(int64_t slot, int64_t layer);
-  float* v(int64_t slot, int64_t layer);
-  // Rounds K / V rows [rows, Hkv * D] of one slot to the cache dtype; the first call for a
-  // (slot, layer) fixes the FP8 scales.
-  void round_rows(int64_t slot, int64_t layer, float* k_rows, float* v_rows, int64_t rows);
+  int64_t in_use() const;
+  ops::KvCacheLayer& layer(int64_t l) { return layers_.at(size_t(l)); }
   KvDtype dtype() const { return dtype_; }
+  int64_t slots() const { return int64_t(used_.size()); }
   int64_t max_pos() const { return max_pos_; }
-  size_t bytes_per_slot() const;  // as stored by a real cache (bf16: 2 B, fp8: 1 B per value)
+  Device device() const { return device_; }
+  size_t bytes_per_slot() const;  // bytes one slot holds over every layer (K, V and fp8 scales)
 
  private:
-  struct Slot {
-    std::vector<float> k, v;    // [layers, max_pos, Hkv, D]
-    std::vector<float> ks, vs;  // fp8 scales [layers, Hkv] (0: not set)
-    bool used = false;
-  };
-  int64_t layers_, hkv_, d_, max_pos_;
+  std::vector<ops::KvCacheLayer> layers_;
+  std::vector<bool> used_;
+  int64_t max_pos_;
   KvDtype dtype_;
-  std::vector<Slot> slots_;
+  Device device_;
 };
 
 class Decoder {
@@ -103,11 +102,16 @@ class Decoder {
   // dlogits [n, V] -> gradients added into DecoderWeights::grads.
   void backward(const Tensor& dlogits);
 
-  // Cached forward of `rows` tokens: ids I32 [rows]; row r is at position positions[r] of the
-  // sequence in cache slot slots[r] (rows of one slot in ascending positions, every earlier
-  // position of that slot already in the cache or among earlier rows). Returns logits [rows, V].
+  // Cached forward of `rows` tokens: ids I32 [rows] (host or the decoder's device); row r is at
+  // position positions[r] of the sequence in cache slot slots[r] (rows of one slot in ascending
+  // positions, every earlier position of that slot already in the cache or among earlier rows).
+  // Positions and slots are checked on the host and copied to the device once per call. Returns
+  // logits [rows, V] on the decoder's device.
   Tensor forward_cached(const Tensor& ids, std::span<const int64_t> positions,
                         std::span<const int64_t> slots, KvCache& cache);
+  Device device() const;
+  // The dtype of the learner's K / V rounding (the sampler's cache dtype; default bf16).
+  void set_kv_dtype(KvDtype dtype);
 
   void weights_changed();             // masters updated in place: rebuild cached operands
   void set_grad_seed(uint64_t seed);  // Philox seed of stochastic rounding in the next backward

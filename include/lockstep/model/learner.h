@@ -62,6 +62,9 @@ class Learner {
   // Clip, AdamW on the masters, zero the gradients, version + 1.
   StepStats step();
   void zero_grad();
+  // The masters were changed in place outside step() (a gradient check, a loaded state): rebuild
+  // the weight operands the decoder made from them.
+  void weights_changed();
 
   const ModelWeights& weights() const;  // the masters, on the learner's device
   // F32 [1] per master (learner names, on the learner's device): its amax after the last step, for

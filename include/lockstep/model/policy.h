@@ -94,7 +94,8 @@ class PolicyConverter {
 // (config.json fields), fuse_scales, then every dense tensor and every operand part in name order
 // (name, dtype and shape, then the raw bytes; device tensors are read through a host copy).
 uint64_t policy_checksum(const PolicyVersion& p);
-// The decoder inputs of a policy (used by the Sampler).
-DecoderWeights decoder_weights(const PolicyVersion& p);
+// The decoder weights of a policy version on `device` (dense tensors and operands copied there;
+// the CPU GEMM's packed copies are kept on the CPU only).
+DecoderWeights decoder_weights(const PolicyVersion& p, Device device = Device::cpu());
 
 }  // namespace lockstep::model

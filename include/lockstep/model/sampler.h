@@ -1,7 +1,9 @@
 // The sampler: its own copy of the weights (a policy version), a KV cache (bf16 or FP8 E4M3),
 // continuous batching over a request list (sequences join as slots free up and leave at eos or
 // max_new), temperature / top-k / top-p sampling with one Philox uniform per (sequence, position)
-// (ops::sample_tokens, ops/sampling.h), returning tokens and the sampler's log-probs of them.
+// (ops::sample_tokens, ops/sampling.h), returning tokens and the sampler's log-probs of them. On a
+// GPU every op of a step runs there; per step the host sends the step's token ids, positions and
+// slots and reads back one token and one log-prob per active sequence.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +23,9 @@ struct SamplerConfig {
   int64_t max_new = 16;
   uint64_t seed = 0;
   KvDtype kv = KvDtype::kBf16;
-  int64_t max_batch = 64;      // sequences decoded together
+  int64_t max_batch = 64;        // sequences decoded together
   std::optional<int64_t> eos{};  // stop token (kept in the output)
+  Device device = Device::cpu();  // where the policy, the KV cache and every step run
 };
 
 struct SampleRequest {
@@ -50,7 +53,8 @@ class Sampler {
   void set_config(const SamplerConfig& cfg);
 
   // Samples every request (results in request order). Invalid requests (empty prompt, token ids
-  // out of range, prompt longer than the context) throw std::invalid_argument before any work.
+  // out of range, prompt longer than the context) throw std::invalid_argument before any work;
+  // logits without a distribution (NaN or +inf) throw std::domain_error.
   std::vector<SampleResult> generate(std::span<const SampleRequest> requests);
 
   // Teacher-forced decode: the sampler's log-probs of `continuation` after `prompt`, token by
