@@ -226,4 +226,18 @@ void check_output_folder(std::string_view flag, const std::string& path) {
   throw UsageError(fmt::format("{} {}: no existing parent folder", flag, path));
 }
 
+Device device_flag(const std::string& choice) {
+  try {
+    return select_device(choice);
+  } catch (const std::exception& e) {
+    throw UsageError(fmt::format("--device {}: {}", choice, e.what()));
+  }
+}
+
+void add_device_option(CLI::App& app, std::string& target) {
+  app.add_option("--device", target,
+                 "cpu, cuda, cuda:N or auto (a GPU when this build has CUDA and one is visible)")
+      ->capture_default_str();
+}
+
 }  // namespace lockstep::cli

@@ -1,5 +1,5 @@
 // `lockstep bench model`: learner forward+backward tokens/s, AdamW step time, sampler decode
-// tokens/s and policy export time per preset and recipe on the CPU engine, saved-operand bytes per
+// tokens/s and policy export time per preset and recipe on the CPU or a GPU, saved-operand bytes per
 // backward mode, and the ratio to a PyTorch fp32 eager baseline (bench/torch_baseline.py JSON).
 #include <fmt/format.h>
 #include <omp.h>
@@ -15,6 +15,7 @@
 #include "lockstep/numerics/philox.h"
 #include "lockstep/recipe/json.h"
 #include "lockstep/recipe/registry.h"
+#include "lockstep/tensor/storage.h"
 
 namespace lockstep::cli {
 namespace {
@@ -25,6 +26,8 @@ struct BenchModelArgs {
   int64_t batch = 64, min_len = 12, max_len = 24, new_tokens = 16;
   int reps = 5;
   std::string baseline;
+  std::string device = "auto";
+  bool deterministic = false;
   bool json = false;
 };
 
@@ -72,6 +75,7 @@ Json read_baseline(const std::string& path) {
 }
 
 void run_bench_model(const BenchModelArgs& a) {
+  const Device dev = device_flag(a.device);
   const Json base = a.baseline.empty() ? Json::array() : read_baseline(a.baseline);
   std::vector<Row> rows;
   Json saved = Json::array();
@@ -98,11 +102,13 @@ void run_bench_model(const BenchModelArgs& a) {
       const Recipe& recipe = builtin_recipe_or_throw(rname, "--recipe").recipe;
       Row r{pname, rname};
       model::LearnerConfig lc;
-      lc.mode = model::ExecMode::kFast;
+      lc.mode = a.deterministic ? model::ExecMode::kDeterministic : model::ExecMode::kFast;
+      lc.device = dev;
       model::Learner learner(w, recipe, lc);
       const double t_fb = median_seconds(a.reps, [&] {
         learner.forward(idt, cu, tgt);
         learner.backward(dlogp, Tensor());
+        synchronize(dev);
       });
       r.learner_tps = double(n) / t_fb;
       r.step_ms = 1e3 * median_seconds(a.reps, [&] { learner.step(); });
@@ -116,6 +122,7 @@ void run_bench_model(const BenchModelArgs& a) {
       model::SamplerConfig sc;
       sc.max_new = a.new_tokens;
       sc.max_batch = a.batch;
+      sc.device = dev;
       model::Sampler sampler(sc);
       sampler.load_policy(model::export_policy(learner.weights(), recipe, learner.version()),
                           learner.version(), recipe.name);
@@ -162,7 +169,9 @@ void run_bench_model(const BenchModelArgs& a) {
     // Saved-operand bytes of one forward per backward mode (nvfp4_per_token family).
     for (const char* rn :
          {"bf16", "nvfp4_per_token", "nvfp4_per_token_bf16_bwd", "nvfp4_per_token_dequant_bwd"}) {
-      model::Learner l(w, builtin_recipe_or_throw(rn, "bench").recipe, {});
+      model::LearnerConfig slc;
+      slc.device = dev;
+      model::Learner l(w, builtin_recipe_or_throw(rn, "bench").recipe, slc);
       l.forward(idt, cu, tgt);
       saved.push_back(
           {{"preset", pname}, {"recipe", rn}, {"tokens", n}, {"saved_bytes", l.saved_bytes()}});
@@ -174,6 +183,8 @@ void run_bench_model(const BenchModelArgs& a) {
     j["lengths"] = {a.min_len, a.max_len};
     j["new_tokens"] = a.new_tokens;
     j["threads"] = omp_get_max_threads();
+    j["device"] = dev.str();
+    j["mode"] = a.deterministic ? "deterministic" : "fast";
     j["results"] = Json::array();
     for (const Row& r : rows)
       j["results"].push_back(
@@ -192,9 +203,9 @@ void run_bench_model(const BenchModelArgs& a) {
     return;
   }
   fmt::print(
-      "lockstep bench model (CPU, {} threads; {} sequences of {}-{} tokens; decode {} new tokens "
-      "each, prefill excluded)\n",
-      omp_get_max_threads(), a.batch, a.min_len, a.max_len, a.new_tokens);
+      "lockstep bench model ({}, {} threads, {} mode; {} sequences of {}-{} tokens; decode {} new "
+      "tokens each, prefill excluded)\n",
+      dev.str(), omp_get_max_threads(), a.deterministic ? "deterministic" : "fast", a.batch, a.min_len, a.max_len, a.new_tokens);
   fmt::print("{:<11} {:<17} {:>13} {:>8} {:>9} {:>12} {:>8} {:>10} {:>9}\n", "preset", "recipe",
              "learner tok/s", "x torch", "step ms", "decode tok/s", "x torch", "export ms",
              "bf16 ms");
@@ -217,7 +228,7 @@ void register_bench_model_command(CLI::App& bench) {
   auto a = std::make_shared<BenchModelArgs>();
   CLI::App* c = bench.add_subcommand(
       "model",
-      "Learner fwd+bwd and sampler decode tokens/s per preset and recipe (CPU engine)\n"
+      "Learner fwd+bwd and sampler decode tokens/s per preset and recipe (--device)\n"
       "Example: lockstep bench model --baseline torch_baseline.json --json");
   c->add_option("--preset", a->presets, "presets to run (default tiny-dense tiny-moe)");
   c->add_option("--recipe", a->recipes, "recipes to run (default bf16 nvfp4_per_token)");
@@ -234,6 +245,9 @@ void register_bench_model_command(CLI::App& bench) {
                 "PyTorch baseline JSON (bench/torch_baseline.py): preset, learner_tokens_per_s, "
                 "decode_tokens_per_s");
   c->add_flag("--json", a->json, "print JSON");
+  c->add_flag("--deterministic", a->deterministic,
+              "time the deterministic mode (batch-invariant GEMMs, row-wise attention)");
+  add_device_option(*c, a->device);
   c->callback([a] { run_bench_model(*a); });
 }
 

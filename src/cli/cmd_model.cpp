@@ -61,12 +61,23 @@ static std::vector<PathArg> model_inputs(const ModelSource& src, const Selection
 
 namespace {
 
+// Logits that overflow fp32 on the way (finite weights, NaN or +inf logits) as a user error.
+template <class F>
+auto finite_logits(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::domain_error& e) {
+    throw UsageError(fmt::format("{} (the model's activations overflow fp32)", e.what()));
+  }
+}
+
 // ---- forward ---------------------------------------------------------------------------------
 
 struct ForwardArgs {
   ModelSource src;
   SelectionInputs recipe;
   std::string tokens, output;
+  std::string device = "auto";
   bool deterministic = false, json = false, dry_run = false;
 };
 
@@ -87,6 +98,7 @@ void run_forward(const ForwardArgs& a) {
   check_outputs_not_inputs({{"-o", a.output}}, inputs);
   const SelectedRecipe sel = select_run_recipe(a.recipe);
   const Recipe& recipe = sel.recipe;
+  const Device dev = device_flag(a.device);
   const model::ModelWeights w = load_model_source(a.src);
   const SafetensorsFile f = read_safetensors(a.tokens);
   const Tensor* ids_t = f.find("ids");
@@ -120,10 +132,12 @@ void run_forward(const ForwardArgs& a) {
   model::DecoderWeights dw;
   dw.config = w.config;
   dw.plan = model::plan_for(w.config, recipe);
-  dw.tensors = w.tensors;
+  for (const auto& [name, t] : w.tensors) dw.tensors[name] = t.to(dev);
   model::Decoder dec(std::move(dw));
-  const Tensor logits = dec.forward(
-      Tensor::from_vector<int32_t>(ids32, {int64_t(ids32.size())}, DType::kI32), cu, mode, false);
+  const Tensor logits =
+      dec.forward(Tensor::from_vector<int32_t>(ids32, {int64_t(ids32.size())}, DType::kI32), cu,
+                  mode, false)
+          .to(Device::cpu());
   // Finite weights can still overflow fp32 on the way to the logits: an error, never a file of
   // NaN.
   if (const int64_t bad = count_nonfinite(to_f32(logits)); bad > 0)
@@ -139,7 +153,8 @@ void run_forward(const ForwardArgs& a) {
   if (a.json) {
     Json j{{"output", a.output},         {"tokens", ids.size()},
            {"sequences", cu.size() - 1}, {"vocab", w.config.vocab_size},
-           {"recipe", recipe.name},      {"deterministic", a.deterministic}};
+           {"recipe", recipe.name},      {"deterministic", a.deterministic},
+           {"device", dev.str()}};
     fmt::print("{}\n", j.dump());
   } else {
     fmt::print("wrote {}: logits [{}, {}] F32 ({} sequences, recipe {}, {} mode)\n", a.output,
@@ -153,7 +168,7 @@ void run_forward(const ForwardArgs& a) {
 struct SampleArgs {
   ModelSource src;
   SelectionInputs recipe;
-  std::string prompts, kv = "bf16";
+  std::string prompts, kv = "bf16", device = "auto";
   int64_t max_new = 16, top_k = 0, max_batch = 64;
   double temperature = 1.0, top_p = 1.0;
   uint64_t seed = 0;
@@ -241,9 +256,10 @@ void run_sample(const SampleArgs& a) {
   sc.kv = kv_from_name(a.kv);
   sc.max_batch = a.max_batch;
   sc.eos = a.eos ? a.eos : w.config.eos_token_id;
+  sc.device = device_flag(a.device);
   model::Sampler s(sc);
   s.load_policy(model::export_policy(w, recipe, 0), 0, recipe.name);
-  const std::vector<model::SampleResult> res = s.generate(reqs);
+  const std::vector<model::SampleResult> res = finite_logits([&] { return s.generate(reqs); });
   // A non-finite log-prob means the logits overflowed: an error, never a null in the output.
   for (size_t i = 0; i < res.size(); ++i)
     for (size_t k = 0; k < res[i].logprobs.size(); ++k)
@@ -279,10 +295,12 @@ struct AlignArgs {
   std::string learner_recipe, sampler_recipe;
   model::AlignOptions opt;
   std::string kv = "bf16";
+  std::string device = "auto";
   bool deterministic = false, json = false, dry_run = false;
 };
 
 void run_align(AlignArgs a) {
+  a.opt.device = device_flag(a.device);
   const SelectedRecipe sel = select_run_recipe(a.recipe);
   Recipe recipe = sel.recipe;
   a.opt.mode = a.deterministic ? model::ExecMode::kDeterministic : model::ExecMode::kFast;
@@ -310,7 +328,7 @@ void run_align(AlignArgs a) {
     recipe = resolve_sampler_recipe(a.sampler_recipe, recipe).value_or(recipe);
     a.learner_recipe = a.opt.learner_recipe->name;
   }
-  const model::AlignResult r = model::align(w, recipe, a.opt);
+  const model::AlignResult r = finite_logits([&] { return model::align(w, recipe, a.opt); });
   const model::GapStats& g = r.stats;
   // A NaN gap is no agreement at all: an error, never a max of 0.
   for (size_t i = 0; i < r.delta.size(); ++i)
@@ -330,7 +348,8 @@ void run_align(AlignArgs a) {
            {"alone", a.opt.alone},
            {"kv_cache", a.kv},
            {"learner_recipe", a.learner_recipe.empty() ? recipe.name : a.learner_recipe},
-           {"sampler_recipe", recipe.name}};
+           {"sampler_recipe", recipe.name},
+           {"device", a.opt.device.str()}};
     fmt::print("{}\n", j.dump());
     return;
   }
@@ -363,6 +382,7 @@ void register_model_commands(CLI::App& app) {
     c->add_flag("--deterministic", a->deterministic,
                 "batch-invariant attention (the sampler's per-row function)");
     c->add_flag("--json", a->json, "print a JSON summary");
+    add_device_option(*c, a->device);
     c->add_flag("--dry-run", a->dry_run,
                 "check the model, tokens and output, print what would run; write nothing");
     c->callback([a] { run_forward(*a); });
@@ -392,6 +412,7 @@ void register_model_commands(CLI::App& app) {
     add_integer_option<int64_t>(*c, "--max-batch", a->max_batch, 1, 1'000'000,
                                 "sequences decoded together");
     c->add_flag("--json", a->json, "print the results as JSON");
+    add_device_option(*c, a->device);
     c->add_flag("--dry-run", a->dry_run,
                 "check the model and prompts, print what would run; sample nothing");
     c->callback([a] { run_sample(*a); });
@@ -427,6 +448,7 @@ void register_model_commands(CLI::App& app) {
     c->add_flag("--json", a->json,
                 "print {recipe, deterministic, tokens, mean_abs_gap, max_abs_gap, q05_gap}");
     c->add_flag("--dry-run", a->dry_run, "check the model and options, print what would run");
+    add_device_option(*c, a->device);
     c->callback([a] { run_align(*a); });
   }
 }

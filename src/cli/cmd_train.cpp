@@ -70,7 +70,8 @@ void print_result(const rl::Trainer& t, const rl::TrainResult& r, const Json& wa
 
 void run_resume(const TrainCmd& c) {
   // --resume takes every run option from RUN_DIR/run_meta.json.
-  static const std::set<std::string> allowed = {"--resume", "--json", "--log-every", "--help"};
+  static const std::set<std::string> allowed = {"--resume", "--json", "--log-every", "--device",
+                                                "--help"};
   for (const CLI::Option* op : c.cmd->get_options()) {
     if (op->count() == 0) continue;
     const std::string name = op->get_name();
@@ -82,12 +83,12 @@ void run_resume(const TrainCmd& c) {
   }
   std::unique_ptr<rl::Trainer> t;
   try {
-    t = rl::Trainer::resume(c.resume);
+    t = rl::Trainer::resume(c.resume, device_flag(c.a.device));
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  fmt::print(stderr, "lockstep train: resuming {} at step {} of {}\n", c.resume, t->step(),
-             t->options().steps);
+  fmt::print(stderr, "lockstep train: resuming {} at step {} of {} on {}\n", c.resume, t->step(),
+             t->options().steps, t->options().device.str());
   const rl::TrainResult r = run_with_progress(*t, c.a.log_every);
   print_result(*t, r, Json(nullptr), c.a.json);
   if (!r.finished) std::exit(130);
@@ -96,6 +97,7 @@ void run_resume(const TrainCmd& c) {
 void run_train(TrainCmd& c) {
   if (!c.resume.empty()) return run_resume(c);
   TrainArgs& a = c.a;
+  a.opt.device = device_flag(a.device);
   // Every input and output is checked before anything is written (and before the warm start).
   validate_train_options(a.opt);
   a.recipe.read_environment();
@@ -117,10 +119,12 @@ void run_train(TrainCmd& c) {
     throw UsageError(e.what());
   }
   const std::string plan = fmt::format(
-      "{} (model {}, task {} difficulty {}, recipe {}{}, guard {}{}, {} steps of {} x {} samples)",
+      "{} (model {}, task {} difficulty {}, recipe {}{}, guard {}{}, {} steps of {} x {} samples, "
+      "on {})",
       dir.string(), source.where, a.opt.task, a.opt.difficulty, sel.recipe.name,
       a.opt.sampler_recipe ? ", sampler recipe " + a.opt.sampler_recipe->name : "", a.opt.guard,
-      a.opt.deterministic ? ", deterministic" : "", a.opt.steps, a.opt.prompts, a.opt.group);
+      a.opt.deterministic ? ", deterministic" : "", a.opt.steps, a.opt.prompts, a.opt.group,
+      a.opt.device.str());
   if (dry_run(a.dry_run, sel,
               fmt::format("{}, then the RL run {}", describe_warm_start(source, a), plan)))
     return;

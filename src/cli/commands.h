@@ -120,6 +120,12 @@ void check_outputs_not_inputs(const std::vector<PathArg>& outputs,
 // flag otherwise; checked before any work.
 void check_output_folder(std::string_view flag, const std::string& path);
 
+// --device as a Device (select_device: cpu, cuda, cuda:N or auto): UsageError naming the flag for
+// an unknown spelling or a device this build or machine lacks.
+Device device_flag(const std::string& choice);
+// Adds --device (default auto) to a command.
+void add_device_option(CLI::App& app, std::string& target);
+
 void register_quantize_commands(CLI::App& app);      // quantize, dequantize
 void register_inspect_command(CLI::App& app);        // inspect
 void register_sweep_command(CLI::App& app);          // sweep

@@ -28,6 +28,7 @@ struct TrainArgs {
   int64_t pretrain_batch = rl::PretrainOptions{}.batch;
   double pretrain_lr = rl::PretrainOptions{}.lr;
   std::string cache_dir = "runs/.cache/pretrain";
+  std::string device = "auto";  // --device: cpu, cuda, cuda:N or auto
   int64_t log_every = 10;
   bool json = false;
   bool dry_run = false;

@@ -26,7 +26,8 @@ Tensor i32_tensor(const std::vector<int32_t>& v) {
 }
 
 // values[rows[t]] for every t.
-std::vector<float> gather(const Tensor& values, std::span<const int64_t> rows) {
+std::vector<float> gather(const Tensor& values_in, std::span<const int64_t> rows) {
+  const Tensor values = values_in.to(Device::cpu());
   const std::span<const float> v = values.data<float>();
   std::vector<float> out(rows.size());
   for (size_t t = 0; t < rows.size(); ++t) out[t] = v[size_t(rows[t])];
@@ -162,7 +163,11 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
   {
     model::SamplerConfig sc = m.sampler.config();
     sc.kv = o.kv_cache == "fp8" ? model::KvDtype::kFp8E4M3 : model::KvDtype::kBf16;
+    sc.device = o.device;
     m.sampler.set_config(sc);
+    model::SamplerConfig bc = m.bf16_sampler.config();
+    bc.device = o.device;
+    m.bf16_sampler.set_config(bc);
   }
   // Whether the bf16 reading of a version differs from the sampler's: then the first and last
   // evaluations also run through the bf16 export (eval_accuracy_bf16), so a rise can be told
@@ -258,7 +263,7 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
     Tensor ref_logits = m.reference->forward(tokens, all.cu_seqlens, m.mode(), /*save=*/false);
     if (o.temperature != 1.0) ref_logits = ops::scale(ref_logits, 1.0 / o.temperature);
     const std::vector<float> logp_ref =
-        gather(ops::token_logprobs(ref_logits, targets).logp, all.rows);
+        gather(ops::token_logprobs(ref_logits, targets.to(o.device)).logp, all.rows);
     const double t_logprob = seconds_since(t0);
 
     // 3. Objective, backward, AdamW: K minibatches of whole groups, in order.

@@ -25,6 +25,7 @@ model::LearnerConfig learner_config(const TrainOptions& o) {
   c.mode = o.deterministic ? model::ExecMode::kDeterministic : model::ExecMode::kFast;
   c.temperature = o.temperature;
   c.seed = o.seed;
+  c.device = o.device;
   return c;
 }
 
@@ -45,11 +46,12 @@ Json read_json_file(const fs::path& p, const std::string& what) {
   }
 }
 
-std::unique_ptr<model::Decoder> reference_decoder(const model::ModelWeights& w, const Recipe& r) {
+std::unique_ptr<model::Decoder> reference_decoder(const model::ModelWeights& w, const Recipe& r,
+                                                  Device device) {
   model::DecoderWeights dw;
   dw.config = w.config;
   dw.plan = model::plan_for(w.config, r);
-  dw.tensors = clone_weights(w).tensors;
+  for (const auto& [name, t] : w.tensors) dw.tensors[name] = t.to(Device::cpu()).clone().to(device);
   return std::make_unique<model::Decoder>(std::move(dw));
 }
 
@@ -175,7 +177,7 @@ std::unique_ptr<Trainer> Trainer::create(const fs::path& dir, const TrainOptions
   m->guard = parse_guard(options.guard);
   m->task = &find_task(options.task);
   m->learner = std::make_unique<model::Learner>(init, sel.recipe, learner_config(options));
-  m->reference = reference_decoder(init, sel.recipe);
+  m->reference = reference_decoder(init, sel.recipe, options.device);
   if (options.sampler_recipe) {
     // The converter must be able to export this model with the sampler's recipe (block sizes
     // against the model's shapes): checked before the folder exists.
@@ -197,6 +199,7 @@ std::unique_ptr<Trainer> Trainer::create(const fs::path& dir, const TrainOptions
   m->save_checkpoint();
   m->metrics.emplace(dir / diag::kMetricsFileName, diag::MetricsWriterOptions{.truncate = true});
   meta.command = "train";
+  meta.device = options.device.str();
   meta.layers = int(init.config.num_hidden_layers);
   meta.seeds["seed"] = options.seed;
   meta.extra["guard"] = options.guard;
@@ -223,7 +226,7 @@ std::unique_ptr<Trainer> Trainer::create(const fs::path& dir, const TrainOptions
   return std::unique_ptr<Trainer>(new Trainer(std::move(m)));
 }
 
-std::unique_ptr<Trainer> Trainer::resume(const fs::path& dir) {
+std::unique_ptr<Trainer> Trainer::resume(const fs::path& dir, Device device) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     throw std::invalid_argument(fmt::format("--resume: '{}' is not a folder", dir.string()));
@@ -293,7 +296,8 @@ std::unique_ptr<Trainer> Trainer::resume(const fs::path& dir) {
     throw std::invalid_argument(fmt::format(
         "--resume: {} is missing (the checkpoint is at step {})", metrics_path.string(), step));
   if (step > 0) check_kept_rows(metrics_path, step);
-  m->learner = model::Learner::load_checkpoint(ck.string());
+  m->opt.device = device;
+  m->learner = model::Learner::load_checkpoint(ck.string(), device);
   const model::LearnerConfig want = learner_config(m->opt), &got = m->learner->config();
   if (got.adamw.lr != want.adamw.lr || got.mode != want.mode ||
       got.temperature != want.temperature || got.seed != want.seed ||
@@ -302,7 +306,7 @@ std::unique_ptr<Trainer> Trainer::resume(const fs::path& dir) {
         "--resume: the learner settings in {} (lr, mode, temperature, seed, clipping, weight "
         "decay) differ from the run's options",
         (ck / "learner.json").string()));
-  m->reference = reference_decoder(ref, m->recipe);
+  m->reference = reference_decoder(ref, m->recipe, device);
   m->step = step;
   m->elapsed_before_s = state.value("elapsed_s", 0.0);
 

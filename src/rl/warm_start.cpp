@@ -24,7 +24,9 @@ using detail::seconds_since;
 
 EvalResult eval_policy(const model::ModelWeights& w, const Recipe& recipe, int64_t version,
                        const Task& task, const PretrainOptions& o) {
-  model::Sampler s;
+  model::SamplerConfig sc;
+  sc.device = o.device;
+  model::Sampler s(sc);
   s.load_policy(model::export_policy(w, recipe, version), version, recipe.name);
   return evaluate_greedy(s, task, o.seed, o.difficulty, o.eval_prompts, o.eval_max_new);
 }
@@ -67,6 +69,7 @@ PretrainResult pretrain(const model::ModelWeights& init, const PretrainOptions& 
   lc.max_grad_norm = o.max_grad_norm;
   lc.mode = model::ExecMode::kFast;
   lc.seed = o.seed;
+  lc.device = o.device;
   model::Learner learner(init, recipe, lc);
 
   const Clock::time_point t0 = Clock::now();
@@ -91,7 +94,7 @@ PretrainResult pretrain(const model::ModelWeights& init, const PretrainOptions& 
         learner.forward(Tensor::from_vector<int32_t>(p.tokens, {n}, DType::kI32), p.cu_seqlens,
                         Tensor::from_vector<int32_t>(p.targets, {n}, DType::kI32));
     // loss = mean over answer tokens of -logp: d loss / d logp = -1 / T on those rows.
-    const std::span<const float> logp = out.logp.data<float>();
+    const std::span<const float> logp = out.logp.data<float>();  // host (LearnerOutput)
     std::vector<float> dlogp(size_t(n), 0.0f);
     const float g = -1.0f / float(p.rows.size());
     double loss = 0.0;
@@ -112,7 +115,9 @@ PretrainResult pretrain(const model::ModelWeights& init, const PretrainOptions& 
     }
   }
   res.after = eval_policy(learner.weights(), recipe, learner.version(), task, o);
-  res.weights = clone_weights(learner.weights());
+  for (const auto& [name, t] : learner.weights().tensors)
+    res.weights.tensors[name] = t.to(Device::cpu()).clone();
+  res.weights.config = learner.weights().config;
   res.seconds = seconds_since(t0);
   return res;
 }

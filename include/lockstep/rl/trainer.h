@@ -23,6 +23,9 @@ namespace lockstep::rl {
 // Everything that defines a run besides the recipe and the initial weights. Stored in
 // run_meta.json ("options"), so --resume continues with exactly these.
 struct TrainOptions {
+  // Where the learner, the samplers and the reference run. Not part of the run's identity (not
+  // stored in "options"): a checkpoint continues on any device (--resume --device).
+  Device device = Device::cpu();
   std::string task = "add";
   int difficulty = 2;
   std::string guard = "tis";   // none, tis, triage (TIS + gate + repair), triage-gate
@@ -102,7 +105,8 @@ class Trainer {
                                          const model::ModelWeights& init, RunMetaExtras meta);
   // Continues run_dir from its checkpoint. Throws std::invalid_argument (nothing changed) when
   // the folder is not a run, or its checkpoint belongs to another model, recipe or options.
-  static std::unique_ptr<Trainer> resume(const std::filesystem::path& run_dir);
+  static std::unique_ptr<Trainer> resume(const std::filesystem::path& run_dir,
+                                         Device device = Device::cpu());
 
   ~Trainer();
   Trainer(const Trainer&) = delete;

@@ -20,6 +20,7 @@ namespace lockstep::rl {
 constexpr uint64_t kPretrainIndexBase = uint64_t(1) << 40;
 
 struct PretrainOptions {
+  Device device = Device::cpu();  // where the warm start runs (not part of the cache key)
   std::string task = "add";
   int difficulty = 2;
   // Examples cycle through difficulties min_difficulty .. difficulty (example index modulo the
