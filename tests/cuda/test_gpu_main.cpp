@@ -36,6 +36,7 @@ void test_softmax_family();
 void perf_softmax_family();
 void test_attention();
 void test_kv_cache();
+void test_model();
 }  // namespace lockstep::gpu_test
 
 using namespace lockstep;
@@ -47,7 +48,7 @@ constexpr const char* kOps =
     "quantize|dequantize|grouped|joint|hadamard|colwise|permute|swiglu|codec|gemm|gemm_grouped|"
     "backward|chain|rmsnorm|rope|embedding|adamw|grad_norm|elementwise|softmax|log_softmax|"
     "token_logprobs|router|sample"
-    "|attention|attention_prefill|attention_backward|kv_cache|attention_cached";
+    "|attention|attention_prefill|attention_backward|kv_cache|attention_cached|model";
 
 int usage(const char* argv0, int rc) {
   std::printf(
@@ -149,6 +150,7 @@ int main(int argc, char** argv) {
     test_softmax_family();
     test_attention();
     test_kv_cache();
+    test_model();
   } catch (const std::exception& e) {
     std::printf("ERROR: %s\n", e.what());
     ++g_fail;
