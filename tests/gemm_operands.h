@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "lockstep/gemm/qgemm.h"
-#include "lockstep/tensor/tensor.h"
 #include "lockstep/numerics/hd.h"
 #include "lockstep/quant/quantize.h"
+#include "lockstep/tensor/tensor.h"
 
 namespace lockstep::gemm_test {
 
@@ -31,7 +31,9 @@ inline Kind q_kind(Format f, Scaling s, bool pow2 = false) {
   q.format = f;
   q.scaling = s;
   q.pow2 = pow2;
-  return Kind{std::string(format_name(f)) + "/" + std::string(scaling_name(s)) + (pow2 ? "/pow2" : ""), false, q};
+  return Kind{
+      std::string(format_name(f)) + "/" + std::string(scaling_name(s)) + (pow2 ? "/pow2" : ""),
+      false, q};
 }
 
 // A held operand: its values, the dense BF16 tensor of them and, when quantized, its QTensor.
@@ -79,8 +81,8 @@ struct GridSpread {
 // block (block scale 448); other blocks have E2M1 x {0.5, 1, 2} x 2^-8 with one element at +-6.
 // Others: integers times a power of two per 32-block (GridSpread), zero in columns 0..15 (they meet
 // the other operand's nvfp4 amax block, inner value 2688).
-inline std::vector<float> grid_values(const Kind& k, int64_t rows, int64_t cols, uint64_t seed, int64_t amax_col,
-                                      GridSpread spread = {}) {
+inline std::vector<float> grid_values(const Kind& k, int64_t rows, int64_t cols, uint64_t seed,
+                                      int64_t amax_col, GridSpread spread = {}) {
   std::mt19937_64 g(seed);
   std::vector<float> v(size_t(rows * cols), 0.0f);
   auto pick = [&](int n) { return int(g() % uint64_t(n)); };
@@ -96,7 +98,8 @@ inline std::vector<float> grid_values(const Kind& k, int64_t rows, int64_t cols,
           continue;
         }
         const float s = scales[pick(3)];
-        for (int c = 0; c < 16; ++c) blk[c] = (pick(2) ? 1.0f : -1.0f) * e2m1[pick(8)] * s * 0x1p-8f;
+        for (int c = 0; c < 16; ++c)
+          blk[c] = (pick(2) ? 1.0f : -1.0f) * e2m1[pick(8)] * s * 0x1p-8f;
         blk[pick(16)] = (pick(2) ? 1.0f : -1.0f) * 6.0f * s * 0x1p-8f;
       }
     } else {

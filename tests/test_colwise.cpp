@@ -1,7 +1,8 @@
 // Columnwise copies (CONTRACT.md section 12) on the CPU: bytes equal to quantizing the transpose
 // (NVFP4 1-D, FP8 1x128 and per_row) or to the transpose of the rowwise copy (NVFP4 2-D, FP8
-// per_tensor and 128x128), per group for grouped buffers; their files; and the backward GEMM layouts
-// dX = dY W and dW = dY^T X computed from them against explicitly transposed and quantized operands.
+// per_tensor and 128x128), per group for grouped buffers; their files; and the backward GEMM
+// layouts dX = dY W and dW = dY^T X computed from them against explicitly transposed and quantized
+// operands.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -48,7 +49,8 @@ std::string label(const QuantConfig& c) {
 }
 
 // Codes of a copy transposed: [m, k] -> [k, m] (packed FP4 or bytes).
-std::vector<uint8_t> transpose_codes(const std::vector<uint8_t>& d, int64_t m, int64_t k, bool fp4) {
+std::vector<uint8_t> transpose_codes(const std::vector<uint8_t>& d, int64_t m, int64_t k,
+                                     bool fp4) {
   std::vector<uint8_t> t(d.size(), 0);
   for (int64_t r = 0; r < m; ++r)
     for (int64_t c = 0; c < k; ++c) {
@@ -127,7 +129,8 @@ TEST(Colwise, EqualsTheQuantizationOfTheTranspose) {
       QuantConfig t = c;
       t.colwise = false;
       const QTensor qt = quantize(mat(transposed(x, sh.rows, sh.cols), sh.cols, sh.rows), t, "xt");
-      const std::string what = label(c) + " [" + std::to_string(sh.rows) + ", " + std::to_string(sh.cols) + "]";
+      const std::string what =
+          label(c) + " [" + std::to_string(sh.rows) + ", " + std::to_string(sh.cols) + "]";
       EXPECT_TRUE(colwise(q) == rowwise(qt)) << what;
       EXPECT_EQ(q.colwise.data.shape(), qt.rowwise.data.shape()) << what;
       EXPECT_EQ(q.colwise.scale_rows, qt.rowwise.scale_rows) << what;
@@ -145,7 +148,8 @@ TEST(Colwise, IsTheTransposeOfTheRowwiseCopyWhereTheContractSaysSo) {
       const std::vector<float> x = randn(sh.rows * sh.cols, test_seed() + 5, 2.0f);
       c.colwise = true;
       const QTensor q = quantize(mat(x, sh.rows, sh.cols), c, "x");
-      const std::string what = label(c) + " [" + std::to_string(sh.rows) + ", " + std::to_string(sh.cols) + "]";
+      const std::string what =
+          label(c) + " [" + std::to_string(sh.rows) + ", " + std::to_string(sh.cols) + "]";
       const CopyBytes r = rowwise(q), col = colwise(q);
       const bool fp4 = c.format == Format::kNvfp4;
       EXPECT_EQ(col.data, transpose_codes(r.data, sh.rows, sh.cols, fp4)) << what;
@@ -154,7 +158,8 @@ TEST(Colwise, IsTheTransposeOfTheRowwiseCopyWhereTheContractSaysSo) {
         ASSERT_EQ(col.block_scale.size(), size_t(sh.cols * sh.rows / 16)) << what;
         for (int64_t j = 0; j < sh.cols; ++j)
           for (int64_t b = 0; b < sh.rows / 16; ++b)
-            ASSERT_EQ(col.block_scale[size_t(j * (sh.rows / 16) + b)], r.block_scale[size_t(b * 16 * (sh.cols / 16) + j / 16)])
+            ASSERT_EQ(col.block_scale[size_t(j * (sh.rows / 16) + b)],
+                      r.block_scale[size_t(b * 16 * (sh.cols / 16) + j / 16)])
                 << what;
         EXPECT_EQ(col.amax, r.amax) << what;
       } else if (c.scaling == Scaling::kBlock128x128) {
@@ -162,7 +167,9 @@ TEST(Colwise, IsTheTransposeOfTheRowwiseCopyWhereTheContractSaysSo) {
         EXPECT_EQ(col.scale_cols, r.scale_rows);
         for (int64_t i = 0; i < r.scale_rows; ++i)
           for (int64_t j = 0; j < r.scale_cols; ++j)
-            EXPECT_EQ(col.scale_inv[size_t(j * r.scale_rows + i)], r.scale_inv[size_t(i * r.scale_cols + j)]) << what;
+            EXPECT_EQ(col.scale_inv[size_t(j * r.scale_rows + i)],
+                      r.scale_inv[size_t(i * r.scale_cols + j)])
+                << what;
       } else {
         EXPECT_EQ(col.scale_inv, r.scale_inv) << what;
       }
@@ -170,7 +177,8 @@ TEST(Colwise, IsTheTransposeOfTheRowwiseCopyWhereTheContractSaysSo) {
       if (!c.stochastic) {
         QuantConfig t = c;
         t.colwise = false;
-        const QTensor qt = quantize(mat(transposed(x, sh.rows, sh.cols), sh.cols, sh.rows), t, "xt");
+        const QTensor qt =
+            quantize(mat(transposed(x, sh.rows, sh.cols), sh.cols, sh.rows), t, "xt");
         EXPECT_EQ(col.data, rowwise(qt).data) << what;
       }
     }
@@ -181,21 +189,26 @@ TEST(Colwise, GroupedCopiesArePerGroup) {
   const int64_t rows = 96, cols = 64;
   const std::vector<float> x = randn(rows * cols, test_seed() + 17, 4.0f);
   std::vector<QuantConfig> cfgs;
-  for (Scaling s : {Scaling::kPerGroup, Scaling::kPerRow, Scaling::kPerTensor}) cfgs.push_back(cfg_of(Format::kNvfp4, s));
+  for (Scaling s : {Scaling::kPerGroup, Scaling::kPerRow, Scaling::kPerTensor})
+    cfgs.push_back(cfg_of(Format::kNvfp4, s));
   QuantConfig b2 = cfg_of(Format::kNvfp4, Scaling::kPerGroup);
   b2.block2d = true;
   cfgs.push_back(b2);
-  for (Scaling s : {Scaling::kPerGroup, Scaling::kPerRow, Scaling::kBlock1x128, Scaling::kPerTensor})
+  for (Scaling s :
+       {Scaling::kPerGroup, Scaling::kPerRow, Scaling::kBlock1x128, Scaling::kPerTensor})
     cfgs.push_back(cfg_of(Format::kFp8, s));
   cfgs.push_back(cfg_of(Format::kMxfp8, Scaling::kBlock1x32));
   for (QuantConfig c : cfgs) {
     c.colwise = true;
     const QTensor q = quantize_grouped(mat(x, rows, cols), offsets, c, "x");
-    const QTensor whole = quantize(mat(x, rows, cols), [&] {
-      QuantConfig w = c;
-      if (w.scaling == Scaling::kPerGroup) w.scaling = Scaling::kPerTensor;
-      return w;
-    }(), "x");
+    const QTensor whole = quantize(
+        mat(x, rows, cols),
+        [&] {
+          QuantConfig w = c;
+          if (w.scaling == Scaling::kPerGroup) w.scaling = Scaling::kPerTensor;
+          return w;
+        }(),
+        "x");
     for (int64_t g = 0; g + 1 < int64_t(offsets.size()); ++g) {
       const int64_t r0 = offsets[size_t(g)], rg = offsets[size_t(g + 1)] - r0;
       const std::vector<float> part(x.begin() + r0 * cols, x.begin() + (r0 + rg) * cols);
@@ -220,7 +233,8 @@ TEST(Colwise, GroupedCopiesArePerGroup) {
 }
 
 TEST(Colwise, JointCopiesShareTheColumnwiseAmax) {
-  const std::vector<float> a = randn(32 * 48, test_seed() + 21, 10.0f), b = randn(32 * 48, test_seed() + 22, 0.1f);
+  const std::vector<float> a = randn(32 * 48, test_seed() + 21, 10.0f),
+                           b = randn(32 * 48, test_seed() + 22, 0.1f);
   for (bool hadamard : {false, true}) {
     QuantConfig c = cfg_of(Format::kNvfp4, Scaling::kPerTensor);
     c.colwise = true;
@@ -238,8 +252,10 @@ TEST(Colwise, JointCopiesShareTheColumnwiseAmax) {
 TEST(Colwise, DequantizeRebuildsXFromEitherCopy) {
   const int64_t rows = 64, cols = 96;
   const std::vector<float> x = randn(rows * cols, test_seed() + 31);
-  for (QuantConfig c : {cfg_of(Format::kNvfp4, Scaling::kPerRow), cfg_of(Format::kFp8, Scaling::kBlock1x128),
-                        cfg_of(Format::kMxfp8, Scaling::kBlock1x32), cfg_of(Format::kFp8, Scaling::kBlock128x128)}) {
+  for (QuantConfig c :
+       {cfg_of(Format::kNvfp4, Scaling::kPerRow), cfg_of(Format::kFp8, Scaling::kBlock1x128),
+        cfg_of(Format::kMxfp8, Scaling::kBlock1x32),
+        cfg_of(Format::kFp8, Scaling::kBlock128x128)}) {
     c.colwise = true;
     const QTensor q = quantize(mat(x, rows, cols), c);
     DequantConfig d;
@@ -251,9 +267,11 @@ TEST(Colwise, DequantizeRebuildsXFromEitherCopy) {
     t.colwise = false;
     std::vector<float> want;
     if (c.format == Format::kMxfp8) {
-      want = transposed(floats(dequantize(quantize(mat(transposed(x, rows, cols), cols, rows), t))), cols, rows);
+      want = transposed(floats(dequantize(quantize(mat(transposed(x, rows, cols), cols, rows), t))),
+                        cols, rows);
     } else {
-      want = transposed(floats(dequantize(quantize(mat(transposed(x, rows, cols), cols, rows), t))), cols, rows);
+      want = transposed(floats(dequantize(quantize(mat(transposed(x, rows, cols), cols, rows), t))),
+                        cols, rows);
     }
     EXPECT_EQ(from_col, want) << label(c);
   }
@@ -273,11 +291,13 @@ TEST(Colwise, FilesRoundTripBothCopies) {
     const SafetensorsFile back = parse_safetensors(serialize_safetensors(f), "memory");
     const QTensor r = read_qtensor(back, "w");
     EXPECT_TRUE(same_bytes(q, r)) << label(c);
-    EXPECT_EQ(back.metadata.at("lockstep.w.colwise"), c.format == Format::kMxfp8 ? "blocks_down_columns" : "transposed");
+    EXPECT_EQ(back.metadata.at("lockstep.w.colwise"),
+              c.format == Format::kMxfp8 ? "blocks_down_columns" : "transposed");
   }
 }
 
-// ---- backward layouts ------------------------------------------------------------------------------
+// ---- backward layouts
+// ------------------------------------------------------------------------------
 
 namespace {
 
@@ -298,7 +318,6 @@ std::vector<Pair> backward_pairs() {
   };
 }
 
-
 QTensor quantize_t(const std::vector<float>& v, int64_t rows, int64_t cols, QuantConfig c) {
   c.colwise = false;
   return quantize(mat(transposed(v, rows, cols), cols, rows), c, "t");
@@ -308,7 +327,8 @@ QTensor quantize_t(const std::vector<float>& v, int64_t rows, int64_t cols, Quan
 
 TEST(Backward, DgradAndWgradFromColumnwiseCopiesEqualExplicitTransposes) {
   const int64_t M = 256, N = 128, K = 384;  // tokens, out features, in features
-  const std::vector<float> dy = randn(M * N, test_seed() + 51), w = randn(N * K, test_seed() + 52, 0.05f),
+  const std::vector<float> dy = randn(M * N, test_seed() + 51),
+                           w = randn(N * K, test_seed() + 52, 0.05f),
                            x = randn(M * K, test_seed() + 53);
   for (const Pair& p : backward_pairs()) {
     QuantConfig cdy = p.dy, cw = p.w, cx = p.dy;
@@ -322,7 +342,8 @@ TEST(Backward, DgradAndWgradFromColumnwiseCopiesEqualExplicitTransposes) {
     dg.w_copy = Copy::kColwise;
     const GemmResult dx = qgemm(qdy, qw, dg);
     const QTensor wt = quantize_t(w, N, K, cw);
-    if (cw.stochastic || cw.block2d || cw.scaling == Scaling::kPerTensor || cw.scaling == Scaling::kBlock128x128) {
+    if (cw.stochastic || cw.block2d || cw.scaling == Scaling::kPerTensor ||
+        cw.scaling == Scaling::kBlock128x128) {
       // Transposed-rowwise kinds: the same values as quantizing W^T (no stochastic rounding here).
     }
     expect_bits(dx.d, qgemm(qdy, wt).d, what + " dgrad");
@@ -342,14 +363,17 @@ TEST(Backward, DgradAndWgradFromColumnwiseCopiesEqualExplicitTransposes) {
 TEST(Backward, GroupedDgradAndWgradArePerExpert) {
   const std::vector<int64_t> offsets{0, 32, 32, 96, 128};  // an expert with no tokens
   const int64_t E = 4, T = 128, N = 64, K = 96;
-  const std::vector<float> dy = randn(T * N, test_seed() + 61), w = randn(E * N * K, test_seed() + 62, 0.05f),
+  const std::vector<float> dy = randn(T * N, test_seed() + 61),
+                           w = randn(E * N * K, test_seed() + 62, 0.05f),
                            x = randn(T * K, test_seed() + 63);
   std::vector<int64_t> woff(size_t(E + 1));
   for (int64_t e = 0; e <= E; ++e) woff[size_t(e)] = e * N;
   const Tensor off = Tensor::from_vector<int64_t>(offsets, {E + 1}, DType::kI64);
-  for (const Pair& p : std::vector<Pair>{{cfg_of(Format::kMxfp8, Scaling::kBlock1x32), cfg_of(Format::kMxfp8, Scaling::kBlock1x32)},
-                                         {cfg_of(Format::kNvfp4, Scaling::kPerRow), cfg_of(Format::kNvfp4, Scaling::kPerGroup)},
-                                         {cfg_of(Format::kFp8, Scaling::kPerRow), cfg_of(Format::kFp8, Scaling::kPerRow)}}) {
+  for (const Pair& p : std::vector<Pair>{
+           {cfg_of(Format::kMxfp8, Scaling::kBlock1x32),
+            cfg_of(Format::kMxfp8, Scaling::kBlock1x32)},
+           {cfg_of(Format::kNvfp4, Scaling::kPerRow), cfg_of(Format::kNvfp4, Scaling::kPerGroup)},
+           {cfg_of(Format::kFp8, Scaling::kPerRow), cfg_of(Format::kFp8, Scaling::kPerRow)}}) {
     QuantConfig cdy = p.dy, cw = p.w;
     cdy.colwise = cw.colwise = true;
     const QTensor qdy = quantize_grouped(mat(dy, T, N), offsets, cdy, "dy");
@@ -371,21 +395,24 @@ TEST(Backward, GroupedDgradAndWgradArePerExpert) {
       const std::vector<float> dye(dy.begin() + r0 * N, dy.begin() + (r0 + rg) * N),
           xe(x.begin() + r0 * K, x.begin() + (r0 + rg) * K);
       if (rg > 0) {
-        const std::vector<float> want = floats(qgemm(quantize(mat(dye, rg, N), [&] {
-                                                       QuantConfig c = cdy;
-                                                       c.colwise = false;
-                                                       return c;
-                                                     }()),
+        const std::vector<float> want = floats(qgemm(quantize(mat(dye, rg, N),
+                                                              [&] {
+                                                                QuantConfig c = cdy;
+                                                                c.colwise = false;
+                                                                return c;
+                                                              }()),
                                                      quantize_t(we, N, K, alone_w))
                                                    .d);
-        EXPECT_EQ(std::vector<float>(dx.begin() + r0 * K, dx.begin() + (r0 + rg) * K), want) << what << " dgrad " << e;
+        EXPECT_EQ(std::vector<float>(dx.begin() + r0 * K, dx.begin() + (r0 + rg) * K), want)
+            << what << " dgrad " << e;
       }
       const std::vector<float> dwe(dw.begin() + e * N * K, dw.begin() + (e + 1) * N * K);
       if (rg == 0) {
         for (float v : dwe) ASSERT_EQ(num::f32_bits(v), 0u) << what << " empty expert";
         continue;
       }
-      const std::vector<float> want = floats(qgemm(quantize_t(dye, rg, N, cdy), quantize_t(xe, rg, K, cdy)).d);
+      const std::vector<float> want =
+          floats(qgemm(quantize_t(dye, rg, N, cdy), quantize_t(xe, rg, K, cdy)).d);
       EXPECT_EQ(dwe, want) << what << " wgrad " << e;
     }
   }
@@ -398,7 +425,8 @@ TEST(Backward, Float64PathIsAPlainDoubleGemm) {
   std::normal_distribution<double> d;
   for (auto& v : a) v = d(g);
   for (auto& v : w) v = d(g);
-  const Tensor ta = Tensor::from_vector<double>(a, {M, K}, DType::kF64), tw = Tensor::from_vector<double>(w, {N, K}, DType::kF64);
+  const Tensor ta = Tensor::from_vector<double>(a, {M, K}, DType::kF64),
+               tw = Tensor::from_vector<double>(w, {N, K}, DType::kF64);
   GemmConfig c;
   c.epilogue.alpha = 0.5f;
   const Tensor r = qgemm(ta, tw, c).d;
@@ -412,7 +440,8 @@ TEST(Backward, Float64PathIsAPlainDoubleGemm) {
   // dgrad layout on F64: dX = dY W with W's transpose view.
   GemmConfig dg;
   dg.w_copy = Copy::kColwise;
-  const Tensor dy = Tensor::from_vector<double>(std::vector<double>(M * N, 1.0), {M, N}, DType::kF64);
+  const Tensor dy =
+      Tensor::from_vector<double>(std::vector<double>(M * N, 1.0), {M, N}, DType::kF64);
   const Tensor dx = qgemm(dy, tw, dg).d;
   for (int64_t k = 0; k < K; ++k) {
     double s = 0;

@@ -182,8 +182,8 @@ TEST(Converter, FusedScalesShareOneDomainSeparateGiveEachProjectionItsOwn) {
   for (int d = 0; d < 3; ++d) {
     EXPECT_EQ(sq.rowwise.amax.ptr<float>()[d], amax_rows(qkv, bounds[d], bounds[d + 1]));
     // Each projection's rows are its own per-tensor quantization.
-    const QTensor alone =
-        quantize(qkv.slice_rows(bounds[d], bounds[d + 1]).contiguous(), QuantConfig(default_spec(Format::kNvfp4)), "alone");
+    const QTensor alone = quantize(qkv.slice_rows(bounds[d], bounds[d + 1]).contiguous(),
+                                   QuantConfig(default_spec(Format::kNvfp4)), "alone");
     const auto all = host_bytes(sq.rowwise.data);
     const auto own = host_bytes(alone.rowwise.data);
     EXPECT_TRUE(std::equal(own.begin(), own.end(), all.begin() + bounds[d] * qkv.cols() / 2))

@@ -25,9 +25,9 @@ namespace {
 
 using namespace lockstep::gemm_test;
 using gemm::DecodedOperand;
+using lockstep::test::error_of;
 using lockstep::test::floats;
 using lockstep::test::test_seed;
-using lockstep::test::error_of;
 
 constexpr int64_t kGemmChunk = gemm::kChunk;
 
@@ -41,7 +41,9 @@ GemmConfig with(const GemmEpilogue& ep) {
   return c;
 }
 
-Tensor vec_tensor(const std::vector<float>& v) { return Tensor::from_vector<float>(v, {int64_t(v.size())}, DType::kF32); }
+Tensor vec_tensor(const std::vector<float>& v) {
+  return Tensor::from_vector<float>(v, {int64_t(v.size())}, DType::kF32);
+}
 Tensor offsets_tensor(const std::vector<int64_t>& v) {
   return Tensor::from_vector<int64_t>(v, {int64_t(v.size())}, DType::kI64);
 }
@@ -53,7 +55,8 @@ bool sums_are_exact(const DecodedOperand& a, const DecodedOperand& w) {
   auto f32 = [](double x) { return double(float(x)) == x; };
   const int64_t K = a.cols;
   const bool chunked = a.chunked || w.chunked;
-  const int64_t chunk = chunked ? kGemmChunk : std::max<int64_t>(K, 1), chunks = chunked ? K / kGemmChunk : 1;
+  const int64_t chunk = chunked ? kGemmChunk : std::max<int64_t>(K, 1),
+                chunks = chunked ? K / kGemmChunk : 1;
   for (int64_t i = 0; i < a.rows; ++i)
     for (int64_t j = 0; j < w.rows; ++j) {
       double acc = 0;
@@ -73,19 +76,22 @@ bool sums_are_exact(const DecodedOperand& a, const DecodedOperand& w) {
   return true;
 }
 
-void expect_same_bits(const std::vector<float>& x, const std::vector<float>& y, const std::string& what);
+void expect_same_bits(const std::vector<float>& x, const std::vector<float>& y,
+                      const std::string& what);
 void expect_same_bits(const Tensor& x, const Tensor& y, const std::string& what) {
   expect_same_bits(floats(x), floats(y), what);
 }
 void expect_same_bits(const Tensor& x, const std::vector<float>& y, const std::string& what) {
   expect_same_bits(floats(x), y, what);
 }
-void expect_same_bits(const std::vector<float>& x, const std::vector<float>& y, const std::string& what) {
+void expect_same_bits(const std::vector<float>& x, const std::vector<float>& y,
+                      const std::string& what) {
   ASSERT_EQ(x.size(), y.size()) << what;
   int64_t bad = 0;
   for (size_t i = 0; i < x.size(); ++i)
     if (num::f32_bits(x[i]) != num::f32_bits(y[i]) && bad++ < 5)
-      ADD_FAILURE() << what << ": element " << i << ": " << x[i] << " vs " << y[i] << " (seed " << test_seed() << ")";
+      ADD_FAILURE() << what << ": element " << i << ": " << x[i] << " vs " << y[i] << " (seed "
+                    << test_seed() << ")";
   EXPECT_EQ(bad, 0) << what;
 }
 
@@ -98,15 +104,19 @@ struct Pairing {
 std::vector<Pairing> pairings(bool pow2) {
   return {
       {bf16_kind(), bf16_kind()},
-      {q_kind(Format::kFp8, Scaling::kPerTensor, pow2), q_kind(Format::kFp8, Scaling::kPerTensor, pow2)},
+      {q_kind(Format::kFp8, Scaling::kPerTensor, pow2),
+       q_kind(Format::kFp8, Scaling::kPerTensor, pow2)},
       {q_kind(Format::kFp8, Scaling::kPerRow, pow2), q_kind(Format::kFp8, Scaling::kPerRow, pow2)},
-      {q_kind(Format::kFp8, Scaling::kBlock1x128, pow2), q_kind(Format::kFp8, Scaling::kBlock128x128, pow2)},
-      {q_kind(Format::kFp8, Scaling::kBlock1x128, pow2), q_kind(Format::kFp8, Scaling::kBlock1x128, pow2)},
+      {q_kind(Format::kFp8, Scaling::kBlock1x128, pow2),
+       q_kind(Format::kFp8, Scaling::kBlock128x128, pow2)},
+      {q_kind(Format::kFp8, Scaling::kBlock1x128, pow2),
+       q_kind(Format::kFp8, Scaling::kBlock1x128, pow2)},
       {q_kind(Format::kMxfp8, Scaling::kBlock1x32), q_kind(Format::kMxfp8, Scaling::kBlock1x32)},
       {q_kind(Format::kNvfp4, Scaling::kPerRow), q_kind(Format::kNvfp4, Scaling::kPerRow)},
       {q_kind(Format::kNvfp4, Scaling::kPerTensor), q_kind(Format::kNvfp4, Scaling::kPerTensor)},
-      {bf16_kind(), q_kind(Format::kNvfp4, Scaling::kPerRow)},                     // w4a16
-      {q_kind(Format::kMxfp8, Scaling::kBlock1x32), q_kind(Format::kNvfp4, Scaling::kPerRow)},  // w4a8
+      {bf16_kind(), q_kind(Format::kNvfp4, Scaling::kPerRow)},  // w4a16
+      {q_kind(Format::kMxfp8, Scaling::kBlock1x32),
+       q_kind(Format::kNvfp4, Scaling::kPerRow)},  // w4a8
       {q_kind(Format::kFp8, Scaling::kBlock1x128, pow2), q_kind(Format::kNvfp4, Scaling::kPerRow)},
       {q_kind(Format::kNvfp4, Scaling::kPerRow), bf16_kind()},
   };
@@ -129,7 +139,8 @@ TEST(Gemm, GridInputsFastEqualsOracleEqualsExactSum) {
     if (w.q) {
       ASSERT_EQ(dequant(*w.q), w.x) << what << ": test input not lossless";
     }
-    ASSERT_TRUE(sums_are_exact(decode_gemm_operand(a.op("a")), decode_gemm_operand(w.op("w")))) << what;
+    ASSERT_TRUE(sums_are_exact(decode_gemm_operand(a.op("a")), decode_gemm_operand(w.op("w"))))
+        << what;
     const GemmResult fast = qgemm(a.op("a"), w.op("w"));
     const GemmResult oracle = qgemm_oracle(a.op("a"), w.op("w"));
     expect_same_bits(fast.d, oracle.d, what + " fast vs oracle");
@@ -138,7 +149,8 @@ TEST(Gemm, GridInputsFastEqualsOracleEqualsExactSum) {
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) {
         double s = 0;
-        for (int64_t k = 0; k < K; ++k) s += double(a.x[size_t(i * K + k)]) * double(w.x[size_t(j * K + k)]);
+        for (int64_t k = 0; k < K; ++k)
+          s += double(a.x[size_t(i * K + k)]) * double(w.x[size_t(j * K + k)]);
         exact[size_t(i * N + j)] = float(s);
       }
     expect_same_bits(fast.d, exact, what + " fast vs exact sum of the inputs");
@@ -157,7 +169,8 @@ TEST(Gemm, InnerTimesScalesIsTheQuantizersDequantize) {
       std::vector<float> rebuilt(deq.size());
       for (int64_t r = 0; r < R; ++r)
         for (int64_t c = 0; c < K; ++c) {
-          const float s = d.chunked ? d.chunk_scale[size_t(r * d.chunks + c / kGemmChunk)] : d.outer[size_t(r)];
+          const float s =
+              d.chunked ? d.chunk_scale[size_t(r * d.chunks + c / kGemmChunk)] : d.outer[size_t(r)];
           rebuilt[size_t(r * K + c)] = num::mul_rn(d.inner[size_t(r * K + c)], s);
         }
       expect_same_bits(rebuilt, deq, k.label);
@@ -183,7 +196,9 @@ TEST(Gemm, RandomInputsWithinTheAnalyticBound) {
     EXPECT_GT(worst, 0.0) << what << ": random inputs should round somewhere";
     const std::vector<float> oracle = floats(qgemm_oracle(a.op("a"), w.op("w")).d);
     for (size_t e = 0; e < oracle.size(); ++e)
-      EXPECT_LE(std::fabs(double(oracle[e]) - ref.d64[e]), 0x1p-24 * std::fabs(ref.d64[e]) * (1 + 0x1p-20)) << what;
+      EXPECT_LE(std::fabs(double(oracle[e]) - ref.d64[e]),
+                0x1p-24 * std::fabs(ref.d64[e]) * (1 + 0x1p-20))
+          << what;
   }
 }
 
@@ -201,7 +216,8 @@ TEST(Gemm, RowBitsDoNotDependOnTheBatchOrThreads) {
       {bf16_kind(), q_kind(Format::kNvfp4, Scaling::kPerRow)},
       {q_kind(Format::kMxfp8, Scaling::kBlock1x32), q_kind(Format::kNvfp4, Scaling::kPerRow)},
   };
-  const std::vector<float> xa = random_values(M * K, seed, 1.5f), xw = random_values(N * K, seed + 3, 0.1f);
+  const std::vector<float> xa = random_values(M * K, seed, 1.5f),
+                           xw = random_values(N * K, seed + 3, 0.1f);
   const int saved = omp_get_max_threads();
   for (const Pairing& p : row_local) {
     const std::string what = p.a.label + " x " + p.w.label;
@@ -231,12 +247,14 @@ TEST(Gemm, RowBitsDoNotDependOnTheBatchOrThreads) {
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), std::mt19937_64(seed));
     std::vector<float> xp(size_t(M * K));
-    for (int64_t i = 0; i < M; ++i) std::copy_n(xa.begin() + perm[size_t(i)] * K, K, xp.begin() + i * K);
+    for (int64_t i = 0; i < M; ++i)
+      std::copy_n(xa.begin() + perm[size_t(i)] * K, K, xp.begin() + i * K);
     const Held a_perm = make(p.a, xp, M, K);
     const std::vector<float> permuted = floats(qgemm(a_perm.op("a"), w.op("w"), with(ep)).d);
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j)
-        ASSERT_EQ(num::f32_bits(permuted[size_t(i * N + j)]), num::f32_bits(full[size_t(perm[size_t(i)] * N + j)]))
+        ASSERT_EQ(num::f32_bits(permuted[size_t(i * N + j)]),
+                  num::f32_bits(full[size_t(perm[size_t(i)] * N + j)]))
             << what << " permuted row " << i << " seed " << seed;
   }
 }
@@ -248,18 +266,22 @@ TEST(Gemm, GroupedEqualsPerExpertDense) {
   const int64_t K = 128, N = 24, E = 5;
   const std::vector<int64_t> offsets{0, 7, 7, 23, 24, 40};  // expert 1 has no tokens
   const int64_t T = offsets.back();
-  const std::vector<float> xa = random_values(T * K, seed, 1.0f), xw = random_values(E * N * K, seed + 5, 0.1f);
-  std::vector<float> bias = random_values(E * N, seed + 9, 0.5f), prob = random_values(T, seed + 11, 0.25f);
+  const std::vector<float> xa = random_values(T * K, seed, 1.0f),
+                           xw = random_values(E * N * K, seed + 5, 0.1f);
+  std::vector<float> bias = random_values(E * N, seed + 9, 0.5f),
+                     prob = random_values(T, seed + 11, 0.25f);
   for (auto& p : prob) p = std::fabs(p);
   std::vector<int64_t> woffs(size_t(E + 1));
   for (int64_t e = 0; e <= E; ++e) woffs[size_t(e)] = e * N;
   struct Case {
     Kind a, w;
   };
-  for (const Case& c : std::vector<Case>{{q_kind(Format::kNvfp4, Scaling::kPerRow), q_kind(Format::kNvfp4, Scaling::kPerGroup)},
-                                         {q_kind(Format::kMxfp8, Scaling::kBlock1x32), q_kind(Format::kNvfp4, Scaling::kPerRow)},
-                                         {bf16_kind(), q_kind(Format::kNvfp4, Scaling::kPerGroup)},
-                                         {q_kind(Format::kFp8, Scaling::kBlock1x128), q_kind(Format::kFp8, Scaling::kPerGroup)}}) {
+  for (const Case& c : std::vector<Case>{
+           {q_kind(Format::kNvfp4, Scaling::kPerRow), q_kind(Format::kNvfp4, Scaling::kPerGroup)},
+           {q_kind(Format::kMxfp8, Scaling::kBlock1x32), q_kind(Format::kNvfp4, Scaling::kPerRow)},
+           {bf16_kind(), q_kind(Format::kNvfp4, Scaling::kPerGroup)},
+           {q_kind(Format::kFp8, Scaling::kBlock1x128),
+            q_kind(Format::kFp8, Scaling::kPerGroup)}}) {
     const std::string what = c.a.label + " x " + c.w.label;
     const Held a = make(c.a, xa, T, K, offsets);
     const Held w = make(c.w, xw, E * N, K, woffs);
@@ -279,15 +301,20 @@ TEST(Gemm, GroupedEqualsPerExpertDense) {
         std::vector<float> ae(xa.begin() + r0 * K, xa.begin() + (r0 + rows) * K);
         std::vector<float> we(xw.begin() + e * N * K, xw.begin() + (e + 1) * N * K);
         Kind wk = c.w;
-        if (wk.spec.scaling == Scaling::kPerGroup) wk.spec.scaling = Scaling::kPerTensor;  // one expert alone
+        if (wk.spec.scaling == Scaling::kPerGroup)
+          wk.spec.scaling = Scaling::kPerTensor;  // one expert alone
         GemmEpilogue de = ep;
         de.bias = vec_tensor(std::vector<float>(bias.begin() + e * N, bias.begin() + (e + 1) * N));
-        if (fused) de.router_prob = vec_tensor(std::vector<float>(prob.begin() + r0, prob.begin() + r0 + rows));
+        if (fused)
+          de.router_prob =
+              vec_tensor(std::vector<float>(prob.begin() + r0, prob.begin() + r0 + rows));
         const Held ah = make(c.a, ae, rows, K), wh = make(wk, we, N, K);
         const GemmResult d = qgemm(ah.op("a"), wh.op("w"), with(de));
-        expect_same_bits(d.d, std::vector<float>(gd.begin() + r0 * gcols, gd.begin() + (r0 + rows) * gcols),
-                         what + " expert " + std::to_string(e) + (fused ? " swiglu" : ""));
-        expect_same_bits(d.row_amax, std::vector<float>(gamax.begin() + r0, gamax.begin() + r0 + rows),
+        expect_same_bits(
+            d.d, std::vector<float>(gd.begin() + r0 * gcols, gd.begin() + (r0 + rows) * gcols),
+            what + " expert " + std::to_string(e) + (fused ? " swiglu" : ""));
+        expect_same_bits(d.row_amax,
+                         std::vector<float>(gamax.begin() + r0, gamax.begin() + r0 + rows),
                          what + " row amax");
       }
     }
@@ -301,10 +328,13 @@ TEST(Gemm, GroupedPaddingRowsGiveZero) {
   std::vector<float> xa(size_t(48 * K), 0.0f);
   const std::vector<float> real = random_values(48 * K, seed);
   for (int64_t e = 0; e < E; ++e)
-    std::copy_n(real.begin() + offsets[size_t(e)] * K, used[size_t(e)] * K, xa.begin() + offsets[size_t(e)] * K);
-  QTensor qa = quantize_grouped(f32_tensor(xa, 48, K), offsets, q_kind(Format::kNvfp4, Scaling::kPerRow).spec, "a");
+    std::copy_n(real.begin() + offsets[size_t(e)] * K, used[size_t(e)] * K,
+                xa.begin() + offsets[size_t(e)] * K);
+  QTensor qa = quantize_grouped(f32_tensor(xa, 48, K), offsets,
+                                q_kind(Format::kNvfp4, Scaling::kPerRow).spec, "a");
   const std::vector<float> xw = random_values(E * N * K, seed + 1);
-  QTensor qw = quantize(f32_tensor(xw, E * N, K), q_kind(Format::kNvfp4, Scaling::kPerRow).spec, "w");
+  QTensor qw =
+      quantize(f32_tensor(xw, E * N, K), q_kind(Format::kNvfp4, Scaling::kPerRow).spec, "w");
   const std::vector<float> bias(size_t(E * N), 1.5f);
   GemmEpilogue ep;
   ep.bias = vec_tensor(bias);
@@ -337,7 +367,8 @@ TEST(Gemm, GroupedPaddingRowsGiveZero) {
 TEST(Gemm, EpilogueOrderAlphaBiasSwigluBf16Amax) {
   const uint64_t seed = test_seed();
   const int64_t M = 6, N = 64, K = 32;  // I = 32: the output can be NVFP4-quantized per row
-  const std::vector<float> xa = random_values(M * K, seed), xw = random_values(N * K, seed + 1, 0.3f);
+  const std::vector<float> xa = random_values(M * K, seed),
+                           xw = random_values(N * K, seed + 1, 0.3f);
   const Tensor a = from_f32(xa, {M, K}, DType::kBF16), w = from_f32(xw, {N, K}, DType::kBF16);
   const std::vector<float> raw = floats(qgemm(a, w).d);
   const std::vector<float> bias = random_values(N, seed + 2);
@@ -363,7 +394,9 @@ TEST(Gemm, EpilogueOrderAlphaBiasSwigluBf16Amax) {
       for (int64_t i = 0; i < M; ++i) {
         float amax = 0.0f;
         for (int64_t c = 0; c < oc; ++c) {
-          auto v = [&](int64_t j) { return (0.7f * raw[size_t(i * N + j)]) + bias[size_t(j)]; };  // RN, RN
+          auto v = [&](int64_t j) {
+            return (0.7f * raw[size_t(i * N + j)]) + bias[size_t(j)];
+          };  // RN, RN
           float y = swiglu ? num::swiglu_weighted_f32(v(c), v(oc + c), prob[size_t(i)]) : v(c);
           if (bf16) y = num::bf16_to_f32(num::f32_to_bf16(y));
           ASSERT_EQ(num::f32_bits(rd[size_t(i * oc + c)]), num::f32_bits(y)) << i << "," << c;
@@ -391,11 +424,14 @@ TEST(Gemm, EpilogueOrderAlphaBiasSwigluBf16Amax) {
   EXPECT_EQ(floats(qgemm(e0t, e0t, with(ob)).d)[0], 5.0f);
 }
 
-// ---- errors ---------------------------------------------------------------------------------------
+// ---- errors
+// ---------------------------------------------------------------------------------------
 
 TEST(Gemm, ErrorsNameTheShapesAndTheRule) {
   const std::vector<float> x(8 * 256, 1.0f);
-  auto dense = [&](int64_t r, int64_t c) { return from_f32(std::span(x).first(size_t(r * c)), {r, c}, DType::kBF16); };
+  auto dense = [&](int64_t r, int64_t c) {
+    return from_f32(std::span(x).first(size_t(r * c)), {r, c}, DType::kBF16);
+  };
   const Tensor a = dense(4, 32), w = dense(8, 64);
   std::string m = error_of<GemmError>([&] { qgemm(a, w); });
   EXPECT_NE(m.find("K mismatch"), std::string::npos) << m;
@@ -445,7 +481,8 @@ TEST(Gemm, EmptyShapesAndRepeatability) {
   const GemmResult e = qgemm(Tensor(DType::kBF16, {0, 32}), w);
   EXPECT_EQ(e.d.rows(), 0);
   EXPECT_EQ(e.d.numel(), 0);
-  const std::vector<float> k0 = floats(qgemm(Tensor(DType::kBF16, {3, 0}), Tensor(DType::kBF16, {2, 0})).d);
+  const std::vector<float> k0 =
+      floats(qgemm(Tensor(DType::kBF16, {3, 0}), Tensor(DType::kBF16, {2, 0})).d);
   ASSERT_EQ(k0.size(), 6u);
   for (float v : k0) EXPECT_EQ(num::f32_bits(v), 0u);  // acc = +0
   const Tensor a = from_f32(random_values(33 * 96, test_seed()), {33, 96}, DType::kBF16);

@@ -20,7 +20,6 @@ Tensor randf(int64_t rows, int64_t cols, uint32_t stream) {
   return t;
 }
 
-
 }  // namespace
 
 TEST(GemmPacked, EqualsTheUnpackedGemmForEveryWeightFormat) {

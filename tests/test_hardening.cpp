@@ -27,8 +27,6 @@
 namespace lockstep {
 namespace {
 
-
-
 std::vector<std::byte> header_file_bytes(const std::string& header, size_t data) {
   std::vector<std::byte> out(8 + header.size() + data);
   for (int i = 0; i < 8; ++i)
@@ -188,7 +186,8 @@ TEST(SafetensorsHeaderParse, TheFirstBadEntryInNameOrderIsReported) {
   const std::string dup = R"({"aa":{"dtype":"Q9","shape":[1],"data_offsets":[0,1]},)"
                           R"("b":{"dtype":"U8","shape":[1],"data_offsets":[1,2]},)"
                           R"("b":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})";
-  EXPECT_NE(header_error_of(header_file_bytes(dup, 2)).find("duplicate tensor name 'b'"), std::string::npos);
+  EXPECT_NE(header_error_of(header_file_bytes(dup, 2)).find("duplicate tensor name 'b'"),
+            std::string::npos);
   EXPECT_NE(header_error_of(header_file_bytes(R"([1, 2])", 0)).find("a JSON array, not an object"),
             std::string::npos);
   EXPECT_NE(header_error_of(header_file_bytes(R"("text")", 0)).find("a JSON string, not an object"),
@@ -202,7 +201,8 @@ TEST(SafetensorsHeaderParse, NulBytesAreRefusedWhereverTheyAre) {
     const std::string m = header_error_of(header_file_bytes(h, 1));
     EXPECT_NE(m.find("NUL byte"), std::string::npos) << m;
   }
-  EXPECT_EQ(header_error_of(header_file_bytes(ok + "   ", 1)), "") << "trailing spaces are JSON whitespace";
+  EXPECT_EQ(header_error_of(header_file_bytes(ok + "   ", 1)), "")
+      << "trailing spaces are JSON whitespace";
 }
 
 // ---- the inverse Hadamard transform ------------------------------------------------------------

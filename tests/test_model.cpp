@@ -40,7 +40,7 @@ Batch make_batch(const std::vector<int64_t>& lens, int64_t vocab, uint32_t strea
 std::vector<float> f32s(const Tensor& t) { return floats(t); }
 
 void expect_same_model_bits(const std::vector<float>& a, const std::vector<float>& b,
-                      const std::string& what) {
+                            const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   for (size_t i = 0; i < a.size(); ++i)
     ASSERT_EQ(num::f32_bits(a[i]), num::f32_bits(b[i]))
@@ -160,7 +160,7 @@ TEST(ModelDeterministic, LearnerEqualsSamplerAloneAndInMixedBatches) {
         const std::vector<float> alone =
             f32s(scorer.forward(ids_tensor(ids), cu, ids_tensor(tg)).logp);
         expect_same_model_bits(alone, std::vector<float>(packed.begin() + s0, packed.begin() + s1),
-                         what + " alone vs batch " + std::to_string(i));
+                               what + " alone vs batch " + std::to_string(i));
       }
     }
   }

@@ -194,8 +194,8 @@ TEST(ModelConfig, WritesTransformersFieldNames) {
 
 TEST(ModelConfig, Presets) {
   const auto names = preset_names();
-  ASSERT_EQ(names, (std::vector<std::string>{"tiny-dense", "tiny-moe", "gpu-moe",
-                                             "qwen3-30b-a3b-4l"}));
+  ASSERT_EQ(names,
+            (std::vector<std::string>{"tiny-dense", "tiny-moe", "gpu-moe", "qwen3-30b-a3b-4l"}));
   // The benchmark preset has Qwen3-30B-A3B's shapes (its config.json) with 4 layers.
   const ModelConfig big = preset("qwen3-30b-a3b-4l");
   EXPECT_EQ(big.vocab_size, 151936);
@@ -212,8 +212,8 @@ TEST(ModelConfig, Presets) {
   const int64_t H = g.hidden_size, I = g.moe_intermediate_size, E = g.num_experts;
   const int64_t attn = H * (g.num_attention_heads + 2 * g.num_key_value_heads) * g.head_dim +
                        g.num_attention_heads * g.head_dim * H;
-  const int64_t params = g.num_hidden_layers * (attn + H * E + E * 3 * H * I) +
-                         2 * g.vocab_size * H;
+  const int64_t params =
+      g.num_hidden_layers * (attn + H * E + E * 3 * H * I) + 2 * g.vocab_size * H;
   EXPECT_GE(params, 50'000'000);
   EXPECT_LE(params, 200'000'000);
   for (int64_t k : {H, I, g.num_attention_heads * g.head_dim}) EXPECT_EQ(k % 128, 0) << k;

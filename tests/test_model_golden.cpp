@@ -10,8 +10,8 @@
 
 #include "lockstep/model/learner.h"
 #include "lockstep/tensor/safetensors.h"
-#include "tiny_model_util.h"
 #include "test_util.h"
+#include "tiny_model_util.h"
 
 using namespace lockstep;
 using namespace lockstep::model;

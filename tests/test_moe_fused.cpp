@@ -35,10 +35,12 @@ TEST(MoeFused, PermuteQuantizeIsGatherThenPerRowQuantize) {
   const Tensor m = mat(x, tokens, cols);
   const std::vector<int32_t> src{3, 0, 8, -1, 5, 5, 1, -1};  // repeats and padding rows
   const std::vector<int64_t> offsets{0, 4, 4, 8};
-  QTensor fused = permute_quantize(m, Tensor::from_vector<int32_t>(src, {8}, DType::kI32), offsets, per_row());
+  QTensor fused =
+      permute_quantize(m, Tensor::from_vector<int32_t>(src, {8}, DType::kI32), offsets, per_row());
   std::vector<float> gathered(src.size() * size_t(cols), 0.0f);
   for (size_t i = 0; i < src.size(); ++i)
-    if (src[i] >= 0) std::copy_n(x.begin() + src[i] * cols, cols, gathered.begin() + int64_t(i) * cols);
+    if (src[i] >= 0)
+      std::copy_n(x.begin() + src[i] * cols, cols, gathered.begin() + int64_t(i) * cols);
   QTensor ref = quantize_grouped(mat(gathered, int64_t(src.size()), cols), offsets, per_row());
   EXPECT_EQ(rowwise(fused).data, rowwise(ref).data) << "seed " << seed;
   EXPECT_EQ(rowwise(fused).block_scale, rowwise(ref).block_scale);
@@ -56,7 +58,8 @@ TEST(MoeFused, SwigluQuantizeIsWeightedSwigluThenPerRowQuantize) {
   std::vector<float> y(size_t(rows * h));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < h; ++c)
-      y[size_t(r * h + c)] = num::swiglu_weighted_f32(fc1[size_t(r * 2 * h + c)], fc1[size_t(r * 2 * h + h + c)], prob[size_t(r)]);
+      y[size_t(r * h + c)] = num::swiglu_weighted_f32(
+          fc1[size_t(r * 2 * h + c)], fc1[size_t(r * 2 * h + h + c)], prob[size_t(r)]);
   EXPECT_EQ(floats(swiglu_weighted(m, pt)), y);
   QTensor fused = swiglu_quantize(m, pt, per_row());
   QTensor ref = quantize(mat(y, rows, h), per_row());

@@ -29,7 +29,6 @@ Tensor randf(int64_t rows, int64_t cols, uint32_t stream, float scale) {
   return t;
 }
 
-
 // The operand a spec makes of x, built from the quantizer entries directly.
 struct Op {
   Tensor t;

@@ -13,8 +13,8 @@
 #include "lockstep/nn/grouped_linear.h"
 #include "lockstep/nn/linear.h"
 #include "lockstep/nn/moe.h"
-#include "tiny_model_util.h"
 #include "test_util.h"
+#include "tiny_model_util.h"
 
 using namespace lockstep;
 using namespace lockstep::test;

@@ -280,7 +280,8 @@ TEST(Philox, MatchesPublishedKnownAnswers) {
   Philox4x32 b = philox4x32_10({{~0u, ~0u, ~0u, ~0u}}, ~0u, ~0u);
   EXPECT_EQ(b.v[0], 0x408f276du);
   EXPECT_EQ(b.v[3], 0x6d5451fdu);
-  Philox4x32 c = philox4x32_10({{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}}, 0xa4093822u, 0x299f31d0u);
+  Philox4x32 c = philox4x32_10({{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}}, 0xa4093822u,
+                               0x299f31d0u);
   EXPECT_EQ(c.v[0], 0xd16cfe09u);
   EXPECT_EQ(c.v[1], 0x94fdccebu);
   EXPECT_EQ(c.v[2], 0x5001e420u);
@@ -329,7 +330,9 @@ TEST(StochasticRounding, IsUnbiasedOverPhiloxWords) {
   const float v = 0.3f;  // between 0 and 0.5, p(up) = 0.6
   const int n = 200000;
   double sum = 0;
-  for (int i = 0; i < n; ++i) sum += decode_e2m1(encode_minifloat_stochastic(kE2M1, v, philox_element_word(42, 3, uint64_t(i))));
+  for (int i = 0; i < n; ++i)
+    sum +=
+        decode_e2m1(encode_minifloat_stochastic(kE2M1, v, philox_element_word(42, 3, uint64_t(i))));
   const double sigma = 0.5 * std::sqrt(0.6 * 0.4 / n);
   EXPECT_NEAR(sum / n, double(v), 5 * sigma);
 }
@@ -345,12 +348,16 @@ TEST(CudaOracle, CodecsMatchCudaHostConversions) {
   auto check = [&](uint32_t b) {
     float v = bits(b);
     if (!std::isnan(v)) {
-      ASSERT_EQ(encode_e4m3(v), uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3))) << std::hex << b;
-      ASSERT_EQ(encode_e5m2(v), uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E5M2))) << std::hex << b;
-      ASSERT_EQ(encode_e2m1(v), uint8_t(__nv_cvt_float_to_fp4(v, __NV_E2M1, cudaRoundNearest))) << std::hex << b;
+      ASSERT_EQ(encode_e4m3(v), uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3)))
+          << std::hex << b;
+      ASSERT_EQ(encode_e5m2(v), uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E5M2)))
+          << std::hex << b;
+      ASSERT_EQ(encode_e2m1(v), uint8_t(__nv_cvt_float_to_fp4(v, __NV_E2M1, cudaRoundNearest)))
+          << std::hex << b;
     }
     if (!(b >> 31)) {
-      ASSERT_EQ(encode_e8m0(v), uint8_t(__nv_cvt_float_to_e8m0(v, __NV_SATFINITE, cudaRoundPosInf))) << std::hex << b;
+      ASSERT_EQ(encode_e8m0(v), uint8_t(__nv_cvt_float_to_e8m0(v, __NV_SATFINITE, cudaRoundPosInf)))
+          << std::hex << b;
     }
     ++checked;
   };
@@ -374,7 +381,8 @@ TEST(FastCodecs, E2M1FastEqualsReferenceOnDenseSample) {
     ASSERT_EQ(encode_e2m1_fast(v), encode_e2m1(v)) << std::hex << b;
   }
   for (float t : {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f})
-    for (float v : {t, std::nextafter(t, 0.0f), std::nextafter(t, 10.0f), -t}) EXPECT_EQ(encode_e2m1_fast(v), encode_e2m1(v)) << v;
+    for (float v : {t, std::nextafter(t, 0.0f), std::nextafter(t, 10.0f), -t})
+      EXPECT_EQ(encode_e2m1_fast(v), encode_e2m1(v)) << v;
   EXPECT_EQ(encode_e2m1x2_fast(1.0f, -6.0f), 0xF2);
 }
 
@@ -404,8 +412,8 @@ TEST(FastCodecs, E2M1ArithEqualsReference) {
     const float v = bits(uint32_t(b));
     ASSERT_EQ(encode_e2m1_arith(v), encode_e2m1(v)) << std::hex << b;
   }
-  std::vector<float> centers = {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f,
-                                5.0f, 6.0f, 7.0f, 8.0f, 16.0f, 0.125f, kInf};
+  std::vector<float> centers = {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f,   2.5f,
+                                3.0f, 3.5f,  4.0f, 5.0f,  6.0f, 7.0f,  8.0f, 16.0f, 0.125f, kInf};
   for (float c : centers) {
     const uint32_t cb = f32_bits(c);
     for (int64_t d = -4096; d <= 4096; ++d) {
@@ -417,7 +425,8 @@ TEST(FastCodecs, E2M1ArithEqualsReference) {
       }
     }
   }
-  for (uint32_t b : {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFFFFFFFFu, 0x00000001u, 0x80000001u, 0x7F7FFFFFu})
+  for (uint32_t b :
+       {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFFFFFFFFu, 0x00000001u, 0x80000001u, 0x7F7FFFFFu})
     EXPECT_EQ(encode_e2m1_arith(bits(b)), encode_e2m1(bits(b))) << std::hex << b;
   EXPECT_EQ(encode_e2m1_arith(bits(0xFFC00000u)), 0x7u);  // NaN: 0x7 whatever the sign
 }

@@ -35,9 +35,6 @@ std::vector<float> values(const Tensor& t) {
   const auto d = t.data<float>();
   return {d.begin(), d.end()};
 }
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && ops_test::same_bits(values(a), values(b));
-}
 
 // The fp8 rule of ops/kv_cache.h written out with the codecs, for one row.
 std::vector<float> fp8_rule(const std::vector<float>& x) {

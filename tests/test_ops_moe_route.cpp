@@ -86,15 +86,15 @@ TEST(OpsMoeRoute, RefusesBadIds) {
 
 TEST(OpsMoeRoute, RowMovesAndTransposes) {
   const int64_t T = 21, k = 2, E = 5, d = 7, P = 16;
-  const ops::MoeRoute r =
-      ops::moe_route(ids_tensor2(random_ids(T, k, E, 3, -1), T, k), E, P);
+  const ops::MoeRoute r = ops::moe_route(ids_tensor2(random_ids(T, k, E, 3, -1), T, k), E, P);
   const Tensor x = randd(T, d, 1), y = randd(r.rows, d, 2);
   const Tensor g = ops::moe_gather(x, r);
   const std::vector<double> gv = vec<double>(g), xv = vec<double>(x), yv = vec<double>(y);
   const std::vector<int32_t> src = vec<int32_t>(r.src_rows), sr = vec<int32_t>(r.slot_row);
   for (int64_t row = 0; row < r.rows; ++row)
     for (int64_t c = 0; c < d; ++c)
-      EXPECT_EQ(gv[size_t(row * d + c)], src[size_t(row)] < 0 ? 0.0 : xv[size_t(src[size_t(row)] * d + c)]);
+      EXPECT_EQ(gv[size_t(row * d + c)],
+                src[size_t(row)] < 0 ? 0.0 : xv[size_t(src[size_t(row)] * d + c)]);
   // combine: the slot rows summed in slot order from +0.
   const std::vector<double> cv = vec<double>(ops::moe_combine(y, r));
   for (int64_t t = 0; t < T; ++t)
@@ -111,7 +111,8 @@ TEST(OpsMoeRoute, RowMovesAndTransposes) {
   const std::vector<double> sv = vec<double>(ops::moe_scatter(x, r));
   for (int64_t row = 0; row < r.rows; ++row)
     for (int64_t c = 0; c < d; ++c)
-      EXPECT_EQ(sv[size_t(row * d + c)], gv[size_t(row * d + c)]) << "scatter == gather for top-k rows";
+      EXPECT_EQ(sv[size_t(row * d + c)], gv[size_t(row * d + c)])
+          << "scatter == gather for top-k rows";
   // Slot values: scatter then gather is the identity on [T, k].
   const Tensor w = randd(T, k, 4);
   EXPECT_EQ(vec<double>(ops::moe_gather_slots(ops::moe_scatter_slots(w, r), r)), vec<double>(w));
@@ -138,7 +139,8 @@ TEST(OpsMoeRoute, SharedExpertGateOps) {
   Tensor g = a.clone();
   ops::sigmoid_inplace(g);
   const std::vector<double> gv = vec<double>(g);
-  for (int64_t t = 0; t < 4; ++t) EXPECT_NEAR(gv[size_t(t)], 1.0 / (1.0 + std::exp(-av[size_t(t)])), 1e-15);
+  for (int64_t t = 0; t < 4; ++t)
+    EXPECT_NEAR(gv[size_t(t)], 1.0 / (1.0 + std::exp(-av[size_t(t)])), 1e-15);
   const std::vector<double> db = vec<double>(ops::sigmoid_backward(a.view({4}), g.view({4})));
   for (int64_t t = 0; t < 4; ++t)
     EXPECT_EQ(db[size_t(t)], av[size_t(t)] * (gv[size_t(t)] * (1.0 - gv[size_t(t)])));

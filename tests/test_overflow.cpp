@@ -41,7 +41,7 @@ TEST(NearFltMax, Mxfp8E4m3OverflowsFrom248Times2To120) {
   const QTensor at =
       quantize_row(row_of(kE4m3Edge), Format::kMxfp8, Scaling::kBlock1x32, ElemCodec::kE4M3, false);
   EXPECT_EQ(test::rowwise(at).block_scale[0], 127 + 120);  // E8M0 2^120, as TE
-  EXPECT_EQ(test::rowwise(at).data[0], 0x78);              // E4M3 256 (the tie 248 goes to the even code)
+  EXPECT_EQ(test::rowwise(at).data[0], 0x78);  // E4M3 256 (the tie 248 goes to the even code)
   const std::vector<float> back = dq(at);
   EXPECT_TRUE(std::isinf(back[0]) && back[0] > 0) << back[0];
 
@@ -64,8 +64,8 @@ TEST(NearFltMax, E5m2ElementsOverflowFrom240Times2To120) {
   EXPECT_EQ(test::rowwise(at).data[0], 0x78);  // E5M2 32768
   EXPECT_TRUE(std::isinf(dq(at)[0]));
   const float below = std::nextafter(kE5m2Edge, 0.0f);
-  EXPECT_TRUE(std::isfinite(dq(quantize_row(
-      row_of(below), Format::kMxfp8, Scaling::kBlock1x32, ElemCodec::kE5M2, false))[0]));
+  EXPECT_TRUE(std::isfinite(dq(quantize_row(row_of(below), Format::kMxfp8, Scaling::kBlock1x32,
+                                            ElemCodec::kE5M2, false))[0]));
 }
 
 TEST(NearFltMax, Fp8PowerOfTwoScalesOverflowLikeMxfp8) {

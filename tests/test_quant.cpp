@@ -1,5 +1,5 @@
-// CPU reference quantizers (CONTRACT.md sections 2-10): operation order of the scale rules, packing,
-// domains, grouped buffers, layouts, thread-count independence and error reporting.
+// CPU reference quantizers (CONTRACT.md sections 2-10): operation order of the scale rules,
+// packing, domains, grouped buffers, layouts, thread-count independence and error reporting.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -35,7 +35,9 @@ QuantConfig spec_of(Format f, Scaling s) {
   return q;
 }
 
-uint8_t nibble(const QTensor& q, int64_t r, int64_t c) { return test::nibble(rowwise(q).data, q.cols, r, c); }
+uint8_t nibble(const QTensor& q, int64_t r, int64_t c) {
+  return test::nibble(rowwise(q).data, q.cols, r, c);
+}
 
 QTensor quant(const Tensor& x, const QuantConfig& cfg) { return quantize(x, cfg, "x"); }
 std::vector<float> dequant(const QTensor& q) { return floats(dequantize(q)); }
@@ -56,7 +58,8 @@ std::vector<QuantConfig> all_specs() {
   QuantConfig mx = spec_of(Format::kMxfp8, Scaling::kBlock1x32);
   mx.colwise = true;
   v.push_back(mx);
-  for (Scaling s : {Scaling::kPerTensor, Scaling::kPerRow, Scaling::kBlock1x128, Scaling::kBlock128x128}) {
+  for (Scaling s :
+       {Scaling::kPerTensor, Scaling::kPerRow, Scaling::kBlock1x128, Scaling::kBlock128x128}) {
     v.push_back(spec_of(Format::kFp8, s));
     QuantConfig p = spec_of(Format::kFp8, s);
     p.pow2 = true;
@@ -85,7 +88,8 @@ TEST(Nvfp4, ScaleRulesFollowTheContractOrder) {
     const num::TwoLevelOuter o = num::two_level_outer(A, 6.0f);
     ASSERT_EQ(o.s_enc, s_enc);
     for (int code = 8; code < 0x7E; code += 7) {
-      const float mid = 0.5f * (num::decode_e4m3(uint8_t(code)) + num::decode_e4m3(uint8_t(code + 1)));
+      const float mid =
+          0.5f * (num::decode_e4m3(uint8_t(code)) + num::decode_e4m3(uint8_t(code + 1)));
       float b = mid / f1;
       for (int k = 0; k < 4; ++k, b = std::nextafter(b, 0.0f)) {
         volatile float contract = b * f1;
@@ -150,7 +154,8 @@ TEST(Nvfp4, ScaleUnderflowSaturatesElementsThatDecodeToZero) {
 }
 
 TEST(Nvfp4, NonFiniteInputsFollowTheRules) {
-  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN(),
+              inf = std::numeric_limits<float>::infinity();
   std::vector<float> x(32, 1.0f);
   x[1] = nan;
   x[16] = inf;
@@ -192,8 +197,10 @@ TEST(Nvfp4, PerRowDomainsAreIndependentOfOtherRows) {
     std::vector<float> row(v.begin() + r * 64, v.begin() + (r + 1) * 64);
     QTensor one = quant(mat(row, 1, 64), spec_of(Format::kNvfp4, Scaling::kPerRow));
     const CopyBytes o = rowwise(one), a = rowwise(all);
-    EXPECT_TRUE(std::equal(o.data.begin(), o.data.end(), a.data.begin() + r * 32)) << "seed " << seed;
-    EXPECT_TRUE(std::equal(o.block_scale.begin(), o.block_scale.end(), a.block_scale.begin() + r * 4));
+    EXPECT_TRUE(std::equal(o.data.begin(), o.data.end(), a.data.begin() + r * 32))
+        << "seed " << seed;
+    EXPECT_TRUE(
+        std::equal(o.block_scale.begin(), o.block_scale.end(), a.block_scale.begin() + r * 4));
     EXPECT_EQ(o.amax[0], a.amax[size_t(r)]);
   }
 }
@@ -209,9 +216,11 @@ TEST(Nvfp4, TwoDimensionalBlocksShareOneScalePerTile) {
     for (int64_t j = 0; j < 3; ++j) {
       float acc = num::amax_empty();
       for (int64_t r = tr * 16; r < tr * 16 + 16; ++r)
-        for (int64_t c = j * 16; c < j * 16 + 16; ++c) acc = num::amax_fold(acc, v[size_t(r * 48 + c)]);
+        for (int64_t c = j * 16; c < j * 16 + 16; ++c)
+          acc = num::amax_fold(acc, v[size_t(r * 48 + c)]);
       for (int64_t r = tr * 16; r < tr * 16 + 16; ++r)
-        EXPECT_EQ(rowwise(q).block_scale[size_t(r * 3 + j)], num::two_level_block_scale(acc, o)) << "seed " << seed;
+        EXPECT_EQ(rowwise(q).block_scale[size_t(r * 3 + j)], num::two_level_block_scale(acc, o))
+            << "seed " << seed;
     }
 }
 
@@ -227,11 +236,14 @@ TEST(Nvfp4, JointSharesTheLargerAmax) {
   EXPECT_EQ(rowwise(j[0]).amax[0], big);
   EXPECT_EQ(rowwise(j[1]).amax[0], big);
   const QTensor& larger = rowwise(qa).amax[0] >= rowwise(qb).amax[0] ? qa : qb;
-  EXPECT_TRUE(same_bytes(rowwise(qa).amax[0] >= rowwise(qb).amax[0] ? j[0] : j[1], larger)) << "seed " << seed;
-  EXPECT_NE(rowwise(j[1]).block_scale, rowwise(qb).block_scale) << "the smaller tensor must be scaled by the shared amax";
+  EXPECT_TRUE(same_bytes(rowwise(qa).amax[0] >= rowwise(qb).amax[0] ? j[0] : j[1], larger))
+      << "seed " << seed;
+  EXPECT_NE(rowwise(j[1]).block_scale, rowwise(qb).block_scale)
+      << "the smaller tensor must be scaled by the shared amax";
 }
 
-// ---- grouped buffers -----------------------------------------------------------------------------
+// ---- grouped buffers
+// -----------------------------------------------------------------------------
 
 TEST(Grouped, EachGroupMatchesQuantizingItAlone) {
   const uint64_t seed = test_seed();
@@ -242,11 +254,14 @@ TEST(Grouped, EachGroupMatchesQuantizingItAlone) {
     for (size_t k = 0; k + 1 < offsets.size(); ++k) {
       const int64_t r0 = offsets[k], r1 = offsets[k + 1];
       std::vector<float> part(v.begin() + r0 * 32, v.begin() + r1 * 32);
-      QTensor alone = quant(mat(part, r1 - r0, 32),
-                               spec_of(Format::kNvfp4, s == Scaling::kPerGroup ? Scaling::kPerTensor : s));
+      QTensor alone =
+          quant(mat(part, r1 - r0, 32),
+                spec_of(Format::kNvfp4, s == Scaling::kPerGroup ? Scaling::kPerTensor : s));
       const CopyBytes al = rowwise(alone), gb = rowwise(g);
-      EXPECT_TRUE(std::equal(al.data.begin(), al.data.end(), gb.data.begin() + r0 * 16)) << "group " << k << " seed " << seed;
-      EXPECT_TRUE(std::equal(al.block_scale.begin(), al.block_scale.end(), gb.block_scale.begin() + r0 * 2));
+      EXPECT_TRUE(std::equal(al.data.begin(), al.data.end(), gb.data.begin() + r0 * 16))
+          << "group " << k << " seed " << seed;
+      EXPECT_TRUE(std::equal(al.block_scale.begin(), al.block_scale.end(),
+                             gb.block_scale.begin() + r0 * 2));
       if (s == Scaling::kPerGroup) {
         EXPECT_EQ(num::f32_bits(rowwise(alone).amax[0]), num::f32_bits(rowwise(g).amax[k]));
       }
@@ -260,7 +275,8 @@ TEST(Grouped, PaddingRowsStayZero) {
   auto v = random_values(20 * 16, seed);
   PaddedGroups p = pad_groups(v, 16, offsets, 16);
   EXPECT_EQ(p.offsets, (std::vector<int64_t>{0, 16, 16, 48}));
-  QTensor q = quantize_grouped(mat(p.values, 48, 16), p.offsets, spec_of(Format::kNvfp4, Scaling::kPerGroup));
+  QTensor q = quantize_grouped(mat(p.values, 48, 16), p.offsets,
+                               spec_of(Format::kNvfp4, Scaling::kPerGroup));
   for (int64_t r : {3, 10, 15, 37, 47}) {
     for (int64_t c = 0; c < 8; ++c) EXPECT_EQ(rowwise(q).data[size_t(r * 8 + c)], 0) << r;
     EXPECT_EQ(rowwise(q).block_scale[size_t(r)], 0) << r;
@@ -311,12 +327,16 @@ TEST(Mxfp8, BlockExponentAndElements) {
 TEST(Fp8, ScaleRuleAndFallbacks) {
   EXPECT_EQ(num::fp8_scale(2.0f, 448.0f, 0.0f, num::kFltMax, false), 224.0f);
   EXPECT_EQ(num::fp8_scale(0.0f, 448.0f, 0.0f, num::kFltMax, false), 1.0f);
-  EXPECT_EQ(num::fp8_scale(std::numeric_limits<float>::infinity(), 448.0f, 0.0f, num::kFltMax, false), 1.0f);
-  EXPECT_EQ(num::fp8_scale(std::numeric_limits<float>::quiet_NaN(), 448.0f, 0.0f, num::kFltMax, false), 1.0f);
+  EXPECT_EQ(
+      num::fp8_scale(std::numeric_limits<float>::infinity(), 448.0f, 0.0f, num::kFltMax, false),
+      1.0f);
+  EXPECT_EQ(
+      num::fp8_scale(std::numeric_limits<float>::quiet_NaN(), 448.0f, 0.0f, num::kFltMax, false),
+      1.0f);
   EXPECT_EQ(num::fp8_scale(1e-39f, 448.0f, 0.0f, num::kFltMax, false), num::kFltMax);
   EXPECT_EQ(num::fp8_scale(1e-39f, 448.0f, 0.0f, num::kBf16Max, false), num::kBf16Max);
   EXPECT_EQ(num::f32_bits(num::kBf16Max), 0x7F7F0000u);
-  EXPECT_EQ(num::fp8_scale(3.0f, 448.0f, 0.0f, num::kFltMax, true), 128.0f);  // 149.33 -> 128
+  EXPECT_EQ(num::fp8_scale(3.0f, 448.0f, 0.0f, num::kFltMax, true), 128.0f);    // 149.33 -> 128
   EXPECT_EQ(num::fp8_scale(1e-6f, 448.0f, 1.0f, num::kFltMax, false), 448.0f);  // eps floor
 }
 
@@ -338,7 +358,8 @@ TEST(Fp8, BlocksMatchPerTensorOfEachBlock) {
       EXPECT_EQ(rowwise(t).scale_inv[0], rowwise(q).scale_inv[size_t(bi * 3 + bj)]);
       size_t k = 0;
       for (int64_t r = r0; r < r1; ++r)
-        for (int64_t c = c0; c < c1; ++c) ASSERT_EQ(rowwise(t).data[k++], rowwise(q).data[size_t(r * cols + c)]) << "seed " << seed;
+        for (int64_t c = c0; c < c1; ++c)
+          ASSERT_EQ(rowwise(t).data[k++], rowwise(q).data[size_t(r * cols + c)]) << "seed " << seed;
     }
 }
 
@@ -354,8 +375,8 @@ TEST(AllFormats, BytesDoNotDependOnThreadCount) {
     for (int t : {2, 3, 8}) {
       omp_set_num_threads(t);
       QTensor many = quant(mat(v, 256, 256), s);
-      EXPECT_TRUE(same_bytes(one, many)) << format_name(s.format) << " " << scaling_name(s.scaling) << " threads "
-                                         << t << " seed " << seed;
+      EXPECT_TRUE(same_bytes(one, many)) << format_name(s.format) << " " << scaling_name(s.scaling)
+                                         << " threads " << t << " seed " << seed;
     }
   }
   omp_set_num_threads(saved);
@@ -372,7 +393,8 @@ TEST(AllFormats, DequantizeErrorIsBoundedByTheFormat) {
     // E2M1 (m = 1) gives rel-L2 well under 0.25; E4M3 (m = 3) under 0.0625.
     double bound = s.format == Format::kNvfp4 ? 0.25 : 0.0625;
     ASSERT_TRUE(m.rel_l2.has_value());
-    EXPECT_LT(*m.rel_l2, bound) << format_name(s.format) << " " << scaling_name(s.scaling) << " seed " << seed;
+    EXPECT_LT(*m.rel_l2, bound) << format_name(s.format) << " " << scaling_name(s.scaling)
+                                << " seed " << seed;
   }
 }
 
@@ -435,12 +457,14 @@ TEST(Hadamard, UnitVectorsGiveSignedRowsOfH16) {
         h[i + n][j] = h[i][j];
         h[i + n][j + n] = -h[i][j];
       }
-  const int signs[16] = {1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1};  // bits of 0xD7E8
+  const int signs[16] = {1,  1,  1,  -1, 1,  -1, -1, -1,
+                         -1, -1, -1, 1,  -1, 1,  -1, -1};  // bits of 0xD7E8
   for (int k = 0; k < 16; ++k) {
     std::vector<float> x(16, 0.0f);
     x[size_t(k)] = 1.0f;
     std::vector<float> y = hadamard(mat(x, 1, 16));
-    for (int j = 0; j < 16; ++j) EXPECT_EQ(y[size_t(j)], float(signs[k] * h[k][j]) * 0.25f) << k << "," << j;
+    for (int j = 0; j < 16; ++j)
+      EXPECT_EQ(y[size_t(j)], float(signs[k] * h[k][j]) * 0.25f) << k << "," << j;
   }
 }
 
@@ -477,7 +501,8 @@ TEST(Layout, SwizzleFormulaAndRoundTrip) {
 TEST(Layout, SharedScaleViewAndDomains) {
   // scale_access.h: one definition for the CPU reference and the CUDA kernels.
   std::vector<uint8_t> buf(size_t(256 * 8), 0);
-  const ScaleView sw = scale_view(buf.data(), 7, /*swizzled=*/true), cp = scale_view(buf.data(), 7, false);
+  const ScaleView sw = scale_view(buf.data(), 7, /*swizzled=*/true),
+                  cp = scale_view(buf.data(), 7, false);
   EXPECT_EQ(sw.padded_cols, 8);
   EXPECT_EQ(sw.offset(129, 5), swizzled_offset(129, 5, 8));
   EXPECT_EQ(cp.offset(3, 2), 3 * 7 + 2);
@@ -513,7 +538,8 @@ TEST(Simulate, E2M1WithE4M3ScaleReproducesNvfp4) {
     SimQuantized sim = simulate_quantize(mat(v, 32, 64), SimFormat{2, 1, ScaleKind::kE4M3}, s, "x");
     EXPECT_EQ(sim.block_scale, rowwise(q).block_scale) << "seed " << seed;
     for (int64_t r = 0; r < 32; ++r)
-      for (int64_t c = 0; c < 64; ++c) ASSERT_EQ(sim.codes[size_t(r * 64 + c)], nibble(q, r, c)) << "seed " << seed;
+      for (int64_t c = 0; c < 64; ++c)
+        ASSERT_EQ(sim.codes[size_t(r * 64 + c)], nibble(q, r, c)) << "seed " << seed;
     EXPECT_EQ(sim.values, dequant(q));
   }
 }
@@ -523,7 +549,8 @@ TEST(Simulate, MoreMantissaBitsMeanLessError) {
   auto rows = sweep(mat(v, 64, 256));
   ASSERT_EQ(rows.size(), 14u);
   // E2M1 < E2M2 < E2M3 < E2M4 in SNR with E4M3 scales
-  for (int i = 0; i + 2 < 8; i += 2) EXPECT_LT(*rows[size_t(i)].metrics.snr_db, *rows[size_t(i + 2)].metrics.snr_db);
+  for (int i = 0; i + 2 < 8; i += 2)
+    EXPECT_LT(*rows[size_t(i)].metrics.snr_db, *rows[size_t(i + 2)].metrics.snr_db);
 }
 
 TEST(Metrics, KnownValuesAndUndefinedCase) {

@@ -16,7 +16,6 @@ namespace {
 using test::builtin;
 using test::error_of;
 
-
 TEST(RecipeRegistry, HasEveryNamedRecipeInOrder) {
   const char* names[] = {"bf16",
                          "fp8_per_tensor",
@@ -73,7 +72,8 @@ TEST(RecipeRegistry, DerivedRecipesDifferOnlyWhereTheySay) {
   bf16_bwd.name = base.name;
   bf16_bwd.purpose = base.purpose;
   EXPECT_EQ(bf16_bwd, base);
-  EXPECT_EQ(builtin("nvfp4_per_token_dequant_bwd").linear.backward_mode, BackwardMode::kDequantized);
+  EXPECT_EQ(builtin("nvfp4_per_token_dequant_bwd").linear.backward_mode,
+            BackwardMode::kDequantized);
   const Recipe& wpt = builtin("nvfp4_per_token_w_per_tensor");
   EXPECT_EQ(wpt.linear[Gemm::kFprop].b.scaling, Scaling::kPerGroup);  // one amax per expert
   EXPECT_EQ(wpt.linear[Gemm::kFprop].a.scaling, Scaling::kPerRow);
@@ -111,7 +111,8 @@ TEST(RecipeRegistry, OtherRecipesMatchTheirDescriptions) {
 }
 
 TEST(RecipeRegistry, UnknownNameListsClosest) {
-  const std::string e = error_of<RecipeError>([] { builtin_recipe_or_throw("nvfp4_per_tokn", "--recipe"); });
+  const std::string e =
+      error_of<RecipeError>([] { builtin_recipe_or_throw("nvfp4_per_tokn", "--recipe"); });
   EXPECT_NE(e.find("unknown recipe 'nvfp4_per_tokn'"), std::string::npos) << e;
   EXPECT_NE(e.find("closest: nvfp4_per_token"), std::string::npos) << e;
   EXPECT_EQ(closest_recipe_names("mxfp9", 1), std::vector<std::string>{"mxfp8"});
@@ -123,7 +124,7 @@ TEST(RecipeBf16Tail, ExactCeilOnAwkwardFractions) {
   EXPECT_EQ(bf16_tail_layers(0.15, 20), 3);
   EXPECT_EQ(bf16_tail_layers(0.15, 48), 8);  // 7.2 -> 8
   EXPECT_EQ(bf16_tail_layers(0.15, 40), 6);
-  EXPECT_EQ(bf16_tail_layers(0.1, 30), 3);   // 0.1 * 30 = 3.0000000000000004 too
+  EXPECT_EQ(bf16_tail_layers(0.1, 30), 3);  // 0.1 * 30 = 3.0000000000000004 too
   EXPECT_EQ(bf16_tail_layers(0.0, 48), 0);
   EXPECT_EQ(bf16_tail_layers(1.0, 7), 7);
   EXPECT_EQ(bf16_tail_layers(0.15, 1), 1);
@@ -165,11 +166,13 @@ TEST(RecipeValidation, EachOperandRuleNamesTheField) {
       {R"({"format": "nvfp4", "hadamard": true})", "hadamard must be set on both operands"},
   };
   for (const auto& c : cases) {
-    const std::string e = error_of<RecipeError>([&] { recipe_from_json(minimal(c.activation), "f.json"); });
+    const std::string e =
+        error_of<RecipeError>([&] { recipe_from_json(minimal(c.activation), "f.json"); });
     EXPECT_NE(e.find(c.expect), std::string::npos) << c.activation << " -> " << e;
   }
   // And the valid neighbours pass.
-  EXPECT_NO_THROW(recipe_from_json(minimal(R"({"format": "fp8", "scaling": "block_1x128", "pow2": true})"), "ok"));
+  EXPECT_NO_THROW(recipe_from_json(
+      minimal(R"({"format": "fp8", "scaling": "block_1x128", "pow2": true})"), "ok"));
   EXPECT_NO_THROW(recipe_from_json(minimal(R"({"format": "mxfp8", "elem": "e5m2"})"), "ok"));
   EXPECT_NO_THROW(recipe_from_json(minimal(R"({"format": "fp8", "scaling": "per_group"})"), "ok"));
   const Recipe eps = recipe_from_json(minimal(R"({"format": "fp8", "eps": 0.25})"), "ok");
@@ -183,29 +186,47 @@ TEST(RecipeValidation, CoverageFieldsAreChecked) {
     j["coverage"] = Json::parse(cov);
     return recipe_from_json(j, "f.json");
   };
-  EXPECT_NE(error_of<RecipeError>([&] { with_cov(R"({"scope": "attention"})"); }).find("unknown scope 'attention'"),
+  EXPECT_NE(error_of<RecipeError>([&] {
+              with_cov(R"({"scope": "attention"})");
+            }).find("unknown scope 'attention'"),
             std::string::npos);
-  EXPECT_NE(error_of<RecipeError>([&] { with_cov(R"({"last_fraction_bf16": 2})"); }).find("[0, 1]"), std::string::npos);
-  EXPECT_NE(error_of<RecipeError>([&] { with_cov(R"({"first_n_bf16": -1})"); }).find(">= 0"), std::string::npos);
-  EXPECT_NE(error_of<RecipeError>([&] { with_cov(R"({"first_n_bf16": 1.5})"); }).find("expected an integer"),
+  EXPECT_NE(error_of<RecipeError>([&] { with_cov(R"({"last_fraction_bf16": 2})"); }).find("[0, 1]"),
             std::string::npos);
-  EXPECT_NE(error_of<RecipeError>([&] { with_cov(R"({"exclude_layers": [-2]})"); }).find("exclude_layers"),
-            std::string::npos);
-  EXPECT_NE(error_of<RecipeError>([&] { with_cov(R"({"overrides": [{"pattern": "x", "precision": "fp4"}]})"); })
-                .find("expected \"bf16\" or \"quantized\""),
-            std::string::npos);
-  EXPECT_NE(error_of<RecipeError>([&] { with_cov(R"({"overrides": [{"precision": "bf16"}]})"); }).find("missing 'pattern'"),
+  EXPECT_NE(error_of<RecipeError>([&] { with_cov(R"({"first_n_bf16": -1})"); }).find(">= 0"),
             std::string::npos);
   EXPECT_NE(error_of<RecipeError>([&] {
-              with_cov(R"({"overrides": [{"pattern": "x", "precision": "bf16", "backward_mode": "quantized"}]})");
-            }).find("a bf16 override takes no"),
+              with_cov(R"({"first_n_bf16": 1.5})");
+            }).find("expected an integer"),
             std::string::npos);
-  EXPECT_NE(error_of<RecipeError>([&] { with_cov(R"({"scopes": "experts"})"); }).find("unknown key 'scopes'"),
+  EXPECT_NE(error_of<RecipeError>([&] {
+              with_cov(R"({"exclude_layers": [-2]})");
+            }).find("exclude_layers"),
             std::string::npos);
-  EXPECT_NE(error_of<RecipeError>([] { recipe_from_json(Json::parse(R"({"name": "t", "backward_mode": "fp32"})"), "f"); })
-                .find("unknown backward mode 'fp32'"),
+  EXPECT_NE(error_of<RecipeError>([&] {
+              with_cov(R"({"overrides": [{"pattern": "x", "precision": "fp4"}]})");
+            }).find("expected \"bf16\" or \"quantized\""),
             std::string::npos);
-  EXPECT_NE(error_of<RecipeError>([] { recipe_from_json(Json::parse(R"({"purpose": "no name"})"), "f"); }).find("missing 'name'"),
+  EXPECT_NE(error_of<RecipeError>([&] {
+              with_cov(R"({"overrides": [{"precision": "bf16"}]})");
+            }).find("missing 'pattern'"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of<RecipeError>([&] {
+        with_cov(
+            R"({"overrides": [{"pattern": "x", "precision": "bf16", "backward_mode": "quantized"}]})");
+      }).find("a bf16 override takes no"),
+      std::string::npos);
+  EXPECT_NE(error_of<RecipeError>([&] {
+              with_cov(R"({"scopes": "experts"})");
+            }).find("unknown key 'scopes'"),
+            std::string::npos);
+  EXPECT_NE(error_of<RecipeError>([] {
+              recipe_from_json(Json::parse(R"({"name": "t", "backward_mode": "fp32"})"), "f");
+            }).find("unknown backward mode 'fp32'"),
+            std::string::npos);
+  EXPECT_NE(error_of<RecipeError>([] {
+              recipe_from_json(Json::parse(R"({"purpose": "no name"})"), "f");
+            }).find("missing 'name'"),
             std::string::npos);
 }
 
@@ -258,7 +279,8 @@ TEST(RecipeValidation, LayerCountsOutsideIntAreRefusedNotWrapped) {
 
 TEST(RecipeFile, DeepNestingIsRefused) {
   const std::string deep = R"({"fprop": )" + std::string(100, '[') + std::string(100, ']') + "}";
-  const std::string e = error_of<RecipeError>([&] { parse_recipe_text(deep, "deep.json", "deep"); });
+  const std::string e =
+      error_of<RecipeError>([&] { parse_recipe_text(deep, "deep.json", "deep"); });
   EXPECT_NE(e.find("nests JSON deeper than 64 levels"), std::string::npos) << e;
   EXPECT_NO_THROW(parse_recipe_text(R"({"extends": "nvfp4_block"})", "ok.json", "ok"));
 }

@@ -12,7 +12,6 @@ namespace {
 using test::builtin;
 using test::error_of;
 
-
 Recipe with_coverage(const char* base, const char* coverage_json) {
   Json j = to_json(builtin(base));
   j["coverage"] = Json::parse(coverage_json);
@@ -30,10 +29,11 @@ int quantized_expert_layers(const ModelPlan& p) {
 }
 
 TEST(RecipeCoverage, Nvfp4TailIsCeilOfFifteenPercent) {
-  for (const char* name : {"nvfp4_per_token", "nvfp4_per_token_bf16_bwd", "nvfp4_per_token_dequant_bwd",
-                           "nvfp4_per_token_w_per_tensor", "nvfp4_per_tensor", "nvfp4_block",
-                           "w4a16_nvfp4", "w4a8_nvfp4_mxfp8"}) {
-    for (auto [layers, tail] : {std::pair{20, 3}, std::pair{48, 8}, std::pair{40, 6}, std::pair{2, 1}}) {
+  for (const char* name : {"nvfp4_per_token", "nvfp4_per_token_bf16_bwd",
+                           "nvfp4_per_token_dequant_bwd", "nvfp4_per_token_w_per_tensor",
+                           "nvfp4_per_tensor", "nvfp4_block", "w4a16_nvfp4", "w4a8_nvfp4_mxfp8"}) {
+    for (auto [layers, tail] :
+         {std::pair{20, 3}, std::pair{48, 8}, std::pair{40, 6}, std::pair{2, 1}}) {
       const ModelPlan p = resolve_model(builtin(name), layers);
       EXPECT_EQ(quantized_expert_layers(p), layers - tail) << name << " " << layers;
       EXPECT_TRUE(at(p, layers - tail - 1, ModuleClass::kExpertsFc2).quantized) << name;
@@ -61,15 +61,17 @@ TEST(RecipeCoverage, ExpertsScopeLeavesEverythingElseBf16) {
 TEST(RecipeCoverage, AllLinearCoversAttentionAndSharedButNotRouterOrHead) {
   const ModelPlan p = resolve_model(builtin("fp8_block"), 4);
   for (int l = 0; l < 4; ++l) {
-    for (ModuleClass c : {ModuleClass::kQkv, ModuleClass::kAttnOut, ModuleClass::kExpertsFc1,
-                          ModuleClass::kExpertsFc2, ModuleClass::kSharedFc1, ModuleClass::kSharedFc2})
+    for (ModuleClass c :
+         {ModuleClass::kQkv, ModuleClass::kAttnOut, ModuleClass::kExpertsFc1,
+          ModuleClass::kExpertsFc2, ModuleClass::kSharedFc1, ModuleClass::kSharedFc2})
       EXPECT_EQ(at(p, l, c).gemm[0], Format::kFp8) << l << module_class_name(c);
     EXPECT_FALSE(at(p, l, ModuleClass::kRouter).quantized);
   }
   EXPECT_FALSE(p.lm_head.quantized);
   // shared_experts_bf16 matters once the scope includes shared experts.
   const ModelPlan q = resolve_model(with_coverage("fp8_block", R"({"scope": "all_linear",
-      "shared_experts_bf16": true})"), 4);
+      "shared_experts_bf16": true})"),
+                                    4);
   EXPECT_FALSE(at(q, 0, ModuleClass::kSharedFc1).quantized);
   EXPECT_EQ(at(q, 0, ModuleClass::kSharedFc1).rule, "coverage.shared_experts_bf16");
   EXPECT_TRUE(at(q, 0, ModuleClass::kQkv).quantized);
@@ -80,7 +82,8 @@ TEST(RecipeCoverage, FirstLastNAndExclusions) {
       "last_n_bf16": 1, "exclude_layers": [5, 7]})");
   const ModelPlan p = resolve_model(r, 10);
   const bool expect[10] = {false, false, true, true, true, false, true, false, true, false};
-  for (int l = 0; l < 10; ++l) EXPECT_EQ(at(p, l, ModuleClass::kExpertsFc1).quantized, expect[l]) << l;
+  for (int l = 0; l < 10; ++l)
+    EXPECT_EQ(at(p, l, ModuleClass::kExpertsFc1).quantized, expect[l]) << l;
   EXPECT_NE(at(p, 0, ModuleClass::kExpertsFc1).rule.find("first_n_bf16"), std::string::npos);
   EXPECT_NE(at(p, 9, ModuleClass::kExpertsFc1).rule.find("last_n_bf16"), std::string::npos);
   EXPECT_NE(at(p, 5, ModuleClass::kExpertsFc1).rule.find("exclude_layers"), std::string::npos);
@@ -95,7 +98,8 @@ TEST(RecipeCoverage, TailRulesCombineAsUnion) {
 }
 
 TEST(RecipeCoverage, PatternOverridesLastMatchWins) {
-  const Recipe r = with_coverage("nvfp4_per_token", R"({"scope": "experts", "last_fraction_bf16": 0.15,
+  const Recipe r =
+      with_coverage("nvfp4_per_token", R"({"scope": "experts", "last_fraction_bf16": 0.15,
       "overrides": [
         {"pattern": "layers.*.qkv", "precision": "quantized"},
         {"pattern": "layers.3.*", "precision": "bf16"},
@@ -106,7 +110,7 @@ TEST(RecipeCoverage, PatternOverridesLastMatchWins) {
   EXPECT_TRUE(at(p, 0, ModuleClass::kQkv).quantized);
   EXPECT_EQ(at(p, 0, ModuleClass::kQkv).gemm[0], Format::kNvfp4);
   EXPECT_TRUE(at(p, 19, ModuleClass::kQkv).quantized);  // overrides come after the tail rule
-  EXPECT_FALSE(at(p, 3, ModuleClass::kQkv).quantized);   // a later override wins
+  EXPECT_FALSE(at(p, 3, ModuleClass::kQkv).quantized);  // a later override wins
   EXPECT_FALSE(at(p, 3, ModuleClass::kExpertsFc1).quantized);
   EXPECT_EQ(at(p, 12, ModuleClass::kExpertsFc2).gemm[0], Format::kMxfp8);
   EXPECT_TRUE(at(p, 18, ModuleClass::kExpertsFc2).quantized);  // re-enabled inside the tail
@@ -132,10 +136,12 @@ TEST(RecipeCoverage, CodeOverridesBeatEverything) {
 }
 
 TEST(RecipeCoverage, BackwardModesShapeTheBackwardGemms) {
-  const ModuleChoice hp = resolve_module(builtin("nvfp4_per_token_bf16_bwd"), 0, ModuleClass::kExpertsFc1, 20);
+  const ModuleChoice hp =
+      resolve_module(builtin("nvfp4_per_token_bf16_bwd"), 0, ModuleClass::kExpertsFc1, 20);
   EXPECT_EQ(hp.gemm, (std::array{Format::kNvfp4, Format::kBf16, Format::kBf16}));
   EXPECT_EQ(hp.backward_mode, BackwardMode::kHighPrecision);
-  const ModuleChoice dq = resolve_module(builtin("nvfp4_per_token_dequant_bwd"), 0, ModuleClass::kExpertsFc2, 20);
+  const ModuleChoice dq =
+      resolve_module(builtin("nvfp4_per_token_dequant_bwd"), 0, ModuleClass::kExpertsFc2, 20);
   EXPECT_EQ(dq.gemm, (std::array{Format::kNvfp4, Format::kBf16, Format::kBf16}));
   EXPECT_EQ(dq.backward_mode, BackwardMode::kDequantized);
   const ModuleChoice nb = resolve_module(builtin("nvfp4_block"), 0, ModuleClass::kExpertsFc2, 20);
@@ -193,8 +199,8 @@ TEST(RecipeCoverage, PlanJsonHasTheDescribeSchema) {
   const Json& m = j["layers"][0]["modules"];
   std::vector<std::string> keys;
   for (const auto& [k, v] : m.items()) keys.push_back(k);
-  EXPECT_EQ(keys, (std::vector<std::string>{"qkv", "attn_out", "router", "experts_fc1", "experts_fc2",
-                                            "shared_fc1", "shared_fc2"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"qkv", "attn_out", "router", "experts_fc1",
+                                            "experts_fc2", "shared_fc1", "shared_fc2"}));
   EXPECT_EQ(m["experts_fc1"].dump(),
             R"({"fprop":"nvfp4","dgrad":"mxfp8","wgrad":"mxfp8","backward_mode":"quantized"})");
   EXPECT_EQ(j["lm_head"].dump(),

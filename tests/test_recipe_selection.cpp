@@ -23,8 +23,9 @@ namespace fs = std::filesystem;
 struct RecipeFileDir {
   fs::path path;
   RecipeFileDir() {
-    path = fs::temp_directory_path() / ("lockstep_recipe_test_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    path = fs::temp_directory_path() /
+           ("lockstep_recipe_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(path);
     fs::create_directories(path);
   }
@@ -82,7 +83,9 @@ TEST(RecipeSelection, UnknownNamesFromFlagEnvAndExtendsListClosest) {
   SelectionInputs in;
   in.recipe_name = "nvfp4_per_tokn";
   std::string e = error_of<RecipeError>([&] { select_recipe(in); });
-  EXPECT_NE(e.find("unknown recipe 'nvfp4_per_tokn' (--recipe); closest: nvfp4_per_token"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown recipe 'nvfp4_per_tokn' (--recipe); closest: nvfp4_per_token"),
+            std::string::npos)
+      << e;
   in.recipe_name.reset();
   in.env_recipe = "fp8_blocks";
   e = error_of<RecipeError>([&] { select_recipe(in); });
@@ -96,13 +99,19 @@ TEST(RecipeSelection, UnknownNamesFromFlagEnvAndExtendsListClosest) {
 
 TEST(RecipeSelection, FileErrorsNameTheFile) {
   RecipeFileDir t;
-  EXPECT_NE(error_of<RecipeError>([&] { load_recipe_file((t.path / "missing.json").string()); }).find("cannot read recipe file"),
+  EXPECT_NE(error_of<RecipeError>([&] {
+              load_recipe_file((t.path / "missing.json").string());
+            }).find("cannot read recipe file"),
             std::string::npos);
   const std::string bad = t.write("bad.json", "{not json");
-  EXPECT_NE(error_of<RecipeError>([&] { load_recipe_file(bad); }).find("bad.json' is not valid JSON"), std::string::npos);
+  EXPECT_NE(
+      error_of<RecipeError>([&] { load_recipe_file(bad); }).find("bad.json' is not valid JSON"),
+      std::string::npos);
   const std::string arr = t.write("arr.json", "[1]");
-  EXPECT_NE(error_of<RecipeError>([&] { load_recipe_file(arr); }).find("must be a JSON object"), std::string::npos);
-  const std::string typo = t.write("typo.json", R"({"extends": "bf16", "coverage": {"scop": "experts"}})");
+  EXPECT_NE(error_of<RecipeError>([&] { load_recipe_file(arr); }).find("must be a JSON object"),
+            std::string::npos);
+  const std::string typo =
+      t.write("typo.json", R"({"extends": "bf16", "coverage": {"scop": "experts"}})");
   const std::string e = error_of<RecipeError>([&] { load_recipe_file(typo); });
   EXPECT_NE(e.find("typo.json.coverage: unknown key 'scop'"), std::string::npos) << e;
 }
@@ -148,7 +157,9 @@ TEST(RecipeSelection, DisableBackwardQuantIsAnAliasOfHighPrecision) {
   EXPECT_EQ(select_recipe(in).recipe.linear.backward_mode, BackwardMode::kQuantized);
   EXPECT_EQ(select_recipe(in).provenance.backward_mode_source, "recipe");
   in.env_disable_backward_quant = "yes";
-  EXPECT_NE(error_of<RecipeError>([&] { select_recipe(in); }).find("DISABLE_BACKWARD_QUANT=yes: expected 0 or 1"),
+  EXPECT_NE(error_of<RecipeError>([&] {
+              select_recipe(in);
+            }).find("DISABLE_BACKWARD_QUANT=yes: expected 0 or 1"),
             std::string::npos);
 }
 

@@ -145,7 +145,9 @@ TEST(RlTasks, ExamplesAreSolvedByAnIndependentSolver) {
           const size_t body = ex.prompt.size() - 3 - (name == "count" ? 2 : 0);
           EXPECT_EQ(body, name == "add" ? size_t(2 * d + 1) : size_t(d)) << prompt;
           EXPECT_LE(int64_t(ex.answer.size()), task.max_answer_tokens(d)) << prompt;
-          if (name != "count") EXPECT_EQ(int64_t(ex.answer.size()), task.max_answer_tokens(d));
+          if (name != "count") {
+            EXPECT_EQ(int64_t(ex.answer.size()), task.max_answer_tokens(d));
+          }
         }
   }
 }

@@ -3,14 +3,14 @@
 // plain vectors for comparisons.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "lockstep/numerics/hd.h"
 #include "lockstep/quant/qtensor.h"
@@ -28,8 +28,8 @@ inline uint64_t test_seed() {
       v = std::strtoull(e, nullptr, 0);
     else
       v = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
-    std::fprintf(stderr, "test seed %llu (replay with LOCKSTEP_TEST_SEED=%llu)\n", (unsigned long long)v,
-                 (unsigned long long)v);
+    std::fprintf(stderr, "test seed %llu (replay with LOCKSTEP_TEST_SEED=%llu)\n",
+                 (unsigned long long)v, (unsigned long long)v);
     return v;
   }();
   return s;
@@ -47,7 +47,9 @@ std::string error_of(auto&& fn) {
 }
 
 // A built-in recipe by name (throws for an unknown one).
-inline const Recipe& builtin(const char* name) { return builtin_recipe_or_throw(name, "test").recipe; }
+inline const Recipe& builtin(const char* name) {
+  return builtin_recipe_or_throw(name, "test").recipe;
+}
 
 // A host F32 tensor [rows, cols] holding v.
 inline Tensor mat(const std::vector<float>& v, int64_t rows, int64_t cols) {
@@ -95,8 +97,9 @@ struct CopyBytes {
   }
 };
 inline CopyBytes bytes_of(const QData& d) {
-  return CopyBytes{vec<uint8_t>(d.data), vec<uint8_t>(d.block_scale), vec<float>(d.amax),
-                   vec<float>(d.scale_inv), d.scale_rows, d.scale_cols};
+  return CopyBytes{vec<uint8_t>(d.data), vec<uint8_t>(d.block_scale),
+                   vec<float>(d.amax),   vec<float>(d.scale_inv),
+                   d.scale_rows,         d.scale_cols};
 }
 inline CopyBytes rowwise(const QTensor& q) { return bytes_of(q.rowwise); }
 inline CopyBytes colwise(const QTensor& q) { return bytes_of(q.colwise); }

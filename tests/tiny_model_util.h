@@ -1,6 +1,6 @@
-// Helpers of the nn / model execution tests: tiny Qwen3 / Qwen3-MoE configs built in memory, random weights from
-// Philox (the same bits on every machine and library version), the f32 pass-through plan of the
-// float64 gradient checks, and packed batches.
+// Helpers of the nn / model execution tests: tiny Qwen3 / Qwen3-MoE configs built in memory, random
+// weights from Philox (the same bits on every machine and library version), the f32 pass-through
+// plan of the float64 gradient checks, and packed batches.
 #pragma once
 
 #include <cstdint>

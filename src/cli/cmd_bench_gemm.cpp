@@ -46,17 +46,18 @@ void run_bench_gemm(const BenchGemmArgs& a) {
     fmt::print("{}\n", j.dump(2));
     return;
   }
-  fmt::print("lockstep bench gemm ({}, copy {:.0f} GB/s, cuBLAS bf16 baseline {})\n", r.gpu, r.copy_gbps,
-             r.have_cublas ? "loaded" : "MISSING");
-  fmt::print("{:<11} {:<62} {:>9} {:>8} {:>7} {:>8} {:>9} {:>8} {:>11}\n", "section", "op", "us", "GB/s", "x copy",
-             "TFLOP/s", "bf16 us", "x bf16", "target");
+  fmt::print("lockstep bench gemm ({}, copy {:.0f} GB/s, cuBLAS bf16 baseline {})\n", r.gpu,
+             r.copy_gbps, r.have_cublas ? "loaded" : "MISSING");
+  fmt::print("{:<11} {:<62} {:>9} {:>8} {:>7} {:>8} {:>9} {:>8} {:>11}\n", "section", "op", "us",
+             "GB/s", "x copy", "TFLOP/s", "bf16 us", "x bf16", "target");
   for (const auto& x : r.rows) {
     const double got = x.target_is_copy ? x.ratio_copy : x.ratio_baseline;
-    fmt::print("{:<11} {:<62} {:>9.1f} {:>8.0f} {:>7} {:>8.1f} {:>9} {:>8} {:>11}\n", x.section, x.name, x.us, x.gbps,
-               x.ratio_copy > 0 ? fmt::format("{:.3f}", x.ratio_copy) : "-", x.tflops,
-               x.baseline_us > 0 ? fmt::format("{:.1f}", x.baseline_us) : "-",
+    fmt::print("{:<11} {:<62} {:>9.1f} {:>8.0f} {:>7} {:>8.1f} {:>9} {:>8} {:>11}\n", x.section,
+               x.name, x.us, x.gbps, x.ratio_copy > 0 ? fmt::format("{:.3f}", x.ratio_copy) : "-",
+               x.tflops, x.baseline_us > 0 ? fmt::format("{:.1f}", x.baseline_us) : "-",
                x.ratio_baseline > 0 ? fmt::format("{:.3f}", x.ratio_baseline) : "-",
-               x.target > 0 ? fmt::format("{:.2f}{} {}", x.target, x.target_is_copy ? "c" : "b", got >= x.target ? "ok" : "MISS")
+               x.target > 0 ? fmt::format("{:.2f}{} {}", x.target, x.target_is_copy ? "c" : "b",
+                                          got >= x.target ? "ok" : "MISS")
                             : "");
   }
 }
@@ -65,11 +66,12 @@ void run_bench_gemm(const BenchGemmArgs& a) {
 
 void register_bench_gemm_command(CLI::App& bench) {
   auto a = std::make_shared<BenchGemmArgs>();
-  CLI::App* g = bench.add_subcommand(
-      "gemm",
-      "CUDA quantized GEMMs: decode bandwidth vs device copy and cuBLAS bf16, MoE decode, dense and grouped\n"
-      "large-M TFLOP/s vs cuBLAS bf16, all measured in the same run.\n"
-      "Example: lockstep bench gemm --json > gemm.json");
+  CLI::App* g =
+      bench.add_subcommand("gemm",
+                           "CUDA quantized GEMMs: decode bandwidth vs device copy and cuBLAS bf16, "
+                           "MoE decode, dense and grouped\n"
+                           "large-M TFLOP/s vs cuBLAS bf16, all measured in the same run.\n"
+                           "Example: lockstep bench gemm --json > gemm.json");
   g->add_flag("--json", a->json, "machine-readable output");
   g->add_flag("--quick", a->quick, "fewer, smaller shapes (smoke run)");
   g->add_option("--only", a->filter, "run only the rows whose section or name contains this text");

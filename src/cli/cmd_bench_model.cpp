@@ -1,6 +1,6 @@
 // `lockstep bench model`: learner forward+backward tokens/s, AdamW step time, sampler decode
-// tokens/s and policy export time per preset and recipe on the CPU or a GPU, saved-operand bytes per
-// backward mode, and the ratio to a PyTorch fp32 eager baseline (bench/torch_baseline.py JSON).
+// tokens/s and policy export time per preset and recipe on the CPU or a GPU, saved-operand bytes
+// per backward mode, and the ratio to a PyTorch fp32 eager baseline (bench/torch_baseline.py JSON).
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -205,7 +205,8 @@ void run_bench_model(const BenchModelArgs& a) {
   fmt::print(
       "lockstep bench model ({}, {} threads, {} mode; {} sequences of {}-{} tokens; decode {} new "
       "tokens each, prefill excluded)\n",
-      dev.str(), omp_get_max_threads(), a.deterministic ? "deterministic" : "fast", a.batch, a.min_len, a.max_len, a.new_tokens);
+      dev.str(), omp_get_max_threads(), a.deterministic ? "deterministic" : "fast", a.batch,
+      a.min_len, a.max_len, a.new_tokens);
   fmt::print("{:<11} {:<17} {:>13} {:>8} {:>9} {:>12} {:>8} {:>10} {:>9}\n", "preset", "recipe",
              "learner tok/s", "x torch", "step ms", "decode tok/s", "x torch", "export ms",
              "bf16 ms");

@@ -135,9 +135,9 @@ void run_compare(CompareCmd& c) {
       sa.opt.seed = p.seed;
       // The first seed's source is the one opened above; a preset's random weights follow the
       // seed, so every later seed opens its own.
-      ip = initial_policy(warm_seed ? open_source(sa, rl::max_sequence_length(sa.opt), false)
-                                    : std::move(source),
-                          sa);
+      ip = initial_policy(
+          warm_seed ? open_source(sa, rl::max_sequence_length(sa.opt), false) : std::move(source),
+          sa);
       warm_seed = p.seed;
     }
     fmt::print(stderr, "compare: run {}/{}: {} (recipe {}{}, guard {}{}, seed {})\n", i + 1,

@@ -6,10 +6,10 @@
 #include <memory>
 
 #include "commands.h"
-#include "lockstep/tensor/device.h"
 #include "lockstep/diag/run_meta.h"
 #include "lockstep/recipe/registry.h"
 #include "lockstep/recipe/selection.h"
+#include "lockstep/tensor/device.h"
 
 namespace lockstep::cli {
 namespace {
@@ -32,14 +32,16 @@ std::string gpu_route(const std::string& req, int cc, bool cuda_compiled) {
   if (!cuda_compiled) return "unavailable (built without CUDA)";
   if (cc < 80) return "unavailable (needs sm_80 or newer)";
   if (req.rfind("gemm:", 0) == 0) {
-    const bool block_fp = req.find("nvfp4") != std::string::npos || req.find("mxfp8") != std::string::npos;
+    const bool block_fp =
+        req.find("nvfp4") != std::string::npos || req.find("mxfp8") != std::string::npos;
     const bool fp8 = req.find("fp8") != std::string::npos && !block_fp;
     if (block_fp) {
       if (cc >= 100) return "native (sm_100 block-scaled tensor cores)";
       if (cc >= 90) return "emulated exactly (dequantize to bf16 in the main loop)";
       return "unavailable (needs sm_90 or newer)";
     }
-    if (fp8) return cc >= 89 ? "native (fp8 tensor cores)" : "unavailable (fp8 needs sm_89 or newer)";
+    if (fp8)
+      return cc >= 89 ? "native (fp8 tensor cores)" : "unavailable (fp8 needs sm_89 or newer)";
     return "native (bf16 tensor cores)";
   }
   return "cuda kernel";  // quantizers, rounding, transforms: plain CUDA, any supported arch
@@ -80,14 +82,16 @@ void run_doctor(DoctorArgs& a) {
     r["id"] = req;
     r["cpu"] = "reference";  // the CPU reference implements every format and scaling
     for (const GpuInfo& g : dev.gpus)
-      r[fmt::format("cuda:{}", g.index)] = gpu_route(req, g.cc_major * 10 + g.cc_minor, dev.cuda_compiled);
+      r[fmt::format("cuda:{}", g.index)] =
+          gpu_route(req, g.cc_major * 10 + g.cc_minor, dev.cuda_compiled);
     rj["requires"].push_back(std::move(r));
   }
   rj["runs_on_cpu"] = true;
   bool gpu_ok = dev.cuda_compiled && !dev.gpus.empty();
   for (const GpuInfo& g : dev.gpus)
     for (const std::string& req : reqs)
-      gpu_ok = gpu_ok && gpu_route(req, g.cc_major * 10 + g.cc_minor, true).rfind("unavailable", 0) != 0;
+      gpu_ok =
+          gpu_ok && gpu_route(req, g.cc_major * 10 + g.cc_minor, true).rfind("unavailable", 0) != 0;
   rj["runs_on_cuda"] = gpu_ok;
   j["recipe"] = std::move(rj);
 
@@ -102,20 +106,23 @@ void run_doctor(DoctorArgs& a) {
   fmt::print("cpu:    {}, {} OpenMP threads\n", cpu_model(), dev.omp_threads);
   if (dev.cuda_compiled) {
     // cudaRuntimeGetVersion / cudaDriverGetVersion encode 1000 * major + 10 * minor.
-    auto version = [](int v) { return v == 0 ? std::string("none") : fmt::format("{}.{}", v / 1000, v % 1000 / 10); };
+    auto version = [](int v) {
+      return v == 0 ? std::string("none") : fmt::format("{}.{}", v / 1000, v % 1000 / 10);
+    };
     fmt::print("cuda:   runtime {}, driver supports up to {}\n", version(dev.cuda_runtime_version),
                version(dev.cuda_driver_version));
   }
   if (dev.gpus.empty()) fmt::print("gpu:    none ({})\n", dev.error);
   for (const GpuInfo& g : dev.gpus)
-    fmt::print("gpu {}:  {} (sm_{}{}), {:.1f} GiB, {} SMs\n", g.index, g.name, g.cc_major, g.cc_minor,
-               double(g.memory_bytes) / double(1ull << 30), g.sm_count);
+    fmt::print("gpu {}:  {} (sm_{}{}), {:.1f} GiB, {} SMs\n", g.index, g.name, g.cc_major,
+               g.cc_minor, double(g.memory_bytes) / double(1ull << 30), g.sm_count);
   fmt::print("recipe: {} (from {}: {})\n", s.recipe.name, recipe_source_name(s.provenance.source),
              s.provenance.detail);
   for (const Json& r : j["recipe"]["requires"]) {
     std::string line = fmt::format("  {:<32} cpu: reference", r["id"].get<std::string>());
     for (const GpuInfo& g : dev.gpus)
-      line += fmt::format("; cuda:{}: {}", g.index, r[fmt::format("cuda:{}", g.index)].get<std::string>());
+      line += fmt::format("; cuda:{}: {}", g.index,
+                          r[fmt::format("cuda:{}", g.index)].get<std::string>());
     fmt::print("{}\n", line);
   }
   fmt::print("verdict: runs on cpu (reference): yes; runs on cuda: {}\n", gpu_ok ? "yes" : "no");

@@ -168,7 +168,8 @@ void print_human(const std::string& path, const SafetensorsHeader& h,
     std::vector<std::vector<std::string>> rows;
     // Long values (the embedded run_meta JSON) are cut in the table; --json shows them whole.
     auto shorten = [](std::string v) { return v.size() > 100 ? v.substr(0, 97) + "..." : v; };
-    for (const auto& [k, v] : h.metadata) rows.push_back({printable(k), "=", shorten(printable(v))});
+    for (const auto& [k, v] : h.metadata)
+      rows.push_back({printable(k), "=", shorten(printable(v))});
     print_table(rows);
   }
 

@@ -3,9 +3,9 @@
 // learner-sampler log-prob gap of a sampled batch.
 #include <fmt/format.h>
 
-#include <fstream>
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <sstream>
 
 #include "commands.h"
@@ -13,8 +13,8 @@
 #include "lockstep/model/learner.h"
 #include "lockstep/model/policy.h"
 #include "lockstep/model/sampler.h"
-#include "lockstep/recipe/json.h"
 #include "lockstep/quant/quantize.h"
+#include "lockstep/recipe/json.h"
 #include "lockstep/recipe/registry.h"
 #include "lockstep/tensor/file_io.h"
 #include "lockstep/tensor/safetensors.h"

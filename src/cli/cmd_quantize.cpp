@@ -50,23 +50,29 @@ float checked_eps(const QuantizeArgs& a, Format f) {
 }
 
 bool is_quantizable(const Tensor& t) {
-  return t.dim() == 2 && (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16);
+  return t.dim() == 2 &&
+         (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16);
 }
 
 QuantConfig make_spec(const QuantizeArgs& a) {
   QuantConfig s;
   auto f = format_from_name(a.format);
-  if (!f) throw UsageError(fmt::format("unknown --format '{}' (choose nvfp4, mxfp8 or fp8)", a.format));
+  if (!f)
+    throw UsageError(fmt::format("unknown --format '{}' (choose nvfp4, mxfp8 or fp8)", a.format));
   s.format = *f;
   std::string sc = a.scaling;
   if (sc.empty()) sc = s.format == Format::kMxfp8 ? "block_1x32" : "per_tensor";
   auto scaling = scaling_from_name(sc);
   if (!scaling || *scaling == Scaling::kPerGroup)
-    throw UsageError(fmt::format(
-        "unknown --scaling '{}' (choose per_tensor, per_row, block_1x32, block_1x128 or block_128x128)", sc));
+    throw UsageError(
+        fmt::format("unknown --scaling '{}' (choose per_tensor, per_row, block_1x32, block_1x128 "
+                    "or block_128x128)",
+                    sc));
   s.scaling = *scaling;
-  if (a.elem != "e4m3" && a.elem != "e5m2") throw UsageError(fmt::format("unknown --elem '{}' (e4m3 or e5m2)", a.elem));
-  if (a.elem == "e5m2" && s.format == Format::kNvfp4) throw UsageError("--elem e5m2 applies to fp8 and mxfp8, not nvfp4");
+  if (a.elem != "e4m3" && a.elem != "e5m2")
+    throw UsageError(fmt::format("unknown --elem '{}' (e4m3 or e5m2)", a.elem));
+  if (a.elem == "e5m2" && s.format == Format::kNvfp4)
+    throw UsageError("--elem e5m2 applies to fp8 and mxfp8, not nvfp4");
   s.elem = a.elem == "e5m2" ? ElemCodec::kE5M2 : ElemCodec::kE4M3;
   s.block2d = a.block2d;
   s.colwise = a.colwise;
@@ -81,7 +87,8 @@ QuantConfig make_spec(const QuantizeArgs& a) {
   s.rng_stream = uint32_t(a.stream.value_or(0));
   s.hadamard = a.hadamard;
   if (a.scale_layout != "compact" && a.scale_layout != "swizzled")
-    throw UsageError(fmt::format("unknown --scale-layout '{}' (compact or swizzled)", a.scale_layout));
+    throw UsageError(
+        fmt::format("unknown --scale-layout '{}' (compact or swizzled)", a.scale_layout));
   s.scale_layout = a.scale_layout == "swizzled" ? ScaleLayout::kSwizzled : ScaleLayout::kCompact;
   if (s.scale_layout == ScaleLayout::kSwizzled && s.format == Format::kFp8)
     throw UsageError("--scale-layout swizzled applies to nvfp4 and mxfp8 block scales");
@@ -194,8 +201,8 @@ void run_quantize(const QuantizeArgs& a) {
                             {"quantized", report}}
                            .dump(2));
   } else {
-    fmt::print("quantized {} tensor(s) to {} ({}) -> {}\n", report.size(), a.format, scaling_name(spec.scaling),
-               a.output);
+    fmt::print("quantized {} tensor(s) to {} ({}) -> {}\n", report.size(), a.format,
+               scaling_name(spec.scaling), a.output);
   }
 }
 
@@ -228,13 +235,15 @@ void run_dequantize(const DequantizeArgs& a) {
   check_output_paths({{"-o", output}, {"--run-meta", a.run_meta}});
   check_outputs_not_inputs({{"-o", output}, {"--run-meta", a.run_meta}}, {{"input", input}});
   const Device device = device_arg(a.device);
-  if (dry_run(a.dry_run, fmt::format("dequantize every quantized tensor of {} on {} -> {} ({})", input,
-                                     a.device, output, dtype_arg)))
+  if (dry_run(a.dry_run, fmt::format("dequantize every quantized tensor of {} on {} -> {} ({})",
+                                     input, a.device, output, dtype_arg)))
     return;
   require_device(device);
   SafetensorsFile in = read_safetensors(input);
   const auto names = quantized_tensor_names(in);
-  if (names.empty()) throw UsageError(fmt::format("{}: no lockstep quantized tensors (no lockstep.*.format metadata)", input));
+  if (names.empty())
+    throw UsageError(
+        fmt::format("{}: no lockstep quantized tensors (no lockstep.*.format metadata)", input));
   SafetensorsFile out;
   for (const auto& [k, v] : in.metadata)
     if (!k.starts_with("lockstep.")) out.metadata[k] = v;
@@ -302,46 +311,62 @@ void register_quantize_commands(CLI::App& app) {
   CLI::App* q = app.add_subcommand(
       "quantize",
       "Quantize every 2-D F32/BF16/F16 tensor of a safetensors file per the lockstep contract.\n"
-      "Other tensors are copied unchanged. Writes NAME.qdata, NAME.block_scale, NAME.amax (nvfp4),\n"
-      "NAME.qdata, NAME.block_scale (mxfp8), NAME.qdata, NAME.scale_inv (fp8), and with --colwise the\n"
+      "Other tensors are copied unchanged. Writes NAME.qdata, NAME.block_scale, NAME.amax "
+      "(nvfp4),\n"
+      "NAME.qdata, NAME.block_scale (mxfp8), NAME.qdata, NAME.scale_inv (fp8), and with --colwise "
+      "the\n"
       "columnwise copy NAME.*_colwise (CONTRACT section 12).\n"
-      "Example: lockstep quantize model.safetensors -o model.nvfp4.safetensors --format nvfp4 --scaling per_row");
+      "Example: lockstep quantize model.safetensors -o model.nvfp4.safetensors --format nvfp4 "
+      "--scaling per_row");
   q->add_option("input", a->input, "input safetensors file")->required();
-  q->add_option("-o,--output", a->output, "output safetensors file (written atomically)")->required();
+  q->add_option("-o,--output", a->output, "output safetensors file (written atomically)")
+      ->required();
   q->add_option("--format", a->format, "nvfp4, mxfp8 or fp8")->capture_default_str();
-  q->add_option("--scaling", a->scaling,
-                "per_tensor, per_row (nvfp4, fp8), block_1x32 (mxfp8), block_1x128, block_128x128 (fp8); "
-                "default per_tensor (block_1x32 for mxfp8)");
+  q->add_option(
+      "--scaling", a->scaling,
+      "per_tensor, per_row (nvfp4, fp8), block_1x32 (mxfp8), block_1x128, block_128x128 (fp8); "
+      "default per_tensor (block_1x32 for mxfp8)");
   q->add_flag("--block2d", a->block2d, "nvfp4: 16x16 blocks (weights); needs rows % 16 == 0");
-  q->add_flag("--colwise", a->colwise,
-              "also write the columnwise copy for the backward GEMMs: nvfp4 / fp8 the quantized transpose "
-              "(rows % 16 == 0 for nvfp4), mxfp8 blocks of 32 down columns (rows % 32 == 0)");
+  q->add_flag(
+      "--colwise", a->colwise,
+      "also write the columnwise copy for the backward GEMMs: nvfp4 / fp8 the quantized transpose "
+      "(rows % 16 == 0 for nvfp4), mxfp8 blocks of 32 down columns (rows % 32 == 0)");
   q->add_flag("--pow2", a->pow2, "fp8: round scales down to powers of two");
   q->add_option("--eps", a->eps, "fp8: amax floor (finite, >= 0; default 0)");
   q->add_option("--elem", a->elem, "fp8/mxfp8 element type: e4m3 or e5m2")->capture_default_str();
-  q->add_flag("--stochastic", a->stochastic, "stochastic rounding of elements (Philox, CONTRACT section 5)");
+  q->add_flag("--stochastic", a->stochastic,
+              "stochastic rounding of elements (Philox, CONTRACT section 5)");
   add_integer_option<uint64_t>(*q, "--seed", a->seed, 0, UINT64_MAX,
                                "Philox seed for --stochastic (0 to 2^64 - 1; default 0)");
   add_integer_option<uint64_t>(*q, "--stream", a->stream, 0, UINT32_MAX,
                                "Philox stream id for --stochastic (0 to 2^32 - 1; default 0)");
-  q->add_flag("--hadamard", a->hadamard, "random Hadamard transform along rows before quantizing (section 6)");
-  q->add_option("--scale-layout", a->scale_layout, "compact or swizzled (128x4 tiles) block scales")->capture_default_str();
-  q->add_flag("--allow-nonfinite", a->allow_nonfinite, "quantize NaN/Inf inputs by the contract's rules instead of refusing");
+  q->add_flag("--hadamard", a->hadamard,
+              "random Hadamard transform along rows before quantizing (section 6)");
+  q->add_option("--scale-layout", a->scale_layout, "compact or swizzled (128x4 tiles) block scales")
+      ->capture_default_str();
+  q->add_flag("--allow-nonfinite", a->allow_nonfinite,
+              "quantize NaN/Inf inputs by the contract's rules instead of refusing");
   q->add_flag("--json", a->json, "machine-readable summary on stdout");
-  q->add_option("--device", a->device, "cpu or cuda (same bytes either way)")->capture_default_str();
-  q->add_option("--run-meta", a->run_meta, "also write the run's provenance (run_meta.json) to this file");
+  q->add_option("--device", a->device, "cpu or cuda (same bytes either way)")
+      ->capture_default_str();
+  q->add_option("--run-meta", a->run_meta,
+                "also write the run's provenance (run_meta.json) to this file");
   q->add_flag("--dry-run", a->dry_run, "print the environment and the command; create nothing");
   q->callback([a] { run_quantize(*a); });
 
   auto da = std::make_shared<DequantizeArgs>();
   CLI::App* d = app.add_subcommand(
       "dequantize",
-      "Reconstruct the tensors of a file written by `lockstep quantize`; other tensors are copied.\n"
+      "Reconstruct the tensors of a file written by `lockstep quantize`; other tensors are "
+      "copied.\n"
       "Example: lockstep dequantize model.nvfp4.safetensors -o model.dq.safetensors --dtype f32");
   d->add_option("input", da->input, "quantized safetensors file")->required();
-  d->add_option("-o,--output", da->output, "output safetensors file (written atomically)")->required();
-  d->add_option("--device", da->device, "cpu or cuda (same bytes either way)")->capture_default_str();
-  d->add_option("--run-meta", da->run_meta, "also write the run's provenance (run_meta.json) to this file");
+  d->add_option("-o,--output", da->output, "output safetensors file (written atomically)")
+      ->required();
+  d->add_option("--device", da->device, "cpu or cuda (same bytes either way)")
+      ->capture_default_str();
+  d->add_option("--run-meta", da->run_meta,
+                "also write the run's provenance (run_meta.json) to this file");
   d->add_flag("--dry-run", da->dry_run, "print the environment and the command; create nothing");
   d->add_option(
        "--dtype", da->dtype,

@@ -70,25 +70,30 @@ void print_plan_text(const SelectedRecipe& sel, const ModelPlan& plan, bool expl
   fmt::print("backward_mode {} (from {})\n", backward_mode_name(sel.recipe.linear.backward_mode),
              sel.provenance.backward_mode_source);
   for (const auto& s : sel.provenance.shadowed) fmt::print("note: {}\n", s);
-  fmt::print("cells: fprop/dgrad/wgrad format, backward mode (q quantized, hp high_precision, "
-             "dq dequantized)\n\n");
+  fmt::print(
+      "cells: fprop/dgrad/wgrad format, backward mode (q quantized, hp high_precision, "
+      "dq dequantized)\n\n");
   // Rows: runs of consecutive layers whose modules all resolve the same way.
   std::vector<std::string> header{"layers"};
-  for (int c = 0; c < kLayerModuleClasses; ++c) header.emplace_back(module_class_name(ModuleClass(c)));
+  for (int c = 0; c < kLayerModuleClasses; ++c)
+    header.emplace_back(module_class_name(ModuleClass(c)));
   std::vector<std::vector<std::string>> rows;
   int start = 0;
   for (int l = 1; l <= plan.layers; ++l) {
     auto same = [&](int a, int b) {
       for (int c = 0; c < kLayerModuleClasses; ++c)
-        if (cell(plan.per_layer[size_t(a)][size_t(c)]) != cell(plan.per_layer[size_t(b)][size_t(c)]) ||
-            (explain && plan.per_layer[size_t(a)][size_t(c)].rule != plan.per_layer[size_t(b)][size_t(c)].rule))
+        if (cell(plan.per_layer[size_t(a)][size_t(c)]) !=
+                cell(plan.per_layer[size_t(b)][size_t(c)]) ||
+            (explain && plan.per_layer[size_t(a)][size_t(c)].rule !=
+                            plan.per_layer[size_t(b)][size_t(c)].rule))
           return false;
       return true;
     };
     if (l < plan.layers && same(start, l)) continue;
     std::vector<std::string> row{start == l - 1 ? fmt::format("{}", start)
                                                 : fmt::format("{}-{}", start, l - 1)};
-    for (int c = 0; c < kLayerModuleClasses; ++c) row.push_back(cell(plan.per_layer[size_t(start)][size_t(c)]));
+    for (int c = 0; c < kLayerModuleClasses; ++c)
+      row.push_back(cell(plan.per_layer[size_t(start)][size_t(c)]));
     rows.push_back(std::move(row));
     start = l;
   }
@@ -152,25 +157,24 @@ void run_describe(DescribeArgs& a) {
 
 void register_recipe_commands(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
-  CLI::App* rec = app.add_subcommand(
-      "recipes",
-      "List the named precision recipes: purpose, forward, backward, coverage.\n"
-      "Example: lockstep recipes --json");
+  CLI::App* rec =
+      app.add_subcommand("recipes",
+                         "List the named precision recipes: purpose, forward, backward, coverage.\n"
+                         "Example: lockstep recipes --json");
   rec->add_flag("--json", *json, "machine-readable output (includes each recipe's full content)");
   rec->callback([json] { run_recipes(*json); });
 
   auto d = std::make_shared<DescribeArgs>();
-  CLI::App* desc = app.add_subcommand(
-      "describe",
-      "Show the resolved precision of every layer and module under a recipe.\n"
-      "Example: lockstep describe nvfp4_per_token --layers 20 --json");
+  CLI::App* desc =
+      app.add_subcommand("describe",
+                         "Show the resolved precision of every layer and module under a recipe.\n"
+                         "Example: lockstep describe nvfp4_per_token --layers 20 --json");
   desc->add_option("RECIPE", d->positional,
                    "recipe name (default: --recipe-file, then $LOCKSTEP_RECIPE, then bf16)");
   add_recipe_options(*desc, d->sel);
   add_integer_option(*desc, "--layers", d->layers, 1, int(kMaxModelLayers),
                      fmt::format("number of transformer layers (1 to {})", kMaxModelLayers));
-  desc->add_flag("--json", d->json,
-                 "print {recipe, layers: [{layer, modules}], lm_head} as JSON");
+  desc->add_flag("--json", d->json, "print {recipe, layers: [{layer, modules}], lm_head} as JSON");
   desc->add_flag("--explain", d->explain, "also show which rule decided each module");
   desc->callback([d] { run_describe(*d); });
 }

@@ -41,7 +41,8 @@ std::string metric_text(const std::optional<double>& v, int64_t overflow, const 
 void run_sweep(const SweepArgs& a) {
   auto outer = scaling_from_name(a.scaling);
   if (!outer || (*outer != Scaling::kPerTensor && *outer != Scaling::kPerRow))
-    throw UsageError(fmt::format("--scaling '{}': the sweep takes per_tensor or per_row", a.scaling));
+    throw UsageError(
+        fmt::format("--scaling '{}': the sweep takes per_tensor or per_row", a.scaling));
   struct Item {
     std::string name;
     std::vector<float> values;
@@ -54,31 +55,37 @@ void run_sweep(const SweepArgs& a) {
   std::string source;
   if (a.file.empty()) {
     if (a.rows <= 0 || a.cols <= 0 || a.cols % 16 != 0)
-      throw UsageError(fmt::format("--rows {} --cols {}: need positive sizes and cols % 16 == 0", a.rows, a.cols));
+      throw UsageError(fmt::format("--rows {} --cols {}: need positive sizes and cols % 16 == 0",
+                                   a.rows, a.cols));
     source = fmt::format(
-        "generated heavy-tailed activation-like tensor [{}, {}] (Student-t, 3 d.o.f., 8 outlier channels x30, seed {}); "
+        "generated heavy-tailed activation-like tensor [{}, {}] (Student-t, 3 d.o.f., 8 outlier "
+        "channels x30, seed {}); "
         "pass a safetensors FILE to sweep real tensors",
         a.rows, a.cols, a.seed);
-    items.push_back({"generated", generate_activation_like(a.rows, a.cols, a.seed), a.rows, a.cols});
+    items.push_back(
+        {"generated", generate_activation_like(a.rows, a.cols, a.seed), a.rows, a.cols});
   } else {
     SafetensorsFile f = read_safetensors(a.file);
     source = a.file;
     for (const NamedTensor& nt : f.tensors) {
       if (!a.tensor.empty() && nt.name != a.tensor) continue;
       const Tensor& t = nt.tensor;
-      bool floating = t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16;
+      bool floating =
+          t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16;
       if (t.dim() != 2 || !floating || t.shape()[1] % 16 != 0) {
         if (!a.tensor.empty())
-          throw UsageError(fmt::format("{}: tensor '{}' {} is not a 2-D F32/BF16/F16 tensor with cols % 16 == 0",
-                                       a.file, nt.name, t.describe()));
+          throw UsageError(
+              fmt::format("{}: tensor '{}' {} is not a 2-D F32/BF16/F16 tensor with cols % 16 == 0",
+                          a.file, nt.name, t.describe()));
         continue;
       }
       items.push_back({nt.name, to_f32(t), t.shape()[0], t.shape()[1]});
     }
     if (items.empty())
-      throw UsageError(a.tensor.empty()
-                           ? fmt::format("{}: no 2-D F32/BF16/F16 tensor with cols % 16 == 0 to sweep", a.file)
-                           : fmt::format("{}: no tensor named '{}'", a.file, a.tensor));
+      throw UsageError(
+          a.tensor.empty()
+              ? fmt::format("{}: no 2-D F32/BF16/F16 tensor with cols % 16 == 0 to sweep", a.file)
+              : fmt::format("{}: no tensor named '{}'", a.file, a.tensor));
   }
   Json js{
       {"source", source}, {"outer_scaling", a.scaling}, {"block", 16}, {"tensors", Json::array()}};
@@ -89,8 +96,8 @@ void run_sweep(const SweepArgs& a) {
     Json jr = Json::array();
     if (!a.json) {
       fmt::print("\n{} [{}, {}]\n", it.name, it.rows, it.cols);
-      fmt::print("{:<11} {:>9} {:>11} {:>11} {:>10} {:>12}\n", "format", "SNR dB", "rel-L2", "MAE", "worst row",
-                 "worst rel-L2");
+      fmt::print("{:<11} {:>9} {:>11} {:>11} {:>10} {:>12}\n", "format", "SNR dB", "rel-L2", "MAE",
+                 "worst row", "worst rel-L2");
     }
     for (const SweepRow& r : rows) {
       const ErrorMetrics& m = r.metrics;
@@ -117,8 +124,8 @@ void run_sweep(const SweepArgs& a) {
   }
   if (a.json) fmt::print("{}\n", js.dump(2));
   if (!a.run_meta.empty()) {
-    Json meta = provenance("sweep", "cpu", Json{{"source", source}, {"outer_scaling", a.scaling}}, Json::object(),
-                           {{"generated_tensor", a.seed}});
+    Json meta = provenance("sweep", "cpu", Json{{"source", source}, {"outer_scaling", a.scaling}},
+                           Json::object(), {{"generated_tensor", a.seed}});
     meta["results"] = js;
     write_file_atomic(a.run_meta, meta.dump(2) + "\n");
   }
@@ -137,7 +144,8 @@ void register_sweep_command(CLI::App& app) {
       "         lockstep sweep model.safetensors --tensor layers.0.mlp.up_proj.weight --json");
   s->add_option("file", a->file, "safetensors file (optional)");
   s->add_option("--tensor", a->tensor, "sweep only this tensor of FILE");
-  s->add_option("--scaling", a->scaling, "outer scaling of the E4M3-scaled formats: per_tensor or per_row")
+  s->add_option("--scaling", a->scaling,
+                "outer scaling of the E4M3-scaled formats: per_tensor or per_row")
       ->capture_default_str();
   add_integer_option<int64_t>(*s, "--rows", a->rows, 1, int64_t(1) << 20,
                               "rows of the generated tensor");
@@ -146,7 +154,8 @@ void register_sweep_command(CLI::App& app) {
   add_unsigned_option(*s, "--seed", a->seed, UINT64_MAX,
                       "seed of the generated tensor (0 to 2^64 - 1)");
   s->add_flag("--json", a->json, "machine-readable output");
-  s->add_option("--run-meta", a->run_meta, "write the results with their provenance (run_meta.json) to this file");
+  s->add_option("--run-meta", a->run_meta,
+                "write the results with their provenance (run_meta.json) to this file");
   s->add_flag("--dry-run", a->dry_run, "print the environment and the command; run nothing");
   s->callback([a] { run_sweep(*a); });
 }

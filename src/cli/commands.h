@@ -126,23 +126,23 @@ Device device_flag(const std::string& choice);
 // Adds --device (default auto) to a command.
 void add_device_option(CLI::App& app, std::string& target);
 
-void register_quantize_commands(CLI::App& app);      // quantize, dequantize
-void register_inspect_command(CLI::App& app);        // inspect
-void register_sweep_command(CLI::App& app);          // sweep
-void register_bench_commands(CLI::App& app);         // bench quantize, ...
-void register_bench_gemm_command(CLI::App& bench);   // bench gemm (under `bench`)
+void register_quantize_commands(CLI::App& app);       // quantize, dequantize
+void register_inspect_command(CLI::App& app);         // inspect
+void register_sweep_command(CLI::App& app);           // sweep
+void register_bench_commands(CLI::App& app);          // bench quantize, ...
+void register_bench_gemm_command(CLI::App& bench);    // bench gemm (under `bench`)
 void register_bench_header_command(CLI::App& bench);  // bench safetensors-header
-void register_recipe_commands(CLI::App& app);        // recipes, describe
-void register_doctor_command(CLI::App& app);         // doctor
-void register_gemm_command(CLI::App& app);           // gemm
-void register_report_command(CLI::App& app);         // report
-void register_model_commands(CLI::App& app);         // forward, sample, align
-void register_bench_model_command(CLI::App& bench);  // bench model (under `bench`)
-void register_init_commands(CLI::App& app);          // init, presets
-void register_train_commands(CLI::App& app);         // train, pretrain
-void register_compare_command(CLI::App& app);        // compare
-void register_export_commands(CLI::App& app);        // export, convert
-void register_verify_command(CLI::App& app);         // verify
+void register_recipe_commands(CLI::App& app);         // recipes, describe
+void register_doctor_command(CLI::App& app);          // doctor
+void register_gemm_command(CLI::App& app);            // gemm
+void register_report_command(CLI::App& app);          // report
+void register_model_commands(CLI::App& app);          // forward, sample, align
+void register_bench_model_command(CLI::App& bench);   // bench model (under `bench`)
+void register_init_commands(CLI::App& app);           // init, presets
+void register_train_commands(CLI::App& app);          // train, pretrain
+void register_compare_command(CLI::App& app);         // compare
+void register_export_commands(CLI::App& app);         // export, convert
+void register_verify_command(CLI::App& app);          // verify
 // `lockstep inspect MODEL_DIR` (src/cli/cmd_inspect_model.cpp).
 void inspect_model_dir(const std::string& dir, bool json);
 

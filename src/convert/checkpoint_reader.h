@@ -5,9 +5,9 @@
 
 #include <filesystem>
 #include <map>
-#include "lockstep/recipe/json.h"
 #include <string>
 
+#include "lockstep/recipe/json.h"
 #include "lockstep/tensor/safetensors.h"
 
 namespace lockstep::convert {

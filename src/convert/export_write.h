@@ -3,11 +3,11 @@
 #pragma once
 
 #include <functional>
-#include "lockstep/recipe/json.h"
 #include <string>
 #include <vector>
 
 #include "lockstep/convert/export.h"
+#include "lockstep/recipe/json.h"
 
 namespace lockstep::convert {
 
@@ -20,8 +20,7 @@ using UnitProducer = std::function<std::vector<NamedTensor>(const ExportUnit&)>;
 
 // Writes the export of `plan` to out_dir through a temporary folder beside it (see export.h).
 // config: the config.json object to complete with torch_dtype and quantization_config.
-ExportResult write_export(const ExportPlan& plan, Json config,
-                          const std::string& tokenizer_dir, const std::string& out_dir,
-                          const UnitProducer& produce);
+ExportResult write_export(const ExportPlan& plan, Json config, const std::string& tokenizer_dir,
+                          const std::string& out_dir, const UnitProducer& produce);
 
 }  // namespace lockstep::convert

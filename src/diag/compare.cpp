@@ -64,12 +64,9 @@ Json compare_json(std::span<const RunSummary> runs) {
   for (const RunSummary& r : runs) {
     Json j;
     j["run"] = r.name;
-    j["recipe"] =
-        r.recipe.empty() ? Json(nullptr) : Json(r.recipe);
-    j["sampler_recipe"] = r.sampler_recipe.empty() ? Json(nullptr)
-                                                   : Json(r.sampler_recipe);
-    j["guard"] =
-        r.guard.empty() ? Json(nullptr) : Json(r.guard);
+    j["recipe"] = r.recipe.empty() ? Json(nullptr) : Json(r.recipe);
+    j["sampler_recipe"] = r.sampler_recipe.empty() ? Json(nullptr) : Json(r.sampler_recipe);
+    j["guard"] = r.guard.empty() ? Json(nullptr) : Json(r.guard);
     j["deterministic"] = opt(r.deterministic);
     j["seed"] = opt(r.seed);
     j["start_eval_accuracy"] = opt(r.start_eval_accuracy);
@@ -220,8 +217,7 @@ Json compare_groups_json(std::span<const GroupSummary> groups) {
   for (const GroupSummary& g : groups) {
     Json j;
     j["recipe"] = g.recipe;
-    j["sampler_recipe"] = g.sampler_recipe.empty() ? Json(nullptr)
-                                                   : Json(g.sampler_recipe);
+    j["sampler_recipe"] = g.sampler_recipe.empty() ? Json(nullptr) : Json(g.sampler_recipe);
     j["guard"] = g.guard;
     j["deterministic"] = opt(g.deterministic);
     j["runs"] = g.runs;

@@ -176,8 +176,7 @@ ReportResult render_report(std::span<const RunData> runs, const ReportOptions& o
       "<p class=\"meta\">{} run{}: {}. x axis: training step. Thick lines: EMA with "
       "beta {} (s_k = beta s_(k-1) + (1 - beta) x_k); thin light lines: raw values; "
       "missing, NaN and infinite values are skipped.</p>\n",
-      runs.size(), runs.size() == 1 ? "" : "s",
-      xml_escape(joined_labels), opt.smoothing);
+      runs.size(), runs.size() == 1 ? "" : "s", xml_escape(joined_labels), opt.smoothing);
   for (size_t i = 0; i < runs.size(); ++i)
     if (runs[i].truncated_last_line)
       res.notes.push_back(

@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "lockstep/tensor/device.h"
 #include "lockstep/recipe/coverage.h"
 #include "lockstep/recipe/registry.h"
+#include "lockstep/tensor/device.h"
 #include "lockstep/tensor/file_io.h"
 #include "lockstep/version.h"
 
@@ -154,7 +154,8 @@ std::string dry_run_text(const SelectedRecipe& sel, const std::vector<std::strin
   s += "command: " + cmd + "\n";
   s += fmt::format("recipe: {} (from {}: {})\n", sel.recipe.name,
                    recipe_source_name(sel.provenance.source), sel.provenance.detail);
-  s += fmt::format("backward_mode: {} (from {})\n", backward_mode_name(sel.recipe.linear.backward_mode),
+  s += fmt::format("backward_mode: {} (from {})\n",
+                   backward_mode_name(sel.recipe.linear.backward_mode),
                    sel.provenance.backward_mode_source);
   for (const auto& sh : sel.provenance.shadowed) s += "note: " + sh + "\n";
   s += "environment:\n";
@@ -165,7 +166,8 @@ std::string dry_run_text(const SelectedRecipe& sel, const std::vector<std::strin
   return s;
 }
 
-void print_dry_run(std::FILE* out, const SelectedRecipe& sel, const std::vector<std::string>& argv) {
+void print_dry_run(std::FILE* out, const SelectedRecipe& sel,
+                   const std::vector<std::string>& argv) {
   const std::string t = dry_run_text(sel, argv);
   std::fwrite(t.data(), 1, t.size(), out);
 }

@@ -5,10 +5,10 @@
 
 #include <algorithm>
 
+#include "../tensor/cpu_parallel.h"
 #include "lockstep/numerics/block_rules.h"
 #include "lockstep/quant/layout.h"
 #include "operand.h"
-#include "../tensor/cpu_parallel.h"
 
 namespace lockstep::gemm {
 namespace {
@@ -248,12 +248,15 @@ void check_operand(const GemmArg& op, Copy copy, std::string_view name) {
   const QTensor& q = op.q();
   const QData& data = q.copy(copy);
   if (!data.defined())
-    throw GemmError(fmt::format("operand {}: the tensor has no {} copy (quantize it with {} = true)", what,
-                                copy == Copy::kRowwise ? "rowwise" : "columnwise",
-                                copy == Copy::kRowwise ? "rowwise" : "colwise"));
+    throw GemmError(
+        fmt::format("operand {}: the tensor has no {} copy (quantize it with {} = true)", what,
+                    copy == Copy::kRowwise ? "rowwise" : "columnwise",
+                    copy == Copy::kRowwise ? "rowwise" : "colwise"));
   if (copy == Copy::kColwise && q.format != Format::kMxfp8 && !q.group_offsets.empty())
-    throw GemmError(fmt::format("operand {}: the columnwise copy of a grouped buffer is read per group "
-                                "(grouped_qgemm, or group_view)", what));
+    throw GemmError(
+        fmt::format("operand {}: the columnwise copy of a grouped buffer is read per group "
+                    "(grouped_qgemm, or group_view)",
+                    what));
   CopyView v;
   v.q = &q;
   v.d = &data;
@@ -270,12 +273,14 @@ int64_t grouped_w_rows_per_group(const GemmArg& w, Copy w_copy, int64_t groups, 
   if (w_copy == Copy::kRowwise) {
     if (wr % groups != 0)
       throw GemmError(fmt::format("{}: W rows {} are not groups ({}) x N", what, wr, groups));
-    if (wc != k) throw GemmError(fmt::format("{}: K mismatch (A has {} columns, W {})", what, k, wc));
+    if (wc != k)
+      throw GemmError(fmt::format("{}: K mismatch (A has {} columns, W {})", what, k, wc));
     return wr / groups;
   }
   if (wr != groups * k)
-    throw GemmError(fmt::format("{}: a columnwise grouped W must have groups ({}) x K ({}) rows, got {}",
-                                what, groups, k, wr));
+    throw GemmError(
+        fmt::format("{}: a columnwise grouped W must have groups ({}) x K ({}) rows, got {}", what,
+                    groups, k, wr));
   return wc;
 }
 

@@ -20,8 +20,8 @@ constexpr std::array<std::string_view, size_t(GemmKernel::kCount)> kKernelNames{
 
 Device common_device(const GemmArg& a, const GemmArg& w, const std::string& what) {
   if (a.device() != w.device())
-    throw GemmError(fmt::format("{}: operands on different devices ({} and {}); move one with to()", what,
-                                a.device().str(), w.device().str()));
+    throw GemmError(fmt::format("{}: operands on different devices ({} and {}); move one with to()",
+                                what, a.device().str(), w.device().str()));
   return a.device();
 }
 
@@ -46,7 +46,9 @@ int64_t GemmArg::rows(Copy c) const {
   return c == Copy::kRowwise ? r : k;
 }
 
-int64_t GemmArg::cols(Copy c) const { return rows(c == Copy::kRowwise ? Copy::kColwise : Copy::kRowwise); }
+int64_t GemmArg::cols(Copy c) const {
+  return rows(c == Copy::kRowwise ? Copy::kColwise : Copy::kRowwise);
+}
 
 std::string GemmArg::describe(Copy c, std::string_view name) const {
   const char* which = c == Copy::kRowwise ? "" : " (columnwise: the transpose)";
@@ -63,16 +65,19 @@ std::optional<GemmKernel> gemm_kernel_from_name(std::string_view name) {
 }
 
 GemmResult qgemm(const GemmArg& a, const GemmArg& w, const GemmConfig& cfg) {
-  const std::string what = fmt::format("qgemm A {} x W {}", a.describe(cfg.a_copy, "a"), w.describe(cfg.w_copy, "w"));
+  const std::string what =
+      fmt::format("qgemm A {} x W {}", a.describe(cfg.a_copy, "a"), w.describe(cfg.w_copy, "w"));
   if (!a.quantized() && a.t().dim() != 2) throw GemmError(fmt::format("{}: A must be 2-D", what));
   if (!w.quantized() && w.t().dim() != 2) throw GemmError(fmt::format("{}: W must be 2-D", what));
   if (cfg.out_dtype != DType::kF32 && cfg.out_dtype != DType::kBF16)
-    throw GemmError(fmt::format("{}: output dtype {} (choose F32 or BF16)", what, dtype_name(cfg.out_dtype)));
+    throw GemmError(
+        fmt::format("{}: output dtype {} (choose F32 or BF16)", what, dtype_name(cfg.out_dtype)));
   if (common_device(a, w, what).is_cuda()) {
 #if defined(LOCKSTEP_HAVE_CUDA)
     return cuda::qgemm(a, w, cfg);
 #else
-    throw GemmError(fmt::format("{}: operands are on a CUDA device but this lockstep was built without CUDA", what));
+    throw GemmError(fmt::format(
+        "{}: operands are on a CUDA device but this lockstep was built without CUDA", what));
 #endif
   }
   check_cpu_kernel(cfg, what);
@@ -81,20 +86,24 @@ GemmResult qgemm(const GemmArg& a, const GemmArg& w, const GemmConfig& cfg) {
   return r;
 }
 
-GemmResult grouped_qgemm(const GemmArg& a, const Tensor& offsets, const GemmArg& w, const GemmConfig& cfg) {
-  const std::string what =
-      fmt::format("grouped_qgemm A {} x W {}", a.describe(cfg.a_copy, "a"), w.describe(cfg.w_copy, "w"));
+GemmResult grouped_qgemm(const GemmArg& a, const Tensor& offsets, const GemmArg& w,
+                         const GemmConfig& cfg) {
+  const std::string what = fmt::format("grouped_qgemm A {} x W {}", a.describe(cfg.a_copy, "a"),
+                                       w.describe(cfg.w_copy, "w"));
   if (!a.quantized() && a.t().dim() != 2) throw GemmError(fmt::format("{}: A must be 2-D", what));
   if (!w.quantized() && w.t().dim() != 2) throw GemmError(fmt::format("{}: W must be 2-D", what));
   if (cfg.out_dtype != DType::kF32 && cfg.out_dtype != DType::kBF16)
-    throw GemmError(fmt::format("{}: output dtype {} (choose F32 or BF16)", what, dtype_name(cfg.out_dtype)));
+    throw GemmError(
+        fmt::format("{}: output dtype {} (choose F32 or BF16)", what, dtype_name(cfg.out_dtype)));
   if (offsets.dtype() != DType::kI64 || offsets.dim() != 1)
-    throw GemmError(fmt::format("{}: offsets must be a 1-D I64 tensor, got {}", what, offsets.describe()));
+    throw GemmError(
+        fmt::format("{}: offsets must be a 1-D I64 tensor, got {}", what, offsets.describe()));
   if (common_device(a, w, what).is_cuda()) {
 #if defined(LOCKSTEP_HAVE_CUDA)
     return cuda::grouped_qgemm(a, offsets, w, cfg);
 #else
-    throw GemmError(fmt::format("{}: operands are on a CUDA device but this lockstep was built without CUDA", what));
+    throw GemmError(fmt::format(
+        "{}: operands are on a CUDA device but this lockstep was built without CUDA", what));
 #endif
   }
   check_cpu_kernel(cfg, what);

@@ -10,9 +10,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "../tensor/cpu_parallel.h"
 #include "lockstep/numerics/hd.h"
 #include "lockstep/numerics/transcendental.h"
-#include "../tensor/cpu_parallel.h"
 
 namespace lockstep::gemm {
 namespace {
@@ -115,7 +115,8 @@ void gemm_core(const DecodedOperand& a, const DecodedOperand& wdec, const Packed
   const int64_t N = w.n;
   const int64_t row_blocks = (M + kRowBlock - 1) / kRowBlock;
   const int64_t tiles = row_blocks * w.panels;
-#pragma omp parallel for schedule(dynamic, 4) if (M * N * w.k >= 8 * lockstep::detail::kParallelMinWork)
+#pragma omp parallel for schedule(dynamic, \
+                                  4) if (M * N * w.k >= 8 * lockstep::detail::kParallelMinWork)
   for (int64_t t = 0; t < tiles; ++t) {
     const int64_t rb = t / w.panels, pi = t % w.panels;
     const int64_t i0 = rb * kRowBlock;

@@ -11,11 +11,11 @@
 #include <string>
 #include <utility>
 
-#include "qgemm_cuda_types.h"
 #include "lockstep/numerics/block_rules.h"
 #include "lockstep/numerics/codecs.h"
 #include "lockstep/numerics/hd.h"
 #include "lockstep/numerics/transcendental.h"
+#include "qgemm_cuda_types.h"
 
 namespace lockstep::cuda::gemm_detail {
 
@@ -33,15 +33,26 @@ std::string cat(const T&... x) {
 // work writes or reads. pdl_launch_dependents() lets the next such kernel start early. Both are
 // no-ops for a kernel launched without the attribute.
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
 // Split cluster barrier (every thread of every block of the cluster, warp-uniform).
-__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void cluster_arrive_release() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait_acquire() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_arrive_release() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait_acquire() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
 
 template <class... KArgs, class... Args>
-void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -81,15 +92,18 @@ __device__ __forceinline__ uint16_t inner_bf16(const GemmOperandView& op, int64_
     case Format::kNvfp4: {
       const uint8_t byte = static_cast<const uint8_t*>(op.data)[(r * K + k) >> 1];
       const uint8_t code = (k & 1) ? (byte >> 4) : (byte & 0xF);
-      return bf16_bits(num::mul_rn(num::decode_e2m1(code), num::decode_e4m3(op.block_scale[r * (K / 16) + k / 16])));
+      return bf16_bits(num::mul_rn(num::decode_e2m1(code),
+                                   num::decode_e4m3(op.block_scale[r * (K / 16) + k / 16])));
     }
     case Format::kMxfp8: {
       const uint8_t code = static_cast<const uint8_t*>(op.data)[r * K + k];
-      return bf16_bits(num::mx_dequant(decode_elem(op.format, op.elem, code), op.block_scale[r * (K / 32) + k / 32]));
+      return bf16_bits(num::mx_dequant(decode_elem(op.format, op.elem, code),
+                                       op.block_scale[r * (K / 32) + k / 32]));
     }
     case Format::kFp8:
     default:
-      return bf16_bits(decode_elem(op.format, op.elem, static_cast<const uint8_t*>(op.data)[r * K + k]));
+      return bf16_bits(
+          decode_elem(op.format, op.elem, static_cast<const uint8_t*>(op.data)[r * K + k]));
   }
 }
 
@@ -102,7 +116,8 @@ __device__ __forceinline__ float outer_of(const GemmOperandView& op, int64_t r) 
 //   scale[b] = bf16 bits of the block scale code b (E4M3 for nvfp4, E8M0 = 2^(b-127) for mxfp8).
 __device__ __forceinline__ uint32_t pair_entry(Format f, ElemCodec e, uint32_t b) {
   if (f == Format::kNvfp4)
-    return uint32_t(bf16_bits(decode_elem(f, e, b & 15))) | (uint32_t(bf16_bits(decode_elem(f, e, b >> 4))) << 16);
+    return uint32_t(bf16_bits(decode_elem(f, e, b & 15))) |
+           (uint32_t(bf16_bits(decode_elem(f, e, b >> 4))) << 16);
   if (f == Format::kBf16) return 0;
   return uint32_t(bf16_bits(decode_elem(f, e, b)));
 }
@@ -119,8 +134,8 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
 }
 
 // D[16x8] += A[16x16] B[16x8], bf16 inputs, fp32 accumulators (PTX fragment layouts).
-__device__ __forceinline__ void mma_bf16_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_bf16_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                               uint32_t a3, uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
@@ -139,8 +154,8 @@ __device__ __forceinline__ uint4 ldg_stream16(const void* p) {
 
 // Epilogue steps 1-3 of docs/gemm.md section 4 for one element before SwiGLU:
 // v = RN(v0 + bias) with v0 = RN(alpha * RN(RN(oa * ow) * acc)).
-__device__ __forceinline__ float epilogue_value(float acc, float oa, float ow, const DeviceEpilogue& ep,
-                                                int64_t bias_idx) {
+__device__ __forceinline__ float epilogue_value(float acc, float oa, float ow,
+                                                const DeviceEpilogue& ep, int64_t bias_idx) {
   const float d = num::mul_rn(num::mul_rn(oa, ow), acc);
   float v = num::mul_rn(ep.alpha, d);
   if (ep.bias) v = num::add_rn(v, ep.bias[bias_idx]);
@@ -158,15 +173,17 @@ __device__ __forceinline__ void store_out(const GemmOutView& out, int64_t idx, f
 // ascending slice order, applies outer scales and the epilogue (SwiGLU included). grid: x over
 // output columns, y over rows of a group, z over groups.
 void launch_epilogue(const float* ws, int slices, int64_t rows_total, const GemmOperandView& a,
-                     const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups, const DeviceEpilogue& ep,
-                     GemmOutView out, cudaStream_t stream);
+                     const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
+                     const DeviceEpilogue& ep, GemmOutView out, cudaStream_t stream);
 
 // block_split: split K in whole blocks wherever their shared memory fits (GemmVariant::
 // kDecodeBlockSplit; by default only where clusters would take more than one wave).
-void launch_decode(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                   const DeviceEpilogue& ep, GemmOutView out, bool block_split, cudaStream_t stream);
-void launch_tiled(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                  const DeviceEpilogue& ep, GemmOutView out, Scratch& scratch, cudaStream_t stream);
+void launch_decode(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
+                   const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
+                   bool block_split, cudaStream_t stream);
+void launch_tiled(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
+                  const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
+                  Scratch& scratch, cudaStream_t stream);
 
 // ---- operand tiles shared by the tiled and wgmma kernels ------------------------------------
 // One operand's raw bytes for one thread's 16 k-values of one row (prefetched into registers).
@@ -182,7 +199,8 @@ struct OperandLuts {
 };
 
 // Thread `tid` covers row tid / 2 and k [16 * (tid & 1), +16) of a 128 x 32 tile.
-__device__ __forceinline__ void load_raw(const GemmOperandView& op, int64_t row, bool valid, int64_t k, RawTile& r) {
+__device__ __forceinline__ void load_raw(const GemmOperandView& op, int64_t row, bool valid,
+                                         int64_t k, RawTile& r) {
   r.valid = valid;
   r.v[0] = r.v[1] = make_uint4(0, 0, 0, 0);
   r.scale = 0;
@@ -213,8 +231,8 @@ __device__ __forceinline__ void load_raw(const GemmOperandView& op, int64_t row,
 // `pair(b)` is the pair table entry of byte b (plain or lane-replicated table). With kOut = 4 only
 // the first 8 values (the first half of r's bytes).
 template <Format F, class Pair, int kOut>
-__device__ __forceinline__ void dequant16_p(const Pair& pair, const uint16_t* scale, const RawTile& r,
-                                           uint32_t (&o)[kOut]) {
+__device__ __forceinline__ void dequant16_p(const Pair& pair, const uint16_t* scale,
+                                            const RawTile& r, uint32_t (&o)[kOut]) {
   static_assert(kOut == 8 || kOut == 4, "16 or 8 values");
   if constexpr (F == Format::kBf16) {
     const uint32_t* s = reinterpret_cast<const uint32_t*>(r.v);
@@ -241,24 +259,33 @@ __device__ __forceinline__ void dequant16_p(const Pair& pair, const uint16_t* sc
 }
 
 template <Format F>
-__device__ __forceinline__ void dequant16_f(const OperandLuts& lut, const RawTile& r, uint32_t (&o)[8]) {
+__device__ __forceinline__ void dequant16_f(const OperandLuts& lut, const RawTile& r,
+                                            uint32_t (&o)[8]) {
   dequant16_p<F>([&](uint32_t b) { return lut.pair[b]; }, lut.scale, r, o);
 }
 
 // The same with the format read at run time; an invalid (out of range) piece is zero.
-__device__ __forceinline__ void dequant16(const GemmOperandView& op, const OperandLuts& lut, const RawTile& r,
-                                          uint32_t (&o)[8]) {
+__device__ __forceinline__ void dequant16(const GemmOperandView& op, const OperandLuts& lut,
+                                          const RawTile& r, uint32_t (&o)[8]) {
   switch (r.valid ? op.format : Format::kBf16) {  // load_raw zeroes invalid pieces
-    case Format::kNvfp4: dequant16_f<Format::kNvfp4>(lut, r, o); break;
-    case Format::kMxfp8: dequant16_f<Format::kMxfp8>(lut, r, o); break;
-    case Format::kFp8: dequant16_f<Format::kFp8>(lut, r, o); break;
-    default: dequant16_f<Format::kBf16>(lut, r, o); break;
+    case Format::kNvfp4:
+      dequant16_f<Format::kNvfp4>(lut, r, o);
+      break;
+    case Format::kMxfp8:
+      dequant16_f<Format::kMxfp8>(lut, r, o);
+      break;
+    case Format::kFp8:
+      dequant16_f<Format::kFp8>(lut, r, o);
+      break;
+    default:
+      dequant16_f<Format::kBf16>(lut, r, o);
+      break;
   }
 }
 
 // dequant16 into 32 contiguous bytes of shared memory.
-__device__ __forceinline__ void store_tile(const GemmOperandView& op, const OperandLuts& lut, const RawTile& r,
-                                           uint16_t* dst) {
+__device__ __forceinline__ void store_tile(const GemmOperandView& op, const OperandLuts& lut,
+                                           const RawTile& r, uint16_t* dst) {
   uint32_t o[8];
   dequant16(op, lut, r, o);
   uint4* d4 = reinterpret_cast<uint4*>(dst);
@@ -266,15 +293,14 @@ __device__ __forceinline__ void store_tile(const GemmOperandView& op, const Oper
   d4[1] = make_uint4(o[4], o[5], o[6], o[7]);
 }
 
-
 // Shared by the tiled and wgmma launchers: the row-tile count must fit gridDim.y, and a SwiGLU
 // epilogue (pairing columns c and N/2 + c, which live in different tiles) needs the fp32 results
 // in scratch first; returns that buffer, or nullptr without SwiGLU.
-inline float* tile_grid_checks(const char* kernel, int bm, const DeviceGroupTable& groups, int64_t n,
-                               const DeviceEpilogue& ep, Scratch& scratch) {
+inline float* tile_grid_checks(const char* kernel, int bm, const DeviceGroupTable& groups,
+                               int64_t n, const DeviceEpilogue& ep, Scratch& scratch) {
   if ((groups.max_rows + bm - 1) / bm > 65535)
-    throw GemmError(cat("qgemm ", kernel, " kernel: ", groups.max_rows, " rows per group is too many (max ",
-                        int64_t(65535) * bm, ")"));
+    throw GemmError(cat("qgemm ", kernel, " kernel: ", groups.max_rows,
+                        " rows per group is too many (max ", int64_t(65535) * bm, ")"));
   if (!ep.swiglu) return nullptr;
   return scratch.get<float>(size_t(groups.total_rows) * size_t(n));
 }
@@ -294,9 +320,11 @@ GemmVariant launch_wgmma(const GemmOperandView& a, const GemmOperandView& w, int
 // output, tested); launch_wgmma calls it when staged_wgmma_usable and (forced, or
 // staged_wgmma_preferred: the copies pay off).
 bool staged_wgmma_usable(const GemmOperandView& a, const GemmOperandView& w);
-bool staged_wgmma_preferred(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& groups);
-void launch_wgmma_staged(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                         const DeviceEpilogue& ep, GemmOutView out, Scratch& scratch, cudaStream_t stream);
+bool staged_wgmma_preferred(const GemmOperandView& a, const GemmOperandView& w,
+                            const DeviceGroupTable& groups);
+void launch_wgmma_staged(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
+                         const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
+                         Scratch& scratch, cudaStream_t stream);
 
 // The Hopper wgmma kernel with packed nvfp4 W decoded inside the kernel (qgemm_wgmma_wreg_cuda.cu):
 // no bf16 copy of W, a packed A is dequantized into a bf16 copy in scratch. Same chain as
@@ -306,8 +334,8 @@ void launch_wgmma_staged(const GemmOperandView& a, const GemmOperandView& w, int
 int wreg_wgmma_tile(const GemmOperandView& a, const GemmOperandView& w,
                     const DeviceGroupTable& groups, GemmVariant route);
 void launch_wgmma_wreg(int tile, const GemmOperandView& a, const GemmOperandView& w, int64_t n,
-                       const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out, Scratch& scratch,
-                       cudaStream_t stream);
+                       const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
+                       Scratch& scratch, cudaStream_t stream);
 
 // bf16 inner values of `op` [rows, K] written to `scratch` (the data pointer itself for bf16
 // operands): the tiles' exact decode, one pass (qgemm_cublas_cuda.cu).
@@ -319,8 +347,9 @@ inline size_t bf16_copy_bytes(const GemmOperandView& op) {
 }
 
 // The cuBLAS fast path (qgemm_cublas_cuda.cu); needs the host copy of the group table.
-void launch_cublas(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                   const DeviceEpilogue& ep, GemmOutView out, Scratch& scratch, cudaStream_t stream);
+void launch_cublas(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
+                   const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
+                   Scratch& scratch, cudaStream_t stream);
 
 constexpr int kDecodeMaxRows = 16;  // rows per group the decode kernel takes
 // Whether the decode kernel's shared memory (tables, the staged A slice) fits one block for this W

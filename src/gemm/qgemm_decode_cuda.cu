@@ -43,7 +43,8 @@ int active_clusters(int nw, int slices, int smem) {
   LOCKSTEP_CUDA_CHECK(cudaGetDevice(&dev));
   LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   if (slices == 1) {
-    LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r, kern, nw * 32, size_t(smem)));
+    LOCKSTEP_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r, kern, nw * 32, size_t(smem)));
     r *= sms;
   } else {
     cudaLaunchConfig_t cfg{};
@@ -70,15 +71,17 @@ template <int kFmt, int kNT, int kMaxW, bool kBlk>
 void raise_smem_attr(int smem_max) {
   static int attr_smem = 0;  // per instantiation (per process; one device)
   if (smem_max > attr_smem) {
-    LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<kFmt, kNT, kMaxW, kBlk>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max));
+    LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<kFmt, kNT, kMaxW, kBlk>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             smem_max));
     attr_smem = smem_max;
   }
 }
 
 template <int kFmt, int kNT>
-void launch_decode_t(int slice_blocks, int slices, bool block_split, cudaStream_t stream, const GemmOperandView& a,
-                     const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups, const DeviceEpilogue& ep,
-                     GemmOutView out) {
+void launch_decode_t(int slice_blocks, int slices, bool block_split, cudaStream_t stream,
+                     const GemmOperandView& a, const GemmOperandView& w, int64_t n,
+                     const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out) {
   // Block size and split mode: only the schedule depends on them, never a row's order.
   // Block size: the nw whose grid needs the least time, modelled as waves x max(warps per SM in a
   // wave, kSaturatingWarps) (an SM with fewer warps is latency-bound, not faster); ties go to the
@@ -96,15 +99,18 @@ void launch_decode_t(int slice_blocks, int slices, bool block_split, cudaStream_
   const int rows = int(groups.max_rows);
   int best_nw = 8, best_spb = 1, best_smem = 0;
   int64_t best_cost = -1, best_tiles = 0, best_waves = 0;
-  auto consider = [&](int nw, int spb, int smem, int64_t per_tile, int64_t active_units, int64_t units_per_tile) {
+  auto consider = [&](int nw, int spb, int smem, int64_t per_tile, int64_t active_units,
+                      int64_t units_per_tile) {
     const int64_t tiles = (oc + per_tile - 1) / per_tile;
     const int64_t units = tiles * groups.groups;  // clusters or blocks
     const int64_t waves = (units + active_units - 1) / active_units;
     const int64_t in_wave = (units < active_units ? units : active_units) * units_per_tile;
     const int64_t warps_per_sm = ((in_wave + sms - 1) / sms) * nw;
-    const int64_t cost = waves * (warps_per_sm > kSaturatingWarps ? warps_per_sm : kSaturatingWarps);
+    const int64_t cost =
+        waves * (warps_per_sm > kSaturatingWarps ? warps_per_sm : kSaturatingWarps);
     if (best_cost < 0 || cost < best_cost)
-      best_cost = cost, best_nw = nw, best_spb = spb, best_tiles = tiles, best_smem = smem, best_waves = waves;
+      best_cost = cost, best_nw = nw, best_spb = spb, best_tiles = tiles, best_smem = smem,
+      best_waves = waves;
   };
   const int slots = decode_gathers(slices, int(groups.groups)) ? 2 : 1;
   for (int nw = kMaxWarps; nw >= 4; nw -= 2) {  // clusters (or one slice)
@@ -124,7 +130,8 @@ void launch_decode_t(int slice_blocks, int slices, bool block_split, cudaStream_
     const int c_nw = best_nw, c_smem = best_smem;
     const int64_t c_tiles = best_tiles, c_cost = best_cost;
     best_cost = -1;
-    for (int r = kMaxWarps / slices; slices * r > 8; --r) {  // (instantiated for blocks of 9-16 warps)
+    for (int r = kMaxWarps / slices; slices * r > 8;
+         --r) {  // (instantiated for blocks of 9-16 warps)
       if (ep.swiglu && r % 2 != 0) continue;
       const int nw = slices * r;
       const int smem = decode_block_smem_bytes(kFmt, kNT, nw, slice_blocks, slices, rows);
@@ -153,11 +160,11 @@ void launch_decode_t(int slice_blocks, int slices, bool block_split, cudaStream_
   attr[1].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = grid.y > 1 ? 2 : 1;
-  auto kern = best_spb > 1    ? decode_kernel<kFmt, kNT, 16, true>
+  auto kern = best_spb > 1   ? decode_kernel<kFmt, kNT, 16, true>
               : best_nw <= 8 ? decode_kernel<kFmt, kNT, 8, false>
                              : decode_kernel<kFmt, kNT, 16, false>;
-  LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, a, w, n, groups.table, ep, out, slice_blocks,
-                                         best_spb));
+  LOCKSTEP_CUDA_CHECK(
+      cudaLaunchKernelEx(&cfg, kern, a, w, n, groups.table, ep, out, slice_blocks, best_spb));
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
@@ -170,38 +177,52 @@ bool decode_fits(Format wf, int64_t K, int64_t max_rows) {
 }
 
 void launch_epilogue(const float* ws, int slices, int64_t rows_total, const GemmOperandView& a,
-                     const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups, const DeviceEpilogue& ep,
-                     GemmOutView out, cudaStream_t stream) {
+                     const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
+                     const DeviceEpilogue& ep, GemmOutView out, cudaStream_t stream) {
   if (groups.max_rows == 0 || groups.groups == 0) return;
   const int64_t oc = ep.swiglu ? n / 2 : n;
   const int threads = 256;
-  const dim3 grid(unsigned((oc + threads - 1) / threads), unsigned(std::min<int64_t>(groups.max_rows, 65535)),
-                  unsigned(groups.groups));
-  epilogue_kernel<<<grid, threads, 0, stream>>>(ws, slices, rows_total, a, w, n, groups.table, ep, out);
+  const dim3 grid(unsigned((oc + threads - 1) / threads),
+                  unsigned(std::min<int64_t>(groups.max_rows, 65535)), unsigned(groups.groups));
+  epilogue_kernel<<<grid, threads, 0, stream>>>(ws, slices, rows_total, a, w, n, groups.table, ep,
+                                                out);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
-void launch_decode(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                   const DeviceEpilogue& ep, GemmOutView out, bool block_split, cudaStream_t stream) {
+void launch_decode(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
+                   const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
+                   bool block_split, cudaStream_t stream) {
   // (partials live in shared memory: no scratch)
   const int64_t K = w.cols;
   if (K % 128 != 0 || groups.max_rows > kDecodeMaxRows || w.format == Format::kBf16)
-    throw GemmError(cat("qgemm decode kernel: needs K % 128 == 0 (K = ", K, "), <= ", kDecodeMaxRows, " rows per group (max ", groups.max_rows, ") and packed W (nvfp4, mxfp8, fp8)"));
-  if (ep.swiglu && n % 2 != 0) throw GemmError(cat("qgemm decode kernel: SwiGLU needs an even N (N = ", n, ")"));
+    throw GemmError(cat("qgemm decode kernel: needs K % 128 == 0 (K = ", K,
+                        "), <= ", kDecodeMaxRows, " rows per group (max ", groups.max_rows,
+                        ") and packed W (nvfp4, mxfp8, fp8)"));
+  if (ep.swiglu && n % 2 != 0)
+    throw GemmError(cat("qgemm decode kernel: SwiGLU needs an even N (N = ", n, ")"));
   if (groups.groups == 0 || groups.max_rows == 0 || n == 0 || K == 0) return;
   const int sb = decode_slice_blocks(K);
-  const int fmt = w.format == Format::kNvfp4 ? kFmtNvfp4 : w.elem == ElemCodec::kE5M2 ? kFmtE5m2 : kFmtE4m3;
+  const int fmt = w.format == Format::kNvfp4   ? kFmtNvfp4
+                  : w.elem == ElemCodec::kE5M2 ? kFmtE5m2
+                                               : kFmtE4m3;
   const int nt = groups.max_rows > 8 ? 2 : 1;
   if (!decode_fits(w.format, K, groups.max_rows))
-    throw GemmError(cat("qgemm decode kernel: K = ", K, " with ", groups.max_rows, " rows per group needs ",
-                        decode_smem_bytes(fmt, nt, 4, sb), " bytes of shared memory per block (max 227 KiB)"));
+    throw GemmError(cat("qgemm decode kernel: K = ", K, " with ", groups.max_rows,
+                        " rows per group needs ", decode_smem_bytes(fmt, nt, 4, sb),
+                        " bytes of shared memory per block (max 227 KiB)"));
   const int slices = int((K / 128 + sb - 1) / sb);
-  if (fmt == kFmtNvfp4 && nt == 1) launch_decode_t<kFmtNvfp4, 1>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
-  if (fmt == kFmtNvfp4 && nt == 2) launch_decode_t<kFmtNvfp4, 2>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
-  if (fmt == kFmtE4m3 && nt == 1) launch_decode_t<kFmtE4m3, 1>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
-  if (fmt == kFmtE4m3 && nt == 2) launch_decode_t<kFmtE4m3, 2>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
-  if (fmt == kFmtE5m2 && nt == 1) launch_decode_t<kFmtE5m2, 1>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
-  if (fmt == kFmtE5m2 && nt == 2) launch_decode_t<kFmtE5m2, 2>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
+  if (fmt == kFmtNvfp4 && nt == 1)
+    launch_decode_t<kFmtNvfp4, 1>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
+  if (fmt == kFmtNvfp4 && nt == 2)
+    launch_decode_t<kFmtNvfp4, 2>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
+  if (fmt == kFmtE4m3 && nt == 1)
+    launch_decode_t<kFmtE4m3, 1>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
+  if (fmt == kFmtE4m3 && nt == 2)
+    launch_decode_t<kFmtE4m3, 2>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
+  if (fmt == kFmtE5m2 && nt == 1)
+    launch_decode_t<kFmtE5m2, 1>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
+  if (fmt == kFmtE5m2 && nt == 2)
+    launch_decode_t<kFmtE5m2, 2>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
 }
 
 }  // namespace lockstep::cuda::gemm_detail

@@ -33,13 +33,15 @@ constexpr int kSmemLimit = 227 * 1024;  // per block (sm_90)
 // (figures in bench/RESULTS.md).
 // 8-bit codes use no table: cvt.rn.f16x2.e4m3x2 / .e5m2x2 (exact), f16 -> f32 -> bf16x2 (exact).
 constexpr int kFmtNvfp4 = 0, kFmtE4m3 = 1, kFmtE5m2 = 2;
-__host__ __device__ constexpr bool wide_lut(int fmt, int max_warps) { return fmt == kFmtNvfp4 && max_warps > 8; }
+__host__ __device__ constexpr bool wide_lut(int fmt, int max_warps) {
+  return fmt == kFmtNvfp4 && max_warps > 8;
+}
 // Bytes before the staged A: pair table (nvfp4) + scale table (bf16x2 {s, s} per scale code), for
 // a block of nw warps.
 __host__ __device__ constexpr int smem_fixed(int fmt, int nw) {
   return (fmt != kFmtNvfp4 ? 0 : wide_lut(fmt, nw) ? 256 * 256 : 256 * 32 * 4) + 1024;
 }
-constexpr int kMaxSlices = 8;               // cluster size (portable)
+constexpr int kMaxSlices = 8;  // cluster size (portable)
 // Register cap 65536 / 512 = 128 (the rings below fit); smaller blocks may share an SM.
 
 // 128-wide k blocks per slice, a function of K alone (nb = K / 128 blocks): K <= 2048: 8 (1024-wide
@@ -55,53 +57,66 @@ __host__ __device__ constexpr int decode_slice_blocks(int64_t K) {
 __host__ __device__ constexpr int a_stride(int slice_blocks) { return slice_blocks * 128 + 16; }
 // Gather (see decode_kernel): one group and two slices, where it is faster on the H200 (dense calls
 // with two slices; not with more slices or grouped calls: bench/RESULTS.md).
-__host__ __device__ constexpr bool decode_gathers(int slices, int groups) { return slices == 2 && groups == 1; }
+__host__ __device__ constexpr bool decode_gathers(int slices, int groups) {
+  return slices == 2 && groups == 1;
+}
 // Cluster mode: table, kM staged A rows of one slice, partials (two slots with the gather).
 constexpr int decode_smem_bytes(int fmt, int nt, int nw, int slice_blocks, int slots = 1) {
   return smem_fixed(fmt, nw) + nt * 8 * a_stride(slice_blocks) * 2 + slots * 16 * nw * nt * 8 * 4;
 }
 // Whole-block mode (all S slices in one block of nw = S x row warps): the A rows of the group (at
 // most `rows`) and one zero row over all of K.
-constexpr int decode_block_smem_bytes(int fmt, int nt, int nw, int slice_blocks, int slices, int rows) {
-  return smem_fixed(fmt, nw) + (rows + 1) * a_stride(slices * slice_blocks) * 2 + 16 * nw * nt * 8 * 4;
+constexpr int decode_block_smem_bytes(int fmt, int nt, int nw, int slice_blocks, int slices,
+                                      int rows) {
+  return smem_fixed(fmt, nw) + (rows + 1) * a_stride(slices * slice_blocks) * 2 +
+         16 * nw * nt * 8 * 4;
 }
 
 // 8 bytes global -> shared, asynchronous (both addresses 8-byte aligned); cp_async_wait_all waits
 // for this thread's copies (a barrier then publishes them to the block).
 __device__ __forceinline__ void cp_async8(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(uint32_t(__cvta_generic_to_shared(dst))), "l"(src) : "memory");
+  asm volatile(
+      "cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(uint32_t(__cvta_generic_to_shared(dst))),
+      "l"(src)
+      : "memory");
 }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
 
 // Four fp8 codes (bytes 0..3 of q) -> bf16x2 {b0, b1} and {b2, b3}, exact (every E4M3 / E5M2 value
 // is an f16 normal or subnormal, an fp32 and a bf16 number; NaN stays NaN).
 template <bool kE5>
 __device__ __forceinline__ void fp8x4_to_bf16x2(uint32_t q, uint32_t& lo, uint32_t& hi) {
   if constexpr (kE5) {
-    asm("{\n .reg .b16 l, h;\n .reg .b32 x, y;\n .reg .f16 x0, x1, y0, y1;\n .reg .f32 f0, f1, f2, f3;\n"
+    asm("{\n .reg .b16 l, h;\n .reg .b32 x, y;\n .reg .f16 x0, x1, y0, y1;\n .reg .f32 f0, f1, f2, "
+        "f3;\n"
         " mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e5m2x2 x, l;\n cvt.rn.f16x2.e5m2x2 y, h;\n"
         " mov.b32 {x0, x1}, x;\n mov.b32 {y0, y1}, y;\n"
         " cvt.f32.f16 f0, x0;\n cvt.f32.f16 f1, x1;\n cvt.f32.f16 f2, y0;\n cvt.f32.f16 f3, y1;\n"
         " cvt.rn.bf16x2.f32 %0, f1, f0;\n cvt.rn.bf16x2.f32 %1, f3, f2;\n}"
-        : "=r"(lo), "=r"(hi) : "r"(q));
+        : "=r"(lo), "=r"(hi)
+        : "r"(q));
   } else {
-    asm("{\n .reg .b16 l, h;\n .reg .b32 x, y;\n .reg .f16 x0, x1, y0, y1;\n .reg .f32 f0, f1, f2, f3;\n"
+    asm("{\n .reg .b16 l, h;\n .reg .b32 x, y;\n .reg .f16 x0, x1, y0, y1;\n .reg .f32 f0, f1, f2, "
+        "f3;\n"
         " mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 x, l;\n cvt.rn.f16x2.e4m3x2 y, h;\n"
         " mov.b32 {x0, x1}, x;\n mov.b32 {y0, y1}, y;\n"
         " cvt.f32.f16 f0, x0;\n cvt.f32.f16 f1, x1;\n cvt.f32.f16 f2, y0;\n cvt.f32.f16 f3, y1;\n"
         " cvt.rn.bf16x2.f32 %0, f1, f0;\n cvt.rn.bf16x2.f32 %1, f3, f2;\n}"
-        : "=r"(lo), "=r"(hi) : "r"(q));
+        : "=r"(lo), "=r"(hi)
+        : "r"(q));
   }
 }
 
-// One block of nw warps: tile bx of group z (W rows [bx*16nw, +16nw); swiglu: gate rows [bx*8nw, +8nw)
-// and up rows [I + bx*8nw, +8nw)), K slice y (cluster rank y of the cluster (1, slices, 1)); kNT
-// n-tiles of 8 A rows.
-// kMaxW: the largest block the instantiation takes (8: two blocks per SM, as register cap 128).
+// One block of nw warps: tile bx of group z (W rows [bx*16nw, +16nw); swiglu: gate rows [bx*8nw,
+// +8nw) and up rows [I + bx*8nw, +8nw)), K slice y (cluster rank y of the cluster (1, slices, 1));
+// kNT n-tiles of 8 A rows. kMaxW: the largest block the instantiation takes (8: two blocks per SM,
+// as register cap 128).
 template <int kFmt, int kNT, int kMaxW, bool kBlk>
-__global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(GemmOperandView a, GemmOperandView w, int64_t n,
-                                                                const GemmGroupDesc* groups, DeviceEpilogue ep,
-                                                                GemmOutView out, int slice_blocks, int spb_arg) {
+__global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW)
+    decode_kernel(GemmOperandView a, GemmOperandView w, int64_t n, const GemmGroupDesc* groups,
+                  DeviceEpilogue ep, GemmOutView out, int slice_blocks, int spb_arg) {
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr bool kNvfp4 = kFmt == kFmtNvfp4;
   constexpr int kM = kNT * 8;
@@ -113,11 +128,12 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   const int AS = a_stride(spb * slice_blocks);
   constexpr int kFixed = smem_fixed(kFmt, kMaxW);  // the wide table for kMaxW 16 (nw > 8)
   constexpr bool kWide = wide_lut(kFmt, kMaxW);
-  uint32_t* lut = reinterpret_cast<uint32_t*>(smem);                     // pair table (nvfp4)
-  uint32_t* slut = reinterpret_cast<uint32_t*>(smem + kFixed - 1024);   // [256]
+  uint32_t* lut = reinterpret_cast<uint32_t*>(smem);                   // pair table (nvfp4)
+  uint32_t* slut = reinterpret_cast<uint32_t*>(smem + kFixed - 1024);  // [256]
   uint16_t* As = reinterpret_cast<uint16_t*>(smem + kFixed);  // [staged rows][AS], permuted k
 
-  pdl_launch_dependents();  // the next kernel may start its prologue (it waits before touching data)
+  pdl_launch_dependents();  // the next kernel may start its prologue (it waits before touching
+                            // data)
   const GemmGroupDesc G = groups[blockIdx.z];
   if (G.rows == 0) return;  // the whole cluster (same group) returns
   // Gather (one group, two slices, clusters): rank 1 writes its partials into rank 0's shared
@@ -133,12 +149,15 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   const int slices = gridDim.y;  // blocks per row tile (cluster size)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int nthreads = int(blockDim.x), nw = nthreads >> 5;
-  const int rwarps = nw / spb, rw = kBlk ? warp % rwarps : warp, slice = kBlk ? warp / rwarps : int(blockIdx.y);
+  const int rwarps = nw / spb, rw = kBlk ? warp % rwarps : warp,
+            slice = kBlk ? warp / rwarps : int(blockIdx.y);
   const int rows_blk = 16 * rwarps, half = rwarps >> 1;
   const int g = lane >> 2, t = lane & 3;
   const int64_t K = w.cols;
-  const int64_t kb0 = int64_t(blockIdx.y) * spb * slice_blocks * 128;  // the block's k range (staged A)
-  const int64_t kb1 = kb0 + int64_t(spb) * slice_blocks * 128 < K ? kb0 + int64_t(spb) * slice_blocks * 128 : K;
+  const int64_t kb0 =
+      int64_t(blockIdx.y) * spb * slice_blocks * 128;  // the block's k range (staged A)
+  const int64_t kb1 =
+      kb0 + int64_t(spb) * slice_blocks * 128 < K ? kb0 + int64_t(spb) * slice_blocks * 128 : K;
   const int ks = int(kb1 - kb0);
   const int64_t k0 = int64_t(slice) * slice_blocks * 128;  // this warp's slice
   const int nblk = int((K - k0) / 128 < slice_blocks ? (K - k0) / 128 : slice_blocks);
@@ -156,7 +175,8 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
     j0 = int64_t(blockIdx.x) * rows_blk + rw * 16 + g, j1 = j0 + 8;
     v0 = j0 < n, v1 = j1 < n;
   }
-  const int64_t wr0 = G.w_row0 + (v0 ? j0 : 0), wr1 = G.w_row0 + (v1 ? j1 : 0);  // clamped; discarded
+  const int64_t wr0 = G.w_row0 + (v0 ? j0 : 0),
+                wr1 = G.w_row0 + (v1 ? j1 : 0);  // clamped; discarded
   const bool mx = w.format == Format::kMxfp8;
   const uint8_t* wd = static_cast<const uint8_t*>(w.data);
 
@@ -232,7 +252,8 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   // in whole-block mode the group's rows and one zero row, which the lanes of absent rows read.
   const int rows_here = G.rows < kM ? G.rows : kM;
   const int rows_staged = kBlk ? rows_here + 1 : kM;
-  float* part = reinterpret_cast<float*>(smem + kFixed + rows_staged * AS * 2);  // [spb][16 rwarps][kM]
+  float* part =
+      reinterpret_cast<float*>(smem + kFixed + rows_staged * AS * 2);  // [spb][16 rwarps][kM]
   {
     const int vec = ks / 8;  // 8-element vectors per row
     // The copies go through cp.async for 8-bit W and in whole-block mode, where that is faster on
@@ -272,7 +293,8 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
 #pragma unroll
           for (int r = 0; r < 8; ++r) {
             v[r] = make_uint4(0, 0, 0, 0);
-            if (r0 + r < rows_here) v[r] = *reinterpret_cast<const uint4*>(ad + (G.a_row0 + r0 + r) * K + kb0 + e);
+            if (r0 + r < rows_here)
+              v[r] = *reinterpret_cast<const uint4*>(ad + (G.a_row0 + r0 + r) * K + kb0 + e);
           }
 #pragma unroll
           for (int r = 0; r < 8; ++r) {
@@ -306,12 +328,16 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   uint2 bv[kNT];
   bool a_act[kNT];
 #pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) bv[nt] = make_uint2(0, 0), a_act[nt] = !kPredA || nt * 8 + g < rows_here;
+  for (int nt = 0; nt < kNT; ++nt)
+    bv[nt] = make_uint2(0, 0), a_act[nt] = !kPredA || nt * 8 + g < rows_here;
   // Table word for byte k (0..3) of x: wide layout, LDS at {loff, x.byte[k], 0, 0} (selector
   // nibbles 4, k, 5, 5; loff < 128); compact layout, LDS at (x.byte[k] << 7) | lane << 2, as the
   // permute with lane << 3 and one shift.
-  const uint32_t loff = kWide ? uint32_t(((lane & 15) << 3) | ((lane >> 4) << 2)) : uint32_t(lane) << 3;
-#define LS_LUT(x, k) (*reinterpret_cast<const uint32_t*>(smem + (__byte_perm((x), loff, 0x5504u | ((k) << 4)) >> (kWide ? 0 : 1))))
+  const uint32_t loff =
+      kWide ? uint32_t(((lane & 15) << 3) | ((lane >> 4) << 2)) : uint32_t(lane) << 3;
+#define LS_LUT(x, k)                   \
+  (*reinterpret_cast<const uint32_t*>( \
+      smem + (__byte_perm((x), loff, 0x5504u | ((k) << 4)) >> (kWide ? 0 : 1))))
   // A row of n-tile nt for this lane: nt * 8 + g (whole-block mode: the zero row if absent), at
   // this warp's slice within the staged range.
   const uint16_t* abase = kBlk ? As + t * 4 + (k0 - kb0) : As + g * AS + t * 4;
@@ -336,8 +362,8 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
       }
 #pragma unroll
       for (int s = 0; s < 8; ++s) {
-        // mma k slots (2t, 2t+1) <- elements 4s, 4s+1 of the thread's 32; (2t+8, 2t+9) <- 4s+2, 4s+3.
-        // A (activations) uses the same permutation, so the sum over k is unchanged.
+        // mma k slots (2t, 2t+1) <- elements 4s, 4s+1 of the thread's 32; (2t+8, 2t+9) <- 4s+2,
+        // 4s+3. A (activations) uses the same permutation, so the sum over k is unchanged.
         uint32_t a0, a1, a2, a3;
         if constexpr (kNvfp4) {
           const uint32_t q0 = w0[s >> 1], q1 = w1[s >> 1];
@@ -379,9 +405,9 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
         const int64_t j = q < 2 ? j0 : j1;
         if (!(q < 2 ? v0 : v1) || tok >= G.rows) continue;
         const int64_t orow = G.a_row0 + tok;
-        const float y = tok < G.tokens
-                            ? epilogue_value(acc[nt][q], outer_of(a, orow), outer_of(w, G.w_row0 + j), ep, G.w_row0 + j)
-                            : 0.0f;
+        const float y = tok < G.tokens ? epilogue_value(acc[nt][q], outer_of(a, orow),
+                                                        outer_of(w, G.w_row0 + j), ep, G.w_row0 + j)
+                                       : 0.0f;
         store_out(out, orow * n + j, y);
       }
     }
@@ -408,7 +434,7 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   if (gather) {
     if (rank == 1) {
       cluster_arrive_release();  // phase 2: the partials are in rank 0; nothing reads this block
-      return;                    // (no wait: a barrier counts exited threads as arrived, PTX `exit`)
+      return;  // (no wait: a barrier counts exited threads as arrived, PTX `exit`)
     }
     cluster_wait();
     cluster_arrive_release();
@@ -422,7 +448,7 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
   const float* parts[kMaxSlices];
 #pragma unroll
   for (int s = 0; s < kMaxSlices; ++s)
-    parts[s] = kBlk || gather              ? part + (s < nparts ? s : 0) * slot  // slots of this block
+    parts[s] = kBlk || gather ? part + (s < nparts ? s : 0) * slot  // slots of this block
                : s < slices && slices > 1 ? cluster.map_shared_rank(part, s)
                                           : part;
   const int ranks = gather ? 1 : slices;  // blocks sharing the stores
@@ -446,7 +472,8 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
       const int64_t orow = G.a_row0 + tok;
       float y = 0.0f;
       if (tok < G.tokens)
-        y = num::swiglu_weighted_f32(value(cl, tok, c), value(cols_blk + cl, tok, oc + c), prob ? prob[orow] : 1.0f);
+        y = num::swiglu_weighted_f32(value(cl, tok, c), value(cols_blk + cl, tok, oc + c),
+                                     prob ? prob[orow] : 1.0f);
       store_out(out, orow * oc + c, y);
     }
   } else {
@@ -458,13 +485,14 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW) decode_kernel(G
       store_out(out, orow * n + j, tok < G.tokens ? value(lr, tok, j) : 0.0f);
     }
   }
-  if (slices > 1 && !gather) cluster.sync();  // keep this block's partials alive until every rank has read them
+  if (slices > 1 && !gather)
+    cluster.sync();  // keep this block's partials alive until every rank has read them
 }
 
 // Raw fp32 D -> output (used by the tiled and cuBLAS paths): see qgemm_cuda.cuh.
 __global__ void epilogue_kernel(const float* ws, int slices, int64_t rows_total, GemmOperandView a,
-                                GemmOperandView w, int64_t n, const GemmGroupDesc* groups, DeviceEpilogue ep,
-                                GemmOutView out) {
+                                GemmOperandView w, int64_t n, const GemmGroupDesc* groups,
+                                DeviceEpilogue ep, GemmOutView out) {
   const GemmGroupDesc G = groups[blockIdx.z];
   for (int64_t r = blockIdx.y; r < G.rows; r += gridDim.y) {
     const int64_t orow = G.a_row0 + r;
@@ -473,12 +501,15 @@ __global__ void epilogue_kernel(const float* ws, int slices, int64_t rows_total,
     const float p = ep.router_prob ? ep.router_prob[orow] : 1.0f;
     auto value = [&](int64_t j) {
       float acc = ws[orow * n + j];
-      for (int s = 1; s < slices; ++s) acc = num::add_rn(acc, ws[(int64_t(s) * rows_total + orow) * n + j]);
+      for (int s = 1; s < slices; ++s)
+        acc = num::add_rn(acc, ws[(int64_t(s) * rows_total + orow) * n + j]);
       return epilogue_value(acc, oa, outer_of(w, G.w_row0 + j), ep, G.w_row0 + j);
     };
-    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < oc; c += int64_t(gridDim.x) * blockDim.x) {
+    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < oc;
+         c += int64_t(gridDim.x) * blockDim.x) {
       float y = 0.0f;
-      if (r < G.tokens) y = ep.swiglu ? num::swiglu_weighted_f32(value(c), value(oc + c), p) : value(c);
+      if (r < G.tokens)
+        y = ep.swiglu ? num::swiglu_weighted_f32(value(c), value(oc + c), p) : value(c);
       store_out(out, orow * oc + c, y);
     }
   }

@@ -16,8 +16,9 @@ using gemm::kChunk;
 
 GemmF64 qgemm_f64(const GemmArg& a, const GemmArg& w, Copy a_copy, Copy w_copy) {
   if (a.cols(a_copy) != w.cols(w_copy))
-    throw GemmError(fmt::format("K mismatch: A {} and W {} must have the same number of columns (K)",
-                                a.describe(a_copy, "a"), w.describe(w_copy, "w")));
+    throw GemmError(
+        fmt::format("K mismatch: A {} and W {} must have the same number of columns (K)",
+                    a.describe(a_copy, "a"), w.describe(w_copy, "w")));
   const DecodedOperand ad = gemm::decode_operand(a, a_copy, 0, a.rows(a_copy), "a");
   const DecodedOperand wd = gemm::decode_operand(w, w_copy, 0, w.rows(w_copy), "w");
   const int64_t M = ad.rows, N = wd.rows, K = ad.cols;
@@ -70,9 +71,12 @@ GemmResult qgemm_oracle(const GemmArg& a, const GemmArg& w, const GemmConfig& cf
   for (size_t i = 0; i < d.size(); ++i) d[i] = float(f.d64[i]);
   const GemmEpilogue& ep = cfg.epilogue;
   gemm::check_epilogue(ep, f.rows, f.cols, f.cols, "qgemm oracle");
-  const std::vector<float> bias = gemm::host_floats(ep.bias), prob = gemm::host_floats(ep.router_prob);
-  gemm::EpilogueArgs args{ep.alpha, bias, ep.swiglu, prob, cfg.out_dtype == DType::kBF16, ep.row_amax, 0, 0};
-  return gemm::make_result(gemm::apply_epilogue(d, f.rows, f.cols, args), f.rows, cfg.out_dtype, ep.row_amax);
+  const std::vector<float> bias = gemm::host_floats(ep.bias),
+                           prob = gemm::host_floats(ep.router_prob);
+  gemm::EpilogueArgs args{ep.alpha,    bias, ep.swiglu, prob, cfg.out_dtype == DType::kBF16,
+                          ep.row_amax, 0,    0};
+  return gemm::make_result(gemm::apply_epilogue(d, f.rows, f.cols, args), f.rows, cfg.out_dtype,
+                           ep.row_amax);
 }
 
 }  // namespace lockstep

@@ -3,10 +3,10 @@
 // (double-buffered, next tile prefetched into registers), bf16 mma.sync with fp32 accumulators,
 // outer scales and epilogue last. Every output element's chain depends only on K, so row i's bits
 // do not depend on M, the other rows or their order (batch-invariant by construction).
-// With fp8 chunk scales (1x128 / 128x128 operands) the kernel runs the chunked chain of docs/gemm.md
-// section 3: the mma accumulators hold one 128-wide chunk's partial sums, which are promoted into a
-// second set of fp32 accumulators as acc = RN(acc + RN(part * RN(sa_c * sw_c))) in ascending chunk
-// order, then reset.
+// With fp8 chunk scales (1x128 / 128x128 operands) the kernel runs the chunked chain of
+// docs/gemm.md section 3: the mma accumulators hold one 128-wide chunk's partial sums, which are
+// promoted into a second set of fp32 accumulators as acc = RN(acc + RN(part * RN(sa_c * sw_c))) in
+// ascending chunk order, then reset.
 #include "qgemm_cuda.cuh"
 
 namespace lockstep::cuda::gemm_detail {
@@ -30,9 +30,9 @@ __device__ __forceinline__ float chunk_scale_of(const GemmOperandView& op, int64
 
 // grid: x = W row tiles of a group, y = A row tiles of a group, z = group.
 template <bool kChunked>
-__global__ void __launch_bounds__(kThreads) tiled_kernel(GemmOperandView a, GemmOperandView w, int64_t n,
-                                                         const GemmGroupDesc* groups, DeviceEpilogue ep,
-                                                         GemmOutView out, float* raw) {
+__global__ void __launch_bounds__(kThreads)
+    tiled_kernel(GemmOperandView a, GemmOperandView w, int64_t n, const GemmGroupDesc* groups,
+                 DeviceEpilogue ep, GemmOutView out, float* raw) {
   __shared__ __align__(16) uint16_t As[2][kBM * kStride];
   __shared__ __align__(16) uint16_t Ws[2][kBN * kStride];
   __shared__ OperandLuts lut_a, lut_w;
@@ -110,12 +110,13 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(GemmOperandView a, Gemm
       uint32_t af[2][4];
 #pragma unroll
       for (int i = 0; i < 2; ++i)
-        ldmatrix_x4(af[i], &As[cur][(wm * 32 + i * 16 + (lane & 15)) * kStride + ks + (lane >> 4) * 8]);
+        ldmatrix_x4(af[i],
+                    &As[cur][(wm * 32 + i * 16 + (lane & 15)) * kStride + ks + (lane >> 4) * 8]);
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
         uint32_t bf[4];
-        ldmatrix_x4(bf, &Ws[cur][(wn * 64 + jj * 16 + (lane & 7) + ((lane >> 4) << 3)) * kStride + ks +
-                                 ((lane >> 3) & 1) * 8]);
+        ldmatrix_x4(bf, &Ws[cur][(wn * 64 + jj * 16 + (lane & 7) + ((lane >> 4) << 3)) * kStride +
+                                 ks + ((lane >> 3) & 1) * 8]);
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           mma_bf16_16816(acc[i][2 * jj], af[i][0], af[i][1], af[i][2], af[i][3], bf[0], bf[1]);
@@ -156,7 +157,8 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(GemmOperandView a, Gemm
         if (raw) {
           raw[orow * n + c] = acc[i][j][q];
         } else {
-          const float y = r < G.tokens ? epilogue_value(acc[i][j][q], oa, outer_of(w, G.w_row0 + c), ep, G.w_row0 + c)
+          const float y = r < G.tokens ? epilogue_value(acc[i][j][q], oa, outer_of(w, G.w_row0 + c),
+                                                        ep, G.w_row0 + c)
                                        : 0.0f;
           store_out(out, orow * n + c, y);
         }
@@ -167,8 +169,9 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(GemmOperandView a, Gemm
 
 }  // namespace
 
-void launch_tiled(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                  const DeviceEpilogue& ep, GemmOutView out, Scratch& scratch, cudaStream_t stream) {
+void launch_tiled(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
+                  const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
+                  Scratch& scratch, cudaStream_t stream) {
   const int64_t K = a.cols;
   if (K % kBK != 0)
     throw GemmError(cat("qgemm tiled kernel: needs K % ", kBK, " == 0 (K = ", K, ")"));
@@ -177,7 +180,8 @@ void launch_tiled(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
     throw GemmError(cat("qgemm tiled kernel: fp8 chunk scales need K % 128 == 0 (K = ", K, ")"));
   if (groups.groups == 0 || groups.max_rows == 0 || n == 0) return;
   float* raw = tile_grid_checks("tiled", kBM, groups, n, ep, scratch);
-  const dim3 grid(unsigned((n + kBN - 1) / kBN), unsigned((groups.max_rows + kBM - 1) / kBM), unsigned(groups.groups));
+  const dim3 grid(unsigned((n + kBN - 1) / kBN), unsigned((groups.max_rows + kBM - 1) / kBM),
+                  unsigned(groups.groups));
   if (chunked)
     tiled_kernel<true><<<grid, kThreads, 0, stream>>>(a, w, n, groups.table, ep, out, raw);
   else

@@ -25,33 +25,43 @@ constexpr int kRowBytes = kBK * 2;  // 128 B: one swizzle row
 // under load is long), then dequantized from shared memory into the swizzled bf16 tiles.
 constexpr int kSmemBudget = 227 * 1024;
 
-__device__ __forceinline__ void cp_async(void* dst, const void* src, int src_bytes, int bytes_const16) {
+__device__ __forceinline__ void cp_async(void* dst, const void* src, int src_bytes,
+                                         int bytes_const16) {
   const uint32_t d = uint32_t(__cvta_generic_to_shared(dst));
   if (bytes_const16 == 16)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
   else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes)
+                 : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // Bytes of one tile row's 64 k-values, and the elements one block scale covers (0: none).
-constexpr int raw_row_bytes(Format f) { return f == Format::kNvfp4 ? 32 : f == Format::kBf16 ? 128 : 64; }
+constexpr int raw_row_bytes(Format f) {
+  return f == Format::kNvfp4 ? 32 : f == Format::kBf16 ? 128 : 64;
+}
 constexpr int scale_block(Format f) {
   return f == Format::kNvfp4 ? 16 : f == Format::kMxfp8 ? 32 : 0;
 }
 // Raw stage of one operand tile: [rows][row bytes] data, then [rows][4] scale words.
-constexpr int raw_tile_bytes(Format f, int rows) { return rows * raw_row_bytes(f) + (scale_block(f) ? rows * 4 : 0); }
+constexpr int raw_tile_bytes(Format f, int rows) {
+  return rows * raw_row_bytes(f) + (scale_block(f) ? rows * 4 : 0);
+}
 
 // Issue the cp.async copies of tile rows [0, kRows) (global rows row0 + r, valid below `valid`)
 // for k in [k0, k0 + 64). Rows past `valid` are zero-filled. A block-scale word is the aligned 4
 // bytes holding the row's scales (nvfp4: exactly its 4; mxfp8: its 2 at byte (offset & 3)).
 template <Format F, int kRows>
-__device__ __forceinline__ void issue_raw(const GemmOperandView& op, int64_t row0, int64_t valid, int64_t k0,
-                                          uint8_t* dst, int tid) {
+__device__ __forceinline__ void issue_raw(const GemmOperandView& op, int64_t row0, int64_t valid,
+                                          int64_t k0, uint8_t* dst, int tid) {
   constexpr int rb = raw_row_bytes(F), cpr = rb / 16, sb = scale_block(F);
   static_assert((kRows * cpr) % kThreads == 0, "whole cp.async rounds");
   const int64_t K = op.cols;
@@ -61,7 +71,8 @@ __device__ __forceinline__ void issue_raw(const GemmOperandView& op, int64_t row
   for (int j = 0; j < kRows * cpr / kThreads; ++j) {
     const int i = tid + j * kThreads, r = i / cpr, c = i % cpr;
     const bool ok = r < valid;
-    cp_async(dst + r * rb + c * 16, base + (row0 + (ok ? r : 0)) * row_stride + k_off + c * 16, ok ? 16 : 0, 16);
+    cp_async(dst + r * rb + c * 16, base + (row0 + (ok ? r : 0)) * row_stride + k_off + c * 16,
+             ok ? 16 : 0, 16);
   }
   if constexpr (sb != 0) {
     uint8_t* sdst = dst + kRows * rb;
@@ -87,8 +98,9 @@ __device__ __forceinline__ void issue_raw(const GemmOperandView& op, int64_t row
 // `rep`: the pair table replicated once per lane ([256][32], entry b of lane l at 32 b + l), so the
 // 32 lanes' random lookups never share a bank; `scale`: the block-scale table.
 template <Format F, int kRows>
-__device__ __forceinline__ void dequant_tile(const GemmOperandView& op, const uint32_t* rep, const uint16_t* scale,
-                                             const uint8_t* raw, int64_t grow0, int64_t k0, uint8_t* tile, int tid) {
+__device__ __forceinline__ void dequant_tile(const GemmOperandView& op, const uint32_t* rep,
+                                             const uint16_t* scale, const uint8_t* raw,
+                                             int64_t grow0, int64_t k0, uint8_t* tile, int tid) {
   const uint32_t* my = rep + (tid & 31);
   constexpr int rb = raw_row_bytes(F);
   static_assert((kRows * 4) % kThreads == 0, "whole pieces per thread");
@@ -129,7 +141,8 @@ constexpr int rep_lut_bytes(Format f) { return f == Format::kBf16 ? 0 : kRepLutB
 template <Format FA, Format FW>
 constexpr int wgmma_fixed_bytes(int tile_bytes) {
   // + column outer scales and biases (2 x 128 floats) + alignment slack
-  return tile_bytes + rep_lut_bytes(FA) + rep_lut_bytes(FW) + 2 * int(sizeof(OperandLuts)) + 2 * 128 * 4 + 1024;
+  return tile_bytes + rep_lut_bytes(FA) + rep_lut_bytes(FW) + 2 * int(sizeof(OperandLuts)) +
+         2 * 128 * 4 + 1024;
 }
 template <int kBN, Format FA, Format FW>
 constexpr int wgmma_stages() {
@@ -151,9 +164,9 @@ __device__ __forceinline__ void wgmma_step(float (&acc)[kBN / 2], uint64_t da, u
 
 // grid: x = W row tiles of a group, y = A row tiles of a group, z = group.
 template <int kBN, Format FA, Format FW>
-__global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(GemmOperandView a, GemmOperandView w, int64_t n,
-                                                            const GemmGroupDesc* groups, DeviceEpilogue ep,
-                                                            GemmOutView out, float* raw) {
+__global__ void __launch_bounds__(kThreads, 1)
+    wgmma_kernel(GemmOperandView a, GemmOperandView w, int64_t n, const GemmGroupDesc* groups,
+                 DeviceEpilogue ep, GemmOutView out, float* raw) {
   extern __shared__ uint8_t smem_raw[];
   const GemmGroupDesc G = groups[blockIdx.z];
   const int64_t m0 = int64_t(blockIdx.y) * kBM;
@@ -161,7 +174,8 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(GemmOperandView a, G
   const int64_t n0 = int64_t(blockIdx.x) * kBN;
   // bf16 tiles on a 1024-byte boundary (the swizzle atom): [2][A 128 rows | W kBN rows] x 128 B,
   // then the raw stages [kStages][A raw | W raw], then the lookup tables.
-  uint8_t* smem = smem_raw + ((1024 - (uint32_t(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023);
+  uint8_t* smem =
+      smem_raw + ((1024 - (uint32_t(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023);
   constexpr int kStageBytes = (kBM + kBN) * kRowBytes;
   constexpr int raw_a = raw_tile_bytes(FA, kBM), raw_stage = raw_a + raw_tile_bytes(FW, kBN);
   constexpr int kStages = wgmma_stages<kBN, FA, FW>();
@@ -169,13 +183,15 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(GemmOperandView a, G
   uint8_t* raws = smem + wgmma_tile_bytes<kBN>();
   uint32_t* rep_a = reinterpret_cast<uint32_t*>(raws + kStages * raw_stage);
   uint32_t* rep_w = rep_a + rep_lut_bytes(FA) / 4;
-  OperandLuts& lut_a = *reinterpret_cast<OperandLuts*>(reinterpret_cast<uint8_t*>(rep_w) + rep_lut_bytes(FW));
+  OperandLuts& lut_a =
+      *reinterpret_cast<OperandLuts*>(reinterpret_cast<uint8_t*>(rep_w) + rep_lut_bytes(FW));
   OperandLuts& lut_w = *(&lut_a + 1);
   const int tid = threadIdx.x;
   lut_a.scale[tid] = scale_entry(a.format, uint32_t(tid));
   lut_w.scale[tid] = scale_entry(w.format, uint32_t(tid));
   {  // one codec call per thread and table, 32 replicas; the rotation spreads a store over 32 banks
-    const uint32_t va = pair_entry(a.format, a.elem, uint32_t(tid)), vw = pair_entry(w.format, w.elem, uint32_t(tid));
+    const uint32_t va = pair_entry(a.format, a.elem, uint32_t(tid)),
+                   vw = pair_entry(w.format, w.elem, uint32_t(tid));
 #pragma unroll 8
     for (int c = 0; c < 32; ++c) {
       if constexpr (FA != Format::kBf16) rep_a[tid * 32 + ((c + tid) & 31)] = va;
@@ -197,8 +213,8 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(GemmOperandView a, G
   auto dequant = [&](int kt, uint8_t* tile) {
     const uint8_t* st = raws + (kt % kStages) * raw_stage;
     dequant_tile<FA, kBM>(a, rep_a, lut_a.scale, st, G.a_row0 + m0, int64_t(kt) * kBK, tile, tid);
-    dequant_tile<FW, kBN>(w, rep_w, lut_w.scale, st + raw_a, G.w_row0 + n0, int64_t(kt) * kBK, tile + kBM * kRowBytes,
-                          tid);
+    dequant_tile<FW, kBN>(w, rep_w, lut_w.scale, st + raw_a, G.w_row0 + n0, int64_t(kt) * kBK,
+                          tile + kBM * kRowBytes, tid);
   };
   for (int s = 0; s < kStages - 1; ++s) issue(s);
   cp_async_wait<kStages - 2>();
@@ -218,7 +234,8 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(GemmOperandView a, G
     wgmma_fence();
 #pragma unroll
     for (int j = 0; j < kBK / 16; ++j)
-      wgmma_step<kBN>(acc, smem_desc(st + wg * 64 * kRowBytes + j * 32), smem_desc(st + kBM * kRowBytes + j * 32));
+      wgmma_step<kBN>(acc, smem_desc(st + wg * 64 * kRowBytes + j * 32),
+                      smem_desc(st + kBM * kRowBytes + j * 32));
     wgmma_commit();
     if (kt + 1 < ktiles) {
       cp_async_wait<kStages - 2>();  // this thread's copies of step kt + 1 have landed
@@ -231,24 +248,29 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(GemmOperandView a, G
   }
   cp_async_wait<0>();
 
-  // Column outer scales and biases of the tile into shared memory, then the epilogue from registers.
+  // Column outer scales and biases of the tile into shared memory, then the epilogue from
+  // registers.
   float* s_ow = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(&lut_w + 1));
   float* s_bias = s_ow + kBN;
   for (int cc = tid; cc < kBN; cc += kThreads) stage_columns(cc, n0, n, G, w, ep, s_ow, s_bias);
   __syncthreads();
   if (out.d_bf16)
-    wgmma_epilogue<kBN, true>(acc, m0 + wg * 64, tid & 127, n0, G, a, n, ep, out, raw, s_ow, s_bias);
+    wgmma_epilogue<kBN, true>(acc, m0 + wg * 64, tid & 127, n0, G, a, n, ep, out, raw, s_ow,
+                              s_bias);
   else
-    wgmma_epilogue<kBN, false>(acc, m0 + wg * 64, tid & 127, n0, G, a, n, ep, out, raw, s_ow, s_bias);
+    wgmma_epilogue<kBN, false>(acc, m0 + wg * 64, tid & 127, n0, G, a, n, ep, out, raw, s_ow,
+                               s_bias);
 }
 
 template <int kBN, Format FA, Format FW>
-void launch_wgmma_t(dim3 grid, cudaStream_t stream, const GemmOperandView& a, const GemmOperandView& w, int64_t n,
-                    const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out, float* raw) {
+void launch_wgmma_t(dim3 grid, cudaStream_t stream, const GemmOperandView& a,
+                    const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
+                    const DeviceEpilogue& ep, GemmOutView out, float* raw) {
   static bool attr_set = false;  // once per instantiation (per process; one device)
   constexpr int smem = wgmma_smem_bytes<kBN, FA, FW>();
   if (!attr_set) {
-    LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(wgmma_kernel<kBN, FA, FW>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(wgmma_kernel<kBN, FA, FW>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     attr_set = true;
   }
   wgmma_kernel<kBN, FA, FW><<<grid, kThreads, smem, stream>>>(a, w, n, groups.table, ep, out, raw);
@@ -256,25 +278,36 @@ void launch_wgmma_t(dim3 grid, cudaStream_t stream, const GemmOperandView& a, co
 }
 
 template <int kBN, Format FA>
-void launch_wgmma_w(dim3 grid, cudaStream_t stream, const GemmOperandView& a, const GemmOperandView& w, int64_t n,
-                    const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out, float* raw) {
+void launch_wgmma_w(dim3 grid, cudaStream_t stream, const GemmOperandView& a,
+                    const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
+                    const DeviceEpilogue& ep, GemmOutView out, float* raw) {
   switch (w.format) {
-    case Format::kNvfp4: return launch_wgmma_t<kBN, FA, Format::kNvfp4>(grid, stream, a, w, n, groups, ep, out, raw);
-    case Format::kMxfp8: return launch_wgmma_t<kBN, FA, Format::kMxfp8>(grid, stream, a, w, n, groups, ep, out, raw);
-    case Format::kFp8: return launch_wgmma_t<kBN, FA, Format::kFp8>(grid, stream, a, w, n, groups, ep, out, raw);
-    default: return launch_wgmma_t<kBN, FA, Format::kBf16>(grid, stream, a, w, n, groups, ep, out, raw);
+    case Format::kNvfp4:
+      return launch_wgmma_t<kBN, FA, Format::kNvfp4>(grid, stream, a, w, n, groups, ep, out, raw);
+    case Format::kMxfp8:
+      return launch_wgmma_t<kBN, FA, Format::kMxfp8>(grid, stream, a, w, n, groups, ep, out, raw);
+    case Format::kFp8:
+      return launch_wgmma_t<kBN, FA, Format::kFp8>(grid, stream, a, w, n, groups, ep, out, raw);
+    default:
+      return launch_wgmma_t<kBN, FA, Format::kBf16>(grid, stream, a, w, n, groups, ep, out, raw);
   }
 }
 
 template <int kBN>
-void launch_wgmma_bn(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                     const DeviceEpilogue& ep, GemmOutView out, float* raw, cudaStream_t stream) {
-  const dim3 grid(unsigned((n + kBN - 1) / kBN), unsigned((groups.max_rows + kBM - 1) / kBM), unsigned(groups.groups));
+void launch_wgmma_bn(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
+                     const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
+                     float* raw, cudaStream_t stream) {
+  const dim3 grid(unsigned((n + kBN - 1) / kBN), unsigned((groups.max_rows + kBM - 1) / kBM),
+                  unsigned(groups.groups));
   switch (a.format) {
-    case Format::kNvfp4: return launch_wgmma_w<kBN, Format::kNvfp4>(grid, stream, a, w, n, groups, ep, out, raw);
-    case Format::kMxfp8: return launch_wgmma_w<kBN, Format::kMxfp8>(grid, stream, a, w, n, groups, ep, out, raw);
-    case Format::kFp8: return launch_wgmma_w<kBN, Format::kFp8>(grid, stream, a, w, n, groups, ep, out, raw);
-    default: return launch_wgmma_w<kBN, Format::kBf16>(grid, stream, a, w, n, groups, ep, out, raw);
+    case Format::kNvfp4:
+      return launch_wgmma_w<kBN, Format::kNvfp4>(grid, stream, a, w, n, groups, ep, out, raw);
+    case Format::kMxfp8:
+      return launch_wgmma_w<kBN, Format::kMxfp8>(grid, stream, a, w, n, groups, ep, out, raw);
+    case Format::kFp8:
+      return launch_wgmma_w<kBN, Format::kFp8>(grid, stream, a, w, n, groups, ep, out, raw);
+    default:
+      return launch_wgmma_w<kBN, Format::kBf16>(grid, stream, a, w, n, groups, ep, out, raw);
   }
 }
 
@@ -297,16 +330,20 @@ GemmVariant launch_wgmma(const GemmOperandView& a, const GemmOperandView& w, int
                          Scratch& scratch, GemmVariant route, cudaStream_t stream) {
   const int64_t K = a.cols;
   if (!wgmma_supported(K))
-    throw GemmError(cat("qgemm wgmma kernel: needs an sm_90 GPU and K % ", kBK, " == 0 (K = ", K, ")"));
-  if (const int tile = wreg_wgmma_tile(a, w, groups, route)) {  // the same chain, nvfp4 W decoded inside the kernel
-    if (groups.groups > 0 && groups.max_rows > 0 && n > 0) launch_wgmma_wreg(tile, a, w, n, groups, ep, out, scratch, stream);
+    throw GemmError(
+        cat("qgemm wgmma kernel: needs an sm_90 GPU and K % ", kBK, " == 0 (K = ", K, ")"));
+  if (const int tile = wreg_wgmma_tile(
+          a, w, groups, route)) {  // the same chain, nvfp4 W decoded inside the kernel
+    if (groups.groups > 0 && groups.max_rows > 0 && n > 0)
+      launch_wgmma_wreg(tile, a, w, n, groups, ep, out, scratch, stream);
     return tile == 256 ? GemmVariant::kWgmmaWreg256 : GemmVariant::kWgmmaWreg128;
   }
   if (route == GemmVariant::kWgmmaStaged
           ? staged_wgmma_usable(a, w)
           : route != GemmVariant::kWgmmaInloop && staged_wgmma_preferred(a, w, groups)) {
     // the same chain on bf16 copies through TMA
-    if (groups.groups > 0 && groups.max_rows > 0 && n > 0) launch_wgmma_staged(a, w, n, groups, ep, out, scratch, stream);
+    if (groups.groups > 0 && groups.max_rows > 0 && n > 0)
+      launch_wgmma_staged(a, w, n, groups, ep, out, scratch, stream);
     return GemmVariant::kWgmmaStaged;
   }
   if (groups.groups == 0 || groups.max_rows == 0 || n == 0) return GemmVariant::kWgmmaInloop;

@@ -21,7 +21,8 @@ namespace {
 constexpr int kBM = 128, kBN = 256;
 constexpr int kThreads = 384;  // warpgroup 0: producer; 1, 2: consumers (64 output rows each)
 // A k step: 64 k of the A tile (128 rows) and of the W tile (256 rows), 128-byte swizzled rows.
-constexpr int kBK = 64, kATile = kBM * kBK * 2, kWTile = kBN * kBK * 2, kStageBytes = kATile + kWTile;
+constexpr int kBK = 64, kATile = kBM * kBK * 2, kWTile = kBN * kBK * 2,
+              kStageBytes = kATile + kWTile;
 constexpr int kStages = 4;
 // ring + full / empty barriers + the tile's column outer scales and biases + alignment slack
 constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 2 * kBN * 4 + 1024;
@@ -36,8 +37,9 @@ static_assert(kSmemBytes <= 227 * 1024, "fits one CTA per SM");
 // without a break, so the next tile's loads overlap this tile's epilogue.
 
 __global__ void __launch_bounds__(kThreads, 1)
-    wgmma_staged_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
-                        GemmOperandView a, GemmOperandView w, int64_t n, const GemmGroupDesc* groups,
+    wgmma_staged_kernel(const __grid_constant__ CUtensorMap map_a,
+                        const __grid_constant__ CUtensorMap map_w, GemmOperandView a,
+                        GemmOperandView w, int64_t n, const GemmGroupDesc* groups,
                         DeviceEpilogue ep, GemmOutView out, float* raw, TileSpace ts) {
 #if defined(LOCKSTEP_WGMMA)
   extern __shared__ uint8_t smem_raw[];
@@ -45,7 +47,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);
   uint64_t* empty = full + kStages;
   float* s_ow = reinterpret_cast<float*>(empty + kStages);  // [256] column outer scales of the tile
-  float* s_bias = s_ow + kBN;                                // [256] column biases
+  float* s_bias = s_ow + kBN;                               // [256] column biases
   const int tid = threadIdx.x, wg = tid >> 7;
   const int ktiles = int(a.cols / kBK);
   if (tid == 0) {
@@ -59,7 +61,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   pdl_launch_dependents();
   pdl_wait();  // the bf16 copies (and the group table) come from earlier work in the stream
 
-  auto tile = [&](int64_t u, GemmGroupDesc& G, int64_t& m0, int64_t& n0) { return tile_of(u, groups, ts, G, m0, n0); };
+  auto tile = [&](int64_t u, GemmGroupDesc& G, int64_t& m0, int64_t& n0) {
+    return tile_of(u, groups, ts, G, m0, n0);
+  };
 
   if (wg == 0) {  // producer: one thread issues every TMA load
     setmaxnreg_dec<40>();
@@ -100,7 +104,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_fence();
 #pragma unroll
       for (int j = 0; j < kBK / 16; ++j)
-        wgmma_m64n256k16(acc, smem_desc(st + c * 64 * 128 + j * 32), smem_desc(st + kATile + j * 32));
+        wgmma_m64n256k16(acc, smem_desc(st + c * 64 * 128 + j * 32),
+                         smem_desc(st + kATile + j * 32));
       wgmma_commit();
       wgmma_wait<1>();  // step it - 1 has finished reading its stage: release it
       if (kt > 0) mbar_arrive_warp(&empty[(it - 1) % kStages]);
@@ -113,26 +118,31 @@ __global__ void __launch_bounds__(kThreads, 1)
     stage_columns(tid - 128, n0, n, G, w, ep, s_ow, s_bias);
     consumer_bar();
     if (out.d_bf16)
-      wgmma_epilogue<kBN, true>(acc, m0 + c * 64, tid & 127, n0, G, a, n, ep, out, raw, s_ow, s_bias);
+      wgmma_epilogue<kBN, true>(acc, m0 + c * 64, tid & 127, n0, G, a, n, ep, out, raw, s_ow,
+                                s_bias);
     else
-      wgmma_epilogue<kBN, false>(acc, m0 + c * 64, tid & 127, n0, G, a, n, ep, out, raw, s_ow, s_bias);
+      wgmma_epilogue<kBN, false>(acc, m0 + c * 64, tid & 127, n0, G, a, n, ep, out, raw, s_ow,
+                                 s_bias);
   }
 #else
-  (void)map_a, (void)map_w, (void)a, (void)w, (void)n, (void)groups, (void)ep, (void)out, (void)raw, (void)ts;
+  (void)map_a, (void)map_w, (void)a, (void)w, (void)n, (void)groups, (void)ep, (void)out, (void)raw,
+      (void)ts;
   __trap();
 #endif
 }
 
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
 // cuTensorMapEncodeTiled from the driver, through the runtime (the library does not link libcuda).
 EncodeTiled encoder() {
   static const EncodeTiled fn = [] {
     void* p = nullptr;
     cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
         q != cudaDriverEntryPointSuccess)
       p = nullptr;
     cudaGetLastError();
@@ -145,42 +155,47 @@ EncodeTiled encoder() {
 
 bool tensor_maps_available() { return encoder() != nullptr; }
 
-CUtensorMap tensor_map_2d(const void* base, int elem_bytes, int64_t rows, int64_t cols, int box_cols, int box_rows,
-                          CUtensorMapSwizzle swizzle) {
+CUtensorMap tensor_map_2d(const void* base, int elem_bytes, int64_t rows, int64_t cols,
+                          int box_cols, int box_rows, CUtensorMapSwizzle swizzle) {
   CUtensorMap m{};
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(cols) * cuuint64_t(elem_bytes)};
   const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
   const cuuint32_t elem[2] = {1, 1};
-  const CUresult r = encoder()(&m, elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 2,
-                               const_cast<void*>(base), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = encoder()(
+      &m, elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 2,
+      const_cast<void*>(base), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
-    throw GemmError(cat("qgemm wgmma: cuTensorMapEncodeTiled failed (", int(r), ") for a [", rows, ", ", cols, "] x ",
-                        elem_bytes, "-byte operand"));
+    throw GemmError(cat("qgemm wgmma: cuTensorMapEncodeTiled failed (", int(r), ") for a [", rows,
+                        ", ", cols, "] x ", elem_bytes, "-byte operand"));
   return m;
 }
 
 int persistent_ctas(const void* kernel, int threads, int smem) {
-  LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  LOCKSTEP_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   int dev = 0, sms = 0, per_sm = 0;
   LOCKSTEP_CUDA_CHECK(cudaGetDevice(&dev));
   LOCKSTEP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  LOCKSTEP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  LOCKSTEP_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
   return std::max(1, sms * std::max(1, per_sm));
 }
-
 
 constexpr int64_t kStagedMinRows = 256;  // average rows per group from which W is staged
 
 bool staged_wgmma_usable(const GemmOperandView& a, const GemmOperandView& w) {
-  if (!tensor_maps_available() || a.rows >= (int64_t(1) << 31) || w.rows >= (int64_t(1) << 31)) return false;
+  if (!tensor_maps_available() || a.rows >= (int64_t(1) << 31) || w.rows >= (int64_t(1) << 31))
+    return false;
   for (const GemmOperandView* op : {&a, &w})  // TMA needs 16-byte aligned bases (the copies are)
-    if (op->format == Format::kBf16 && reinterpret_cast<uintptr_t>(op->data) % 16 != 0) return false;
+    if (op->format == Format::kBf16 && reinterpret_cast<uintptr_t>(op->data) % 16 != 0)
+      return false;
   return true;
 }
 
-bool staged_wgmma_preferred(const GemmOperandView& a, const GemmOperandView& w, const DeviceGroupTable& groups) {
+bool staged_wgmma_preferred(const GemmOperandView& a, const GemmOperandView& w,
+                            const DeviceGroupTable& groups) {
   if (!staged_wgmma_usable(a, w)) return false;
   if (w.format == Format::kBf16) return true;
   // A bf16 copy of W costs about 2.5 bytes per weight per call; the GEMM does 2 x rows flops per
@@ -190,8 +205,9 @@ bool staged_wgmma_preferred(const GemmOperandView& a, const GemmOperandView& w, 
   return groups.groups > 0 && groups.total_rows >= kStagedMinRows * int64_t(groups.groups);
 }
 
-void launch_wgmma_staged(const GemmOperandView& a, const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
-                         const DeviceEpilogue& ep, GemmOutView out, Scratch& scratch, cudaStream_t stream) {
+void launch_wgmma_staged(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
+                         const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
+                         Scratch& scratch, cudaStream_t stream) {
   const int64_t K = a.cols;
   const size_t a_bytes = bf16_copy_bytes(a);
   const size_t w_bytes = bf16_copy_bytes(w);
@@ -203,12 +219,13 @@ void launch_wgmma_staged(const GemmOperandView& a, const GemmOperandView& w, int
   const CUtensorMap ma = tensor_map_2d(ab, 2, a.rows, K, kBK, kBM, CU_TENSOR_MAP_SWIZZLE_128B);
   const CUtensorMap mw = tensor_map_2d(wb, 2, w.rows, K, kBK, kBN, CU_TENSOR_MAP_SWIZZLE_128B);
   // co-resident CTAs (one per SM), once per process (one device)
-  static const int ctas = persistent_ctas(reinterpret_cast<const void*>(wgmma_staged_kernel), kThreads, kSmemBytes);
+  static const int ctas =
+      persistent_ctas(reinterpret_cast<const void*>(wgmma_staged_kernel), kThreads, kSmemBytes);
   const TileSpace ts = tile_space(groups, n, kBM, kBN);
   const unsigned grid = unsigned(std::min<int64_t>(ctas, ts.units));
   // Programmatic dependent launch: the CTAs start (barriers) while the dequantize passes finish.
-  launch_pdl(wgmma_staged_kernel, dim3(grid), dim3(kThreads), size_t(kSmemBytes), stream, ma, mw, a, w, n,
-             groups.table, ep, out, raw, ts);
+  launch_pdl(wgmma_staged_kernel, dim3(grid), dim3(kThreads), size_t(kSmemBytes), stream, ma, mw, a,
+             w, n, groups.table, ep, out, raw, ts);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
   if (raw) launch_epilogue(raw, 1, groups.total_rows, a, w, n, groups, ep, out, stream);
 }

@@ -34,11 +34,12 @@ constexpr int kThreads = 384;  // warpgroup 0: producer; 1, 2: consumers
 constexpr int kBK = 64;        // k per step
 constexpr int kAStages = 4;    // ring of A tiles (held until the wgmma reading them finishes)
 constexpr int kWStages = 6;    // ring of packed W (released as soon as it is decoded)
-constexpr int kWBufs = 3;      // decoded W tiles: steps s - 1 and s in flight while s + 1 is decoded
+constexpr int kWBufs = 3;  // decoded W tiles: steps s - 1 and s in flight while s + 1 is decoded
 
-// A position in a ring of N slots: the slot and the parity of the lap (the mbarrier phase). Advanced
-// one step at a time, so that the loops need no 64-bit division by the ring sizes (6 and 3 are not
-// powers of two: measured, the divisions were a large share of the consumers' instructions).
+// A position in a ring of N slots: the slot and the parity of the lap (the mbarrier phase).
+// Advanced one step at a time, so that the loops need no 64-bit division by the ring sizes (6 and 3
+// are not powers of two: measured, the divisions were a large share of the consumers'
+// instructions).
 template <int N>
 struct RingPos {
   int slot = 0;
@@ -57,27 +58,30 @@ struct WregTile {
   static_assert(TA == 256 || TA == 128, "A tiles of 256 or 128 rows");
   static constexpr int kTA = TA;
   static constexpr int kTW = TA == 256 ? 128 : 256;
-  static constexpr int kSub = kTW / 128;        // m64 W sub-tiles per consumer warpgroup
-  static constexpr int kNI = kTA / 8;           // 8-column groups of one sub-tile's accumulator
+  static constexpr int kSub = kTW / 128;            // m64 W sub-tiles per consumer warpgroup
+  static constexpr int kNI = kTA / 8;               // 8-column groups of one sub-tile's accumulator
   static constexpr int kABytes = kTA * kBK * 2;     // swizzled bf16 A tile
   static constexpr int kCodeBytes = kTW * kBK / 2;  // E2M1 codes, 32 bytes per W row
   static constexpr int kScaleBytes = kTW * 4;       // E4M3 block scales, 4 per W row
   static constexpr int kWStageBytes = kCodeBytes + kScaleBytes;
-  static constexpr int kRowsPerLane = kTW / 32;     // W rows whose scales one producer lane copies
-  static constexpr int kWBytes = kTW * kBK * 2;     // one decoded bf16 W tile (128-byte swizzled rows)
+  static constexpr int kRowsPerLane = kTW / 32;  // W rows whose scales one producer lane copies
+  static constexpr int kWBytes = kTW * kBK * 2;  // one decoded bf16 W tile (128-byte swizzled rows)
   // A ring + decoded W tiles + packed W ring + full / empty barriers of both rings + the tile's row
   // outer scales + the E4M3 scale table + alignment slack
-  static constexpr int kSmemBytes = kAStages * kABytes + kWBufs * kWBytes + kWStages * kWStageBytes +
-                                    2 * (kAStages + kWStages) * 8 + kTA * 4 + 256 * 4 + 1024;
+  static constexpr int kSmemBytes = kAStages * kABytes + kWBufs * kWBytes +
+                                    kWStages * kWStageBytes + 2 * (kAStages + kWStages) * 8 +
+                                    kTA * 4 + 256 * 4 + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "fits one CTA per SM");
 };
 
 __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src)
+               : "memory");
 }
 // Arrive on `bar` once this thread's earlier cp.async copies have landed (counted in its init).
 __device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar))
+               : "memory");
 }
 
 // Eight E2M1 codes (nibble i = element i) -> their exact bf16 values as four bf16x2 words
@@ -109,12 +113,14 @@ __device__ __forceinline__ void e2m1x8_to_bf16x8(uint32_t x, uint32_t (&o)[4]) {
 // and scales (4 per row, from byte code_bytes) into the swizzled bf16 W tile `wt` (the layout of a
 // 128-byte swizzled TMA box: chunk q of a row = k 8q .. 8q + 7).
 template <int kCodeBytes>
-__device__ __forceinline__ void decode_w(const uint8_t* stage, uint8_t* wt, int row, int half, const uint32_t* s_scale) {
+__device__ __forceinline__ void decode_w(const uint8_t* stage, uint8_t* wt, int row, int half,
+                                         const uint32_t* s_scale) {
   const uint4 c = *reinterpret_cast<const uint4*>(stage + row * 32 + half * 16);
   const uint32_t sw = *reinterpret_cast<const uint32_t*>(stage + kCodeBytes + row * 4);
   const uint32_t words[4] = {c.x, c.y, c.z, c.w};
   // the two 16-wide blocks of this half: scale codes 2 half, 2 half + 1 of the row's four
-  const uint32_t sc2[2] = {s_scale[(sw >> (16 * half)) & 0xFF], s_scale[(sw >> (16 * half + 8)) & 0xFF]};
+  const uint32_t sc2[2] = {s_scale[(sw >> (16 * half)) & 0xFF],
+                           s_scale[(sw >> (16 * half + 8)) & 0xFF]};
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     const int chunk = 4 * half + q;  // k 8 chunk .. + 7: block scale chunk / 2
@@ -128,13 +134,15 @@ __device__ __forceinline__ void decode_w(const uint8_t* stage, uint8_t* wt, int 
 }
 
 // The epilogue of one consumer thread and W sub-tile: acc[4i + 2h + e] (i < kNI) is output row
-// (A row) m0 + 8i + 2 (lane % 4) + e, column (W row) n0 + wrow + 8h. Per element the steps of epilogue_value in order, the row
-// outer scales from shared memory (s_oa), the two columns' from registers.
+// (A row) m0 + 8i + 2 (lane % 4) + e, column (W row) n0 + wrow + 8h. Per element the steps of
+// epilogue_value in order, the row outer scales from shared memory (s_oa), the two columns' from
+// registers.
 template <bool kBf16Out, int kNI>
-__device__ __forceinline__ void epilogue_t(const float (&acc)[4 * kNI], int64_t m0, int64_t n0, int wrow, int lane,
-                                           const GemmGroupDesc& G, const GemmOperandView& w, int64_t n,
-                                           const DeviceEpilogue& ep, const GemmOutView& out, float* raw,
-                                           const float* s_oa) {
+__device__ __forceinline__ void epilogue_t(const float (&acc)[4 * kNI], int64_t m0, int64_t n0,
+                                           int wrow, int lane, const GemmGroupDesc& G,
+                                           const GemmOperandView& w, int64_t n,
+                                           const DeviceEpilogue& ep, const GemmOutView& out,
+                                           float* raw, const float* s_oa) {
   int64_t col[2];
   float ow[2], bias[2];
   bool col_ok[2];
@@ -182,9 +190,11 @@ __device__ __forceinline__ void epilogue_t(const float (&acc)[4 * kNI], int64_t 
 // element's value as in epilogue_t, then lanes g and g ^ 1 (W rows r, r + 1) swap one value so
 // that each stores two adjacent columns of one row (bf16x2 / float2).
 template <bool kBf16Out, int kNI>
-__device__ __forceinline__ void epilogue_full(const float (&acc)[4 * kNI], int64_t m0, int64_t n0, int wrow, int lane,
-                                              const GemmGroupDesc& G, const GemmOperandView& w, int64_t n,
-                                              const DeviceEpilogue& ep, const GemmOutView& out, const float* s_oa) {
+__device__ __forceinline__ void epilogue_full(const float (&acc)[4 * kNI], int64_t m0, int64_t n0,
+                                              int wrow, int lane, const GemmGroupDesc& G,
+                                              const GemmOperandView& w, int64_t n,
+                                              const DeviceEpilogue& ep, const GemmOutView& out,
+                                              const float* s_oa) {
   const bool odd = (lane >> 2) & 1;  // this lane keeps row e = 1 of each pair, columns (r - 1, r)
   float ow[2], bias[2];
 #pragma unroll
@@ -196,7 +206,7 @@ __device__ __forceinline__ void epilogue_full(const float (&acc)[4 * kNI], int64
   const float alpha = ep.alpha;
   const int e_keep = odd ? 1 : 0;
   const int64_t row0 = G.a_row0 + m0 + 2 * (lane & 3) + e_keep;  // output row at i = 0
-  const int64_t col0 = n0 + wrow - (odd ? 1 : 0);                   // first of the pair at h = 0
+  const int64_t col0 = n0 + wrow - (odd ? 1 : 0);                // first of the pair at h = 0
 #pragma unroll
   for (int i = 0; i < kNI; ++i) {
     const float oa[2] = {s_oa[8 * i + 2 * (lane & 3)], s_oa[8 * i + 2 * (lane & 3) + 1]};
@@ -205,7 +215,8 @@ __device__ __forceinline__ void epilogue_full(const float (&acc)[4 * kNI], int64
       float y[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        float d = num::mul_rn(alpha, num::mul_rn(num::mul_rn(oa[e], ow[h]), acc[4 * i + 2 * h + e]));
+        float d =
+            num::mul_rn(alpha, num::mul_rn(num::mul_rn(oa[e], ow[h]), acc[4 * i + 2 * h + e]));
         if (has_bias) d = num::add_rn(d, bias[h]);
         y[e] = d;
       }
@@ -226,8 +237,9 @@ __device__ __forceinline__ void epilogue_full(const float (&acc)[4 * kNI], int64
 // tensor take the last row's scales: either way they only reach outputs that are not stored.
 template <int TA>
 __global__ void __launch_bounds__(kThreads, 1)
-    wgmma_wreg_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_codes,
-                      GemmOperandView a, GemmOperandView w, int64_t n, const GemmGroupDesc* groups, DeviceEpilogue ep,
+    wgmma_wreg_kernel(const __grid_constant__ CUtensorMap map_a,
+                      const __grid_constant__ CUtensorMap map_codes, GemmOperandView a,
+                      GemmOperandView w, int64_t n, const GemmGroupDesc* groups, DeviceEpilogue ep,
                       GemmOutView out, float* raw, TileSpace ts) {
 #if defined(LOCKSTEP_WGMMA)
   using T = WregTile<TA>;
@@ -236,14 +248,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kRowsPerLane = T::kRowsPerLane, kWBytes = T::kWBytes;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);  // the swizzle atom
-  uint8_t* wbuf = smem + kAStages * kABytes;     // [kWBufs][kWBytes]
-  uint8_t* wring = wbuf + kWBufs * kWBytes;      // [kWStages][kWStageBytes]: codes, then scales
+  uint8_t* wbuf = smem + kAStages * kABytes;                                  // [kWBufs][kWBytes]
+  uint8_t* wring = wbuf + kWBufs * kWBytes;  // [kWStages][kWStageBytes]: codes, then scales
   uint64_t* full_a = reinterpret_cast<uint64_t*>(wring + kWStages * kWStageBytes);
   uint64_t* empty_a = full_a + kAStages;
   uint64_t* full_w = empty_a + kAStages;
   uint64_t* empty_w = full_w + kWStages;
   float* s_oa = reinterpret_cast<float*>(empty_w + kWStages);  // [kTA] row outer scales of the tile
-  uint32_t* s_scale = reinterpret_cast<uint32_t*>(s_oa + kTA);  // [256] bf16x2 {s, s} of the E4M3 scale codes
+  uint32_t* s_scale =
+      reinterpret_cast<uint32_t*>(s_oa + kTA);  // [256] bf16x2 {s, s} of the E4M3 scale codes
   const int tid = threadIdx.x, wg = tid >> 7;
   const int64_t K = a.cols;
   const int ktiles = int(K / kBK);
@@ -253,8 +266,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(&empty_a[s], 2 * 4);  // every consumer warp releases the stage
     }
     for (int s = 0; s < kWStages; ++s) {
-      mbar_init(&full_w[s], 1 + 32);  // the codes' TMA transaction + the scale copies of producer warp 1
-      mbar_init(&empty_w[s], 2 * 128);  // every consumer thread (its reads of the cp.async-written scales)
+      mbar_init(&full_w[s],
+                1 + 32);  // the codes' TMA transaction + the scale copies of producer warp 1
+      mbar_init(&empty_w[s],
+                2 * 128);  // every consumer thread (its reads of the cp.async-written scales)
     }
     fence_mbarrier_init();
   }
@@ -265,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     setmaxnreg_dec<40>();
     const int warp = tid >> 5, lane = tid & 31;
     if (warp > 1 || (warp == 0 && lane > 0)) return;
-    int64_t it = 0;  // k steps issued so far
+    int64_t it = 0;        // k steps issued so far
     RingPos<kAStages> pa;  // warp 0: the A slot of step it
     RingPos<kWStages> pw;  // warp 1: the packed W slot of step it
     for (int64_t u = blockIdx.x; u < ts.units; u += gridDim.x) {
@@ -276,19 +291,21 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int ya = int(G.a_row0 + m0);
         for (int kt = 0; kt < ktiles; ++kt, ++it, pa.next()) {
           const int s = pa.slot;
-          if (it >= kAStages) mbar_wait_backoff(&empty_a[s], pa.lap ^ 1u);  // released in the previous lap
+          if (it >= kAStages)
+            mbar_wait_backoff(&empty_a[s], pa.lap ^ 1u);  // released in the previous lap
           mbar_expect_tx(&full_a[s], kABytes);
           tma_load(smem + s * kABytes, &map_a, &full_a[s], kt * kBK, ya);
         }
         continue;
       }
-      // lane l: TMA of the codes (lane 0) and the scales of W rows kRowsPerLane l .. + kRowsPerLane - 1
-      // (rows past the tensor read the last row's)
+      // lane l: TMA of the codes (lane 0) and the scales of W rows kRowsPerLane l .. + kRowsPerLane
+      // - 1 (rows past the tensor read the last row's)
       const int yw = int(G.w_row0 + n0);
       const uint8_t* sc[kRowsPerLane];
 #pragma unroll
       for (int r = 0; r < kRowsPerLane; ++r)
-        sc[r] = w.block_scale + std::min<int64_t>(G.w_row0 + n0 + kRowsPerLane * lane + r, w.rows - 1) * (K / 16);
+        sc[r] = w.block_scale +
+                std::min<int64_t>(G.w_row0 + n0 + kRowsPerLane * lane + r, w.rows - 1) * (K / 16);
       for (int kt = 0; kt < ktiles; ++kt, ++it, pw.next()) {
         const int s = pw.slot;
         if (it >= kWStages) mbar_wait_backoff(&empty_w[s], pw.lap ^ 1u);
@@ -317,11 +334,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     int64_t m0, n0;
     if (tile_of(u, groups, ts, G, m0, n0)) total += ktiles;
   }
-  // Decode the next step's W into the next of the kWBufs tiles once its packed stage has landed, and release that
-  // stage. A warpgroup decodes exactly the 64 kSub rows its own wgmma reads (thread t: TW = 128 row
-  // t / 2, half t % 2; TW = 256 row t, both halves), so its own wgmma_wait and a barrier of its 128
-  // threads (with the async-proxy fence) order the stores against its wgmma: the two warpgroups
-  // never wait for each other here.
+  // Decode the next step's W into the next of the kWBufs tiles once its packed stage has landed,
+  // and release that stage. A warpgroup decodes exactly the 64 kSub rows its own wgmma reads
+  // (thread t: TW = 128 row t / 2, half t % 2; TW = 256 row t, both halves), so its own wgmma_wait
+  // and a barrier of its 128 threads (with the async-proxy fence) order the stores against its
+  // wgmma: the two warpgroups never wait for each other here.
   RingPos<kWStages> dw;  // packed W slot of the next decode
   RingPos<kWBufs> db;    // decoded tile it goes to
   auto decode = [&] {
@@ -341,9 +358,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory");
   };
   if (total > 0) decode();
-  int64_t it = 0, released = 0;  // steps issued, A stages released
-  RingPos<kAStages> ra, rr;      // A slot of step it; of step `released`
-  RingPos<kWBufs> mb;            // decoded W tile of step it
+  int64_t it = 0, released = 0;            // steps issued, A stages released
+  RingPos<kAStages> ra, rr;                // A slot of step it; of step `released`
+  RingPos<kWBufs> mb;                      // decoded W tile of step it
   auto release_upto = [&](int64_t done) {  // steps < done have finished
     for (; released < done; ++released, rr.next()) mbar_arrive_warp(&empty_a[rr.slot]);
   };
@@ -368,11 +385,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         } else {
 #pragma unroll
           for (int q = 0; q < kSub; ++q)
-            wgmma_m64n128k16(acc[q], smem_desc(wt + q * 64 * 128 + j * 32), smem_desc(st + j * 32), 1);
+            wgmma_m64n128k16(acc[q], smem_desc(wt + q * 64 * 128 + j * 32), smem_desc(st + j * 32),
+                             1);
         }
       }
       wgmma_commit();
-      wgmma_wait<kWBufs - 1>();  // step it + 1 - kWBufs has finished: its stage and wbuf[(it + 1) % kWBufs] are free
+      wgmma_wait<kWBufs - 1>();  // step it + 1 - kWBufs has finished: its stage and wbuf[(it + 1) %
+                                 // kWBufs] are free
       release_upto(it + 2 - kWBufs);
       if (it + 1 < total) decode();
     }
@@ -397,21 +416,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 #else
-  (void)map_a, (void)map_codes, (void)a, (void)w, (void)n, (void)groups, (void)ep, (void)out, (void)raw, (void)ts;
+  (void)map_a, (void)map_codes, (void)a, (void)w, (void)n, (void)groups, (void)ep, (void)out,
+      (void)raw, (void)ts;
   __trap();
 #endif
 }
 
 template <int TA>
-void launch_wreg_t(const CUtensorMap& ma, const CUtensorMap& mc, const GemmOperandView& a, const GemmOperandView& w,
-                   int64_t n, const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out, float* raw,
-                   cudaStream_t stream) {
+void launch_wreg_t(const CUtensorMap& ma, const CUtensorMap& mc, const GemmOperandView& a,
+                   const GemmOperandView& w, int64_t n, const DeviceGroupTable& groups,
+                   const DeviceEpilogue& ep, GemmOutView out, float* raw, cudaStream_t stream) {
   using T = WregTile<TA>;
-  static const int ctas = persistent_ctas(reinterpret_cast<const void*>(wgmma_wreg_kernel<TA>), kThreads, T::kSmemBytes);
+  static const int ctas = persistent_ctas(reinterpret_cast<const void*>(wgmma_wreg_kernel<TA>),
+                                          kThreads, T::kSmemBytes);
   const TileSpace ts = tile_space(groups, n, T::kTA, T::kTW);
   const unsigned grid = unsigned(std::min<int64_t>(ctas, ts.units));
-  wgmma_wreg_kernel<TA><<<grid, kThreads, T::kSmemBytes, stream>>>(ma, mc, a, w, n, groups.table,
-                                                                    ep, out, raw, ts);
+  wgmma_wreg_kernel<TA>
+      <<<grid, kThreads, T::kSmemBytes, stream>>>(ma, mc, a, w, n, groups.table, ep, out, raw, ts);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
@@ -430,7 +451,8 @@ int wreg_wgmma_tile(const GemmOperandView& a, const GemmOperandView& w,
   if (w.format != Format::kNvfp4 || !tensor_maps_available() || a.rows >= (int64_t(1) << 31) ||
       w.rows >= (int64_t(1) << 31) || reinterpret_cast<uintptr_t>(w.data) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(w.block_scale) % 4 != 0 ||
-      (a.format == Format::kBf16 && reinterpret_cast<uintptr_t>(a.data) % 16 != 0) || groups.groups == 0)
+      (a.format == Format::kBf16 && reinterpret_cast<uintptr_t>(a.data) % 16 != 0) ||
+      groups.groups == 0)
     return 0;
   if (route == GemmVariant::kWgmmaWreg128) return 128;
   if (route == GemmVariant::kWgmmaWreg256) return 256;
@@ -451,7 +473,8 @@ void launch_wgmma_wreg(int tile, const GemmOperandView& a, const GemmOperandView
   float* raw = ep.swiglu ? reinterpret_cast<float*>(base + a_bytes) : nullptr;
   const int tw = tile == 256 ? WregTile<256>::kTW : WregTile<128>::kTW;
   const CUtensorMap ma = tensor_map_2d(ab, 2, a.rows, K, kBK, tile, CU_TENSOR_MAP_SWIZZLE_128B);
-  const CUtensorMap mc = tensor_map_2d(w.data, 1, w.rows, K / 2, kBK / 2, tw, CU_TENSOR_MAP_SWIZZLE_NONE);
+  const CUtensorMap mc =
+      tensor_map_2d(w.data, 1, w.rows, K / 2, kBK / 2, tw, CU_TENSOR_MAP_SWIZZLE_NONE);
   if (tile == 256)
     launch_wreg_t<256>(ma, mc, a, w, n, groups, ep, out, raw, stream);
   else

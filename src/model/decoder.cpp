@@ -224,8 +224,9 @@ Tensor Decoder::forward_cached(const Tensor& ids, std::span<const int64_t> posit
   if (int64_t(positions.size()) != n || int64_t(slots.size()) != n)
     throw std::invalid_argument("forward_cached: ids, positions and slots differ in length");
   if (cache.device() != m.dev)
-    throw std::invalid_argument(fmt::format("forward_cached: the KV cache is on {}, the model on {}",
-                                            cache.device().str(), m.dev.str()));
+    throw std::invalid_argument(
+        fmt::format("forward_cached: the KV cache is on {}, the model on {}", cache.device().str(),
+                    m.dev.str()));
   if (cache.dtype() != m.kv) m.kv = cache.dtype();
   std::vector<int32_t> pos(static_cast<size_t>(n)), slot(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r) {
@@ -235,8 +236,8 @@ Tensor Decoder::forward_cached(const Tensor& ids, std::span<const int64_t> posit
                       "(max_position_embeddings = {})",
                       positions[size_t(r)], cache.max_pos(), m.c.max_position_embeddings));
     if (slots[size_t(r)] < 0 || slots[size_t(r)] >= cache.slots())
-      throw std::invalid_argument(fmt::format("forward_cached: slot {} is outside the KV cache's {}",
-                                              slots[size_t(r)], cache.slots()));
+      throw std::invalid_argument(fmt::format(
+          "forward_cached: slot {} is outside the KV cache's {}", slots[size_t(r)], cache.slots()));
     pos[size_t(r)] = int32_t(positions[size_t(r)]);
     slot[size_t(r)] = int32_t(slots[size_t(r)]);
   }

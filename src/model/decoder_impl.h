@@ -57,7 +57,7 @@ struct Decoder::Impl {
   ModelConfig c;
   ModelPlan plan;
   DType dtype = DType::kF32;
-  Device dev;  // where the weights live: every op of the decoder runs there
+  Device dev;                    // where the weights live: every op of the decoder runs there
   std::optional<ExecMode> mode;  // the modules' current GEMM order
   KvDtype kv = KvDtype::kBf16;   // the learner's K / V rounding (the sampler's cache dtype)
   int64_t hq = 0, hkv = 0, D = 0;

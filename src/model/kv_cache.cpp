@@ -9,16 +9,15 @@
 
 namespace lockstep::model {
 
-KvCache::KvCache(const ModelConfig& c, KvDtype dtype, int64_t slots, int64_t max_pos,
-                 Device device)
+KvCache::KvCache(const ModelConfig& c, KvDtype dtype, int64_t slots, int64_t max_pos, Device device)
     : used_(size_t(std::max<int64_t>(slots, 0)), false),
       max_pos_(max_pos),
       dtype_(dtype),
       device_(device) {
   if (slots < 1 || max_pos < 1 || max_pos > c.max_position_embeddings)
-    throw std::invalid_argument(fmt::format(
-        "kv cache: {} slots of {} positions (need >= 1 slot and 1 .. {} positions)", slots,
-        max_pos, c.max_position_embeddings));
+    throw std::invalid_argument(
+        fmt::format("kv cache: {} slots of {} positions (need >= 1 slot and 1 .. {} positions)",
+                    slots, max_pos, c.max_position_embeddings));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     layers_.push_back(
         ops::kv_cache_layer(slots, max_pos, c.num_key_value_heads, c.head_dim, dtype, device));

@@ -111,9 +111,9 @@ void Learner::backward(const Tensor& dlogp, const Tensor& dentropy) {
   Impl& m = *impl_;
   if (!m.has_forward) throw std::logic_error("learner: backward without a forward");
   const Device dev = m.cfg.device;
-  const Tensor ds = ops::token_logprobs_backward(
-      m.scaled_logits, m.targets, m.lp, dlogp.defined() ? dlogp.to(dev) : Tensor(),
-      dentropy.defined() ? dentropy.to(dev) : Tensor());
+  const Tensor ds = ops::token_logprobs_backward(m.scaled_logits, m.targets, m.lp,
+                                                 dlogp.defined() ? dlogp.to(dev) : Tensor(),
+                                                 dentropy.defined() ? dentropy.to(dev) : Tensor());
   // Philox seed of this step's stochastic rounding: the learner seed mixed with the step count.
   m.dec->set_grad_seed(m.cfg.seed ^ (uint64_t(m.steps + 1) * 0x9E3779B97F4A7C15ull));
   m.dec->backward(scaled(ds, m.cfg.temperature));

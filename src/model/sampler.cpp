@@ -163,9 +163,9 @@ std::vector<SampleResult> Sampler::generate(std::span<const SampleRequest> reque
             ? logits
             : ops::embedding(logits,
                              Tensor::from_vector<int32_t>(last_row, {B}, DType::kI32).to(dev));
-    const ops::SampledTokens st = ops::sample_tokens(
-        rows, Tensor::from_vector<int32_t>(streams, {B}, DType::kI32).to(dev),
-        Tensor::from_vector<int64_t>(lens, {B}, DType::kI64).to(dev), sc);
+    const ops::SampledTokens st =
+        ops::sample_tokens(rows, Tensor::from_vector<int32_t>(streams, {B}, DType::kI32).to(dev),
+                           Tensor::from_vector<int64_t>(lens, {B}, DType::kI64).to(dev), sc);
     const Tensor tokens = st.tokens.to(Device::cpu()), logprobs = st.logprobs.to(Device::cpu());
     std::vector<Active> still;
     for (int64_t i = 0; i < B; ++i) {

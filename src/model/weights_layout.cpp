@@ -16,7 +16,7 @@ namespace {
 
 // Stacks pieces of [rows_i, cols] along dimension 0.
 HfLayoutEntry stacked(std::string name, int64_t cols,
-                    std::vector<std::pair<std::string, int64_t>> parts) {
+                      std::vector<std::pair<std::string, int64_t>> parts) {
   HfLayoutEntry e{std::move(name), {}, {}};
   int64_t rows = 0;
   for (auto& [hf, r] : parts) {

@@ -5,8 +5,8 @@
 #include "lockstep/nn/grouped_linear.h"
 
 #include <fmt/format.h>
-#include <numeric>
 
+#include <numeric>
 #include <stdexcept>
 
 #include "lockstep/ops/layout.h"
@@ -147,7 +147,8 @@ Tensor GroupedLinear::backward(const Tensor& dy) {
   wg.order = order_;
   const GemmResult dw =
       grouped_qgemm(g.wgrad.arg(), off, detail::wgrad_activation(x_saved_, spec_).arg(), wg);
-  if (grad_.defined()) ops::add_inplace(grad_, ops::crop_groups(dw.d, groups_, dims_.out, dims_.in));
+  if (grad_.defined())
+    ops::add_inplace(grad_, ops::crop_groups(dw.d, groups_, dims_.out, dims_.in));
   clear_saved();
   return ops::crop2d(dx.d, R, dims_.in);
 }

@@ -28,8 +28,8 @@ inline Tensor operand(const Tensor& t, std::string_view op, std::string_view nam
         fmt::format("{}: tensor '{}' {} must be F32 or F64", op, name, t.describe()));
   if (t.is_cuda() && t.dtype() == DType::kF64)
     throw DeviceNotSupported(fmt::format(
-        "{}: tensor '{}' {} is F64 on {}; float64 runs on the CPU only (gradient checks)", op,
-        name, t.describe(), t.device().str()));
+        "{}: tensor '{}' {} is F64 on {}; float64 runs on the CPU only (gradient checks)", op, name,
+        t.describe(), t.device().str()));
   return t.contiguous();
 }
 

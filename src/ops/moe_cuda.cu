@@ -76,7 +76,8 @@ __global__ void combine_kernel(const float* rows, const int32_t* slot_row, int64
   for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x)
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
       float acc = 0.0f;
-      for (int64_t s = 0; s < k; ++s) acc = __fadd_rn(acc, rows[int64_t(slot_row[t * k + s]) * d + c]);
+      for (int64_t s = 0; s < k; ++s)
+        acc = __fadd_rn(acc, rows[int64_t(slot_row[t * k + s]) * d + c]);
       out[t * d + c] = acc;
     }
 }
@@ -91,12 +92,14 @@ __global__ void scatter_kernel(const float* x, const int32_t* slot_row, int64_t 
   }
 }
 
-__global__ void scatter_slots_kernel(const float* w, const int32_t* slot_row, int64_t n, float* out) {
+__global__ void scatter_slots_kernel(const float* w, const int32_t* slot_row, int64_t n,
+                                     float* out) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i < n) out[slot_row[i]] = w[i];
 }
 
-__global__ void gather_slots_kernel(const float* v, const int32_t* slot_row, int64_t n, float* out) {
+__global__ void gather_slots_kernel(const float* v, const int32_t* slot_row, int64_t n,
+                                    float* out) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = v[slot_row[i]];
 }
@@ -139,17 +142,16 @@ void moe_route(const Tensor& ids, MoeRoute& r) {
     LOCKSTEP_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp, keys, keys_out, vals,
                                                         vals_out, n, 0, bits, st));
     void* tmp = sc.bytes(temp);
-    LOCKSTEP_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(tmp, temp, keys, keys_out, vals, vals_out,
-                                                        n, 0, bits, st));
+    LOCKSTEP_CUDA_CHECK(
+        cub::DeviceRadixSort::SortPairs(tmp, temp, keys, keys_out, vals, vals_out, n, 0, bits, st));
   }
   route_offsets_kernel<<<1, 1, 0, st>>>(count, int32_t(E), r.row_multiple, r.rows,
                                         r.offsets.ptr<int64_t>(), start);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
   if (n > 0) {
-    route_place_kernel<<<blocks_for(n), kThreads, 0, st>>>(keys_out, vals_out, n, r.top_k,
-                                                           r.offsets.ptr<int64_t>(), start,
-                                                           r.src_rows.ptr<int32_t>(),
-                                                           r.slot_row.ptr<int32_t>());
+    route_place_kernel<<<blocks_for(n), kThreads, 0, st>>>(
+        keys_out, vals_out, n, r.top_k, r.offsets.ptr<int64_t>(), start, r.src_rows.ptr<int32_t>(),
+        r.slot_row.ptr<int32_t>());
     LOCKSTEP_CUDA_CHECK_LAUNCH();
   }
 }

@@ -64,9 +64,9 @@ MoeRoute moe_route(const Tensor& ids_in, int64_t experts, int64_t row_multiple) 
   const int32_t* e = ids.ptr<int32_t>();
   for (int64_t i = 0; i < n; ++i)
     if (e[i] < 0 || e[i] >= experts)
-      throw std::out_of_range(fmt::format(
-          "moe_route: expert_ids[{}] (token {}, slot {}) = {} outside [0, {})", i, i / r.top_k,
-          i % r.top_k, e[i], experts));
+      throw std::out_of_range(
+          fmt::format("moe_route: expert_ids[{}] (token {}, slot {}) = {} outside [0, {})", i,
+                      i / r.top_k, i % r.top_k, e[i], experts));
   std::vector<int64_t> count(size_t(experts), 0);
   for (int64_t i = 0; i < n; ++i) ++count[size_t(e[i])];
   r.offsets = Tensor(DType::kI64, {experts + 1});

@@ -17,8 +17,8 @@ using namespace detail;
 
 // Dequantizes a copy read as a rowwise matrix [m, k] into out (row-major, ld = k). dom: the outer
 // domain of each row (NVFP4 amax index / FP8 per-domain scale_inv index).
-void dequant_rows(const QData& d, const QTensor& q, int64_t m, int64_t k, std::span<const int64_t> dom,
-                  float* out) {
+void dequant_rows(const QData& d, const QTensor& q, int64_t m, int64_t k,
+                  std::span<const int64_t> dom, float* out) {
   const num::MiniFloat& f = elem_codec(q.format, q.elem);
   const uint8_t* data = d.data.ptr<uint8_t>();
   switch (q.format) {
@@ -32,7 +32,8 @@ void dequant_rows(const QData& d, const QTensor& q, int64_t m, int64_t k, std::s
         for (int64_t c = 0; c < k; ++c) {
           const uint8_t byte = data[(r * k + c) / 2];
           const uint8_t code = (c % 2 == 0) ? (byte & 0xF) : (byte >> 4);
-          out[r * k + c] = num::two_level_dequant(num::decode_e2m1(code), load_scale(d, q.scale_layout, r, c / 16),
+          out[r * k + c] = num::two_level_dequant(num::decode_e2m1(code),
+                                                  load_scale(d, q.scale_layout, r, c / 16),
                                                   s_dec[size_t(dom[size_t(r)])]);
         }
       break;
@@ -41,7 +42,8 @@ void dequant_rows(const QData& d, const QTensor& q, int64_t m, int64_t k, std::s
 #pragma omp parallel for schedule(static) if (m * k >= kParallelMin)
       for (int64_t r = 0; r < m; ++r)
         for (int64_t c = 0; c < k; ++c)
-          out[r * k + c] = num::mx_dequant(num::decode_minifloat(f, data[r * k + c]), load_scale(d, q.scale_layout, r, c / 32));
+          out[r * k + c] = num::mx_dequant(num::decode_minifloat(f, data[r * k + c]),
+                                           load_scale(d, q.scale_layout, r, c / 32));
       break;
     case Format::kFp8: {
       const Tensor si_t = d.scale_inv.contiguous();
@@ -52,15 +54,22 @@ void dequant_rows(const QData& d, const QTensor& q, int64_t m, int64_t k, std::s
         for (int64_t c = 0; c < k; ++c) {
           int64_t i;
           switch (q.scaling) {
-            case Scaling::kBlock1x128: i = r * sc + c / 128; break;
-            case Scaling::kBlock128x128: i = r / 128 * sc + c / 128; break;
-            default: i = dom[size_t(r)]; break;
+            case Scaling::kBlock1x128:
+              i = r * sc + c / 128;
+              break;
+            case Scaling::kBlock128x128:
+              i = r / 128 * sc + c / 128;
+              break;
+            default:
+              i = dom[size_t(r)];
+              break;
           }
           out[r * k + c] = num::mul_rn(num::decode_minifloat(f, data[r * k + c]), si[i]);
         }
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -94,7 +103,8 @@ std::vector<float> dequantize(const QTensor& q_in, Copy copy) {
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c)
-        out[size_t(r * cols + c)] = num::mx_dequant(num::decode_minifloat(f, data[r * cols + c]), scale[r / 32 * cols + c]);
+        out[size_t(r * cols + c)] =
+            num::mx_dequant(num::decode_minifloat(f, data[r * cols + c]), scale[r / 32 * cols + c]);
     return out;
   }
   // Transposed copies: each group's piece is X_g^T [cols, rows_g].
@@ -105,7 +115,8 @@ std::vector<float> dequantize(const QTensor& q_in, Copy copy) {
     std::vector<float> t(size_t(p.rows * cols));
     dequant_rows(p.colwise, p, cols, p.rows, piece_domains(p.scaling, cols), t.data());
     for (int64_t c = 0; c < cols; ++c)
-      for (int64_t r = 0; r < p.rows; ++r) out[size_t((r0 + r) * cols + c)] = t[size_t(c * p.rows + r)];
+      for (int64_t r = 0; r < p.rows; ++r)
+        out[size_t((r0 + r) * cols + c)] = t[size_t(c * p.rows + r)];
   }
   return out;
 }

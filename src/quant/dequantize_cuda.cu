@@ -9,10 +9,13 @@ namespace lockstep::cuda::detail {
 namespace {
 
 // The n values of o to the output at element `at`: fp32, or bf16 (RNE of the fp32 value).
-__device__ __forceinline__ void store(const DequantParams& p, int64_t at, const float (&o)[16], int n) {
+__device__ __forceinline__ void store(const DequantParams& p, int64_t at, const float (&o)[16],
+                                      int n) {
   for (int i = 0; i < n; ++i) {
-    if (p.out_bf16) p.out_bf16[at + i] = num::f32_to_bf16(o[i]);
-    else p.out_f32[at + i] = o[i];
+    if (p.out_bf16)
+      p.out_bf16[at + i] = num::f32_to_bf16(o[i]);
+    else
+      p.out_f32[at + i] = o[i];
   }
 }
 
@@ -24,14 +27,17 @@ __global__ void dequantize_kernel(DequantParams p) {
   float o[16];
   if (p.format == Format::kNvfp4) {
     int64_t d = 0;
-    if (p.scaling == Scaling::kPerRow) d = r;
-    else if (p.scaling == Scaling::kPerGroup) d = group_of_row(p.offsets, p.groups, r);
+    if (p.scaling == Scaling::kPerRow)
+      d = r;
+    else if (p.scaling == Scaling::kPerGroup)
+      d = group_of_row(p.offsets, p.groups, r);
     const float s_dec = num::two_level_outer(p.amax[d], num::kE2M1Max).s_dec;
     const uint8_t s = p.scale.load(r, c0 / 16);
     const uint8_t* q = p.data + (r * p.cols + c0) / 2;
     for (int i = 0; i < 16; ++i) {
       const uint8_t byte = q[i / 2];
-      o[i] = num::two_level_dequant(num::decode_e2m1((i & 1) ? (byte >> 4) : (byte & 0xF)), s, s_dec);
+      o[i] =
+          num::two_level_dequant(num::decode_e2m1((i & 1) ? (byte >> 4) : (byte & 0xF)), s, s_dec);
     }
     store(p, r * p.cols + c0, o, n);
     return;
@@ -40,7 +46,8 @@ __global__ void dequantize_kernel(DequantParams p) {
   const uint8_t* q = p.data + r * p.cols + c0;
   if (p.format == Format::kMxfp8) {
     for (int i = 0; i < n; ++i) {
-      const uint8_t e = p.colwise ? p.scale_col[(r / 32) * p.cols + c0 + i] : p.scale.load(r, (c0 + i) / 32);
+      const uint8_t e =
+          p.colwise ? p.scale_col[(r / 32) * p.cols + c0 + i] : p.scale.load(r, (c0 + i) / 32);
       o[i] = num::mx_dequant(num::decode_minifloat(m, q[i]), e);
     }
     store(p, r * p.cols + c0, o, n);
@@ -50,24 +57,34 @@ __global__ void dequantize_kernel(DequantParams p) {
     const int64_t c = c0 + i;
     int64_t si;
     switch (p.scaling) {
-      case Scaling::kBlock1x128: si = r * p.scale_inv_cols + c / 128; break;
-      case Scaling::kBlock128x128: si = r / 128 * p.scale_inv_cols + c / 128; break;
-      case Scaling::kPerRow: si = r; break;
-      case Scaling::kPerGroup: si = group_of_row(p.offsets, p.groups, r); break;
-      default: si = 0; break;
+      case Scaling::kBlock1x128:
+        si = r * p.scale_inv_cols + c / 128;
+        break;
+      case Scaling::kBlock128x128:
+        si = r / 128 * p.scale_inv_cols + c / 128;
+        break;
+      case Scaling::kPerRow:
+        si = r;
+        break;
+      case Scaling::kPerGroup:
+        si = group_of_row(p.offsets, p.groups, r);
+        break;
+      default:
+        si = 0;
+        break;
     }
     o[i] = num::mul_rn(num::decode_minifloat(m, q[i]), p.scale_inv[si]);
   }
   store(p, r * p.cols + c0, o, n);
 }
 
-// ---- NVFP4 rowwise copy, the bandwidth kernel ----------------------------------------------------
-// Per element: 0.5 code bytes + 1/16 scale byte in, 4 (fp32) or 2 (bf16) bytes out, so the writes
-// decide. The tensor is a flat array of quads (4 elements, 2 code bytes; cols % 16 == 0 keeps a
-// quad inside one row and one block). Warp w takes the 256 quads [256 w, 256 w + 256); lane l takes
-// quads 256 w + 32 k + l, k = 0..7: each store instruction of the warp writes 512 contiguous bytes
-// of fp32 (256 of bf16) and each code load reads 64 contiguous bytes; all 16 loads of a lane are
-// issued before the first use.
+// ---- NVFP4 rowwise copy, the bandwidth kernel
+// ---------------------------------------------------- Per element: 0.5 code bytes + 1/16 scale
+// byte in, 4 (fp32) or 2 (bf16) bytes out, so the writes decide. The tensor is a flat array of
+// quads (4 elements, 2 code bytes; cols % 16 == 0 keeps a quad inside one row and one block). Warp
+// w takes the 256 quads [256 w, 256 w + 256); lane l takes quads 256 w + 32 k + l, k = 0..7: each
+// store instruction of the warp writes 512 contiguous bytes of fp32 (256 of bf16) and each code
+// load reads 64 contiguous bytes; all 16 loads of a lane are issued before the first use.
 constexpr int kDqQuadsPerLane = 8;
 
 // E2M1 code (4 bits) to its fp32 value: magnitudes 2..7 are (m << 22) + bits(0.5), 1 is 0.5.
@@ -102,13 +119,16 @@ __global__ void __launch_bounds__(256) dequantize_nvfp4_kernel(DequantParams p, 
   for (int k = 0; k < kDqQuadsPerLane; ++k) {
     if (row[k] < 0) continue;
     int64_t d = 0;
-    if (p.scaling == Scaling::kPerRow) d = row[k];
-    else if (p.scaling == Scaling::kPerGroup) d = group_of_row(p.offsets, p.groups, row[k]);
+    if (p.scaling == Scaling::kPerRow)
+      d = row[k];
+    else if (p.scaling == Scaling::kPerGroup)
+      d = group_of_row(p.offsets, p.groups, row[k]);
     if (d != dom) s_dec = num::two_level_outer(p.amax[d], num::kE2M1Max).s_dec, dom = d;
     const float ds = num::decode_e4m3_fast(sc[k]);  // the inner product below is exact
     float o[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) o[i] = num::mul_rn(num::mul_rn(e2m1_value(code[k] >> (4 * i)), ds), s_dec);
+    for (int i = 0; i < 4; ++i)
+      o[i] = num::mul_rn(num::mul_rn(e2m1_value(code[k] >> (4 * i)), ds), s_dec);
     const int64_t e = 4 * (q0 + 32 * k);
     if (p.out_f32) {
       *reinterpret_cast<float4*>(p.out_f32 + e) = make_float4(o[0], o[1], o[2], o[3]);

@@ -7,7 +7,8 @@
 namespace lockstep {
 
 ErrorMetrics error_metrics(std::span<const float> x, std::span<const float> x_hat) {
-  if (x.size() != x_hat.size()) throw std::invalid_argument("error_metrics: reference and reconstruction differ in size");
+  if (x.size() != x_hat.size())
+    throw std::invalid_argument("error_metrics: reference and reconstruction differ in size");
   ErrorMetrics m;
   m.n = int64_t(x.size());
   double ref2 = 0.0, err2 = 0.0, abs_sum = 0.0;

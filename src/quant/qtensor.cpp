@@ -39,10 +39,13 @@ QTensor QTensor::to(Device d, Stream stream) const {
 }
 
 std::string QTensor::describe() const {
-  std::string s = fmt::format("[{}, {}] {} {}", rows, cols, format_name(format), scaling_name(scaling));
+  std::string s =
+      fmt::format("[{}, {}] {} {}", rows, cols, format_name(format), scaling_name(scaling));
   if (block2d) s += " 2d";
-  if (!has_rowwise()) s += " colwise-only";
-  else if (has_colwise()) s += " +colwise";
+  if (!has_rowwise())
+    s += " colwise-only";
+  else if (has_colwise())
+    s += " +colwise";
   if (!device().is_cpu()) s += fmt::format(" {}", device().str());
   return s;
 }
@@ -59,7 +62,8 @@ QuantSpec quant_spec(const QTensor& q) {
 
 int64_t rowwise_domains(const QTensor& q) {
   if (q.scaling == Scaling::kPerRow) return q.rows;
-  if (q.scaling == Scaling::kPerGroup) return q.group_offsets.empty() ? 1 : int64_t(q.group_offsets.size()) - 1;
+  if (q.scaling == Scaling::kPerGroup)
+    return q.group_offsets.empty() ? 1 : int64_t(q.group_offsets.size()) - 1;
   return 1;
 }
 
@@ -71,7 +75,8 @@ int64_t rowwise_domain_of(const QTensor& q, int64_t r) {
 QTensor group_view(const QTensor& q, int64_t g) {
   const int64_t ng = int64_t(q.group_offsets.size()) - 1;
   if (q.group_offsets.empty() || g < 0 || g >= ng)
-    throw QuantError(fmt::format("group_view: group {} of {} ({} groups)", g, q.describe(), ng < 0 ? 0 : ng));
+    throw QuantError(
+        fmt::format("group_view: group {} of {} ({} groups)", g, q.describe(), ng < 0 ? 0 : ng));
   if (q.scale_layout != ScaleLayout::kCompact)
     throw QuantError(fmt::format("group_view of {}: needs compact block scales", q.describe()));
   const int64_t r0 = q.group_offsets[size_t(g)], r1 = q.group_offsets[size_t(g + 1)], rg = r1 - r0;
@@ -101,8 +106,9 @@ QTensor group_view(const QTensor& q, int64_t g) {
     };
     o.amax = outer(r.amax);
     o.scale_inv = outer(r.scale_inv);
-    if (q.format == Format::kFp8 && (q.scaling == Scaling::kPerRow || q.scaling == Scaling::kPerGroup ||
-                                     q.scaling == Scaling::kPerTensor))
+    if (q.format == Format::kFp8 &&
+        (q.scaling == Scaling::kPerRow || q.scaling == Scaling::kPerGroup ||
+         q.scaling == Scaling::kPerTensor))
       o.scale_rows = o.scale_inv.size(0);
     v.rowwise = o;
   }
@@ -119,17 +125,22 @@ QTensor group_view(const QTensor& q, int64_t g) {
       o.block_scale = piece(c.block_scale, cols * r0 / 16, cols * r1 / 16, {cols, rg / 16});
       o.scale_rows = cols;
       o.scale_cols = rg / 16;
-      if (q.scaling == Scaling::kPerRow) o.amax = piece(c.amax, g * cols, (g + 1) * cols, {cols});
-      else if (q.scaling == Scaling::kPerGroup) o.amax = piece(c.amax, g, g + 1, {1});
-      else o.amax = c.amax;
+      if (q.scaling == Scaling::kPerRow)
+        o.amax = piece(c.amax, g * cols, (g + 1) * cols, {cols});
+      else if (q.scaling == Scaling::kPerGroup)
+        o.amax = piece(c.amax, g, g + 1, {1});
+      else
+        o.amax = c.amax;
     } else {
       o.data = piece(c.data, cols * r0, cols * r1, {cols, rg});
       switch (q.scaling) {
         case Scaling::kBlock1x128: {
           int64_t before = 0;
-          for (int64_t h = 0; h < g; ++h) before += ceil_div(q.group_offsets[size_t(h + 1)] - q.group_offsets[size_t(h)], 128);
+          for (int64_t h = 0; h < g; ++h)
+            before += ceil_div(q.group_offsets[size_t(h + 1)] - q.group_offsets[size_t(h)], 128);
           o.scale_rows = cols, o.scale_cols = ceil_div(rg, 128);
-          o.scale_inv = piece(c.scale_inv, cols * before, cols * (before + o.scale_cols), {cols, o.scale_cols});
+          o.scale_inv = piece(c.scale_inv, cols * before, cols * (before + o.scale_cols),
+                              {cols, o.scale_cols});
           break;
         }
         case Scaling::kPerRow:

@@ -14,18 +14,22 @@
 namespace lockstep {
 namespace {
 
-constexpr const char* kParts[] = {".qdata", ".block_scale", ".amax", ".scale_inv", ".qdata_colwise",
-                                  ".block_scale_colwise", ".amax_colwise", ".scale_inv_colwise",
-                                  ".group_offsets"};
+constexpr const char* kParts[] = {".qdata",        ".block_scale",       ".amax",
+                                  ".scale_inv",    ".qdata_colwise",     ".block_scale_colwise",
+                                  ".amax_colwise", ".scale_inv_colwise", ".group_offsets"};
 
-std::string meta_key(const std::string& name, const char* field) { return fmt::format("lockstep.{}.{}", name, field); }
+std::string meta_key(const std::string& name, const char* field) {
+  return fmt::format("lockstep.{}.{}", name, field);
+}
 
 std::string elem_name(const QTensor& q) {
   if (q.format == Format::kNvfp4) return "e2m1";
   return q.elem == ElemCodec::kE5M2 ? "e5m2" : "e4m3";
 }
 
-DType elem_dtype(const QTensor& q) { return q.elem == ElemCodec::kE5M2 ? DType::kF8E5M2 : DType::kF8E4M3; }
+DType elem_dtype(const QTensor& q) {
+  return q.elem == ElemCodec::kE5M2 ? DType::kF8E5M2 : DType::kF8E4M3;
+}
 
 std::vector<int64_t> scale_shape(const QTensor& q, int64_t srows, int64_t scols) {
   if (q.scale_layout == ScaleLayout::kSwizzled) return {round_up(srows, 128), round_up(scols, 4)};
@@ -36,7 +40,8 @@ std::vector<int64_t> scale_shape(const QTensor& q, int64_t srows, int64_t scols)
 // `mrows` rows and a scale grid [srows, scols].
 std::vector<int64_t> outer_shape(const QTensor& q, int64_t n, int64_t srows, int64_t scols) {
   if (q.scaling == Scaling::kPerTensor) return {};
-  if (q.scaling == Scaling::kBlock1x128 || q.scaling == Scaling::kBlock128x128) return {srows, scols};
+  if (q.scaling == Scaling::kBlock1x128 || q.scaling == Scaling::kBlock128x128)
+    return {srows, scols};
   return {n};
 }
 
@@ -45,8 +50,8 @@ Tensor retag(const Tensor& t, DType dtype, std::vector<int64_t> shape) {
   const Tensor h = t.to(Device::cpu()).contiguous();
   Tensor o(dtype, std::move(shape));
   if (o.nbytes() != h.nbytes())
-    throw std::logic_error(fmt::format("qtensor part {} holds {} bytes, expected {}", h.describe(), h.nbytes(),
-                                       o.nbytes()));
+    throw std::logic_error(fmt::format("qtensor part {} holds {} bytes, expected {}", h.describe(),
+                                       h.nbytes(), o.nbytes()));
   if (o.nbytes()) std::memcpy(o.bytes().data(), h.bytes().data(), o.nbytes());
   return o;
 }
@@ -61,8 +66,8 @@ Tensor part(const SafetensorsFile& f, const std::string& name, const char* suffi
   const Tensor* t = f.find(name + suffix);
   if (!t) fail(name, fmt::format("missing part {}{}", name, suffix));
   if (t->dtype() != dtype || t->shape() != shape)
-    fail(name, fmt::format("part {}{} is {}, expected {} {}", name, suffix, t->describe(), shape_string(shape),
-                           dtype_name(dtype)));
+    fail(name, fmt::format("part {}{} is {}, expected {} {}", name, suffix, t->describe(),
+                           shape_string(shape), dtype_name(dtype)));
   return retag(*t, as, std::move(as_shape));
 }
 
@@ -130,7 +135,8 @@ std::vector<PartPlan> plan_parts(const QTensor& q, bool row, bool col) {
       }
       break;
     }
-    default: break;
+    default:
+      break;
   }
   return p;
 }
@@ -202,7 +208,8 @@ std::vector<std::string> quantized_tensor_names(const SafetensorsFile& file) {
   std::set<std::string> seen;
   for (const auto& [key, value] : file.metadata) {
     const std::string prefix = "lockstep.", suffix = ".format";
-    if (key.size() > prefix.size() + suffix.size() && key.starts_with(prefix) && key.ends_with(suffix)) {
+    if (key.size() > prefix.size() + suffix.size() && key.starts_with(prefix) &&
+        key.ends_with(suffix)) {
       std::string name = key.substr(prefix.size(), key.size() - prefix.size() - suffix.size());
       if (seen.insert(name).second) names.push_back(name);
     }
@@ -224,7 +231,8 @@ bool is_qtensor_part(const SafetensorsFile& file, const std::string& tensor_name
 QTensor read_qtensor(const SafetensorsFile& file, const std::string& name, DType* source) {
   auto meta = [&](const char* field) -> std::string {
     auto it = file.metadata.find(meta_key(name, field));
-    if (it == file.metadata.end()) fail(name, fmt::format("metadata '{}' is missing", meta_key(name, field)));
+    if (it == file.metadata.end())
+      fail(name, fmt::format("metadata '{}' is missing", meta_key(name, field)));
     return it->second;
   };
   auto meta_or = [&](const char* field, const char* dflt) -> std::string {
@@ -250,7 +258,8 @@ QTensor read_qtensor(const SafetensorsFile& file, const std::string& name, DType
                            contract->second, kContractVersion));
   QTensor q;
   auto fmt_opt = format_from_name(meta("format"));
-  if (!fmt_opt || !is_quantized(*fmt_opt)) fail(name, fmt::format("unknown format '{}'", meta("format")));
+  if (!fmt_opt || !is_quantized(*fmt_opt))
+    fail(name, fmt::format("unknown format '{}'", meta("format")));
   q.format = *fmt_opt;
   auto sc = scaling_from_name(meta("scaling"));
   if (!sc) fail(name, fmt::format("unknown scaling '{}'", meta("scaling")));
@@ -286,13 +295,16 @@ QTensor read_qtensor(const SafetensorsFile& file, const std::string& name, DType
   q.source_dtype = *d;
   if (source) *source = *d;
   one_of("scale_layout", meta_or("scale_layout", "compact"), {"compact", "swizzled"});
-  q.scale_layout = meta_or("scale_layout", "compact") == "swizzled" ? ScaleLayout::kSwizzled : ScaleLayout::kCompact;
+  q.scale_layout = meta_or("scale_layout", "compact") == "swizzled" ? ScaleLayout::kSwizzled
+                                                                    : ScaleLayout::kCompact;
   if (const Tensor* g = file.find(name + ".group_offsets")) {
-    if (g->dtype() != DType::kI64 || g->dim() != 1) fail(name, "group_offsets must be a 1-D I64 tensor");
+    if (g->dtype() != DType::kI64 || g->dim() != 1)
+      fail(name, "group_offsets must be a 1-D I64 tensor");
     auto v = g->data<int64_t>();
     q.group_offsets.assign(v.begin(), v.end());
     int64_t prev = 0;
-    if (q.group_offsets.size() < 2 || q.group_offsets.front() != 0 || q.group_offsets.back() != q.rows)
+    if (q.group_offsets.size() < 2 || q.group_offsets.front() != 0 ||
+        q.group_offsets.back() != q.rows)
       fail(name, "group_offsets must start at 0 and end at the row count");
     for (int64_t o : q.group_offsets) {
       if (o < prev) fail(name, "group_offsets decrease");
@@ -306,8 +318,8 @@ QTensor read_qtensor(const SafetensorsFile& file, const std::string& name, DType
     fail(name, "a columnwise copy of a grouped buffer is not a file format");
   if (has_col && colwise != (q.format == Format::kMxfp8 ? "blocks_down_columns" : "transposed") &&
       !(q.format == Format::kMxfp8 && colwise.empty()))
-    fail(name, fmt::format("metadata '{}' is '{}' for a {} columnwise copy", meta_key(name, "colwise"), colwise,
-                           format_name(q.format)));
+    fail(name, fmt::format("metadata '{}' is '{}' for a {} columnwise copy",
+                           meta_key(name, "colwise"), colwise, format_name(q.format)));
   if (!has_row && !has_col) fail(name, "neither .qdata nor .qdata_colwise is present");
   auto outer_n = [&](int64_t mrows) -> int64_t {
     if (q.scaling == Scaling::kPerRow) return mrows;
@@ -324,10 +336,12 @@ QTensor read_qtensor(const SafetensorsFile& file, const std::string& name, DType
       if (has_row) {
         QData& o = q.rowwise;
         o.scale_rows = q.rows, o.scale_cols = q.cols / 16;
-        o.data = part(file, name, ".qdata", DType::kU8, {q.rows, q.cols / 2}, DType::kU8, {q.rows, q.cols / 2});
+        o.data = part(file, name, ".qdata", DType::kU8, {q.rows, q.cols / 2}, DType::kU8,
+                      {q.rows, q.cols / 2});
         const auto ss = scale_shape(q, o.scale_rows, o.scale_cols);
-        o.block_scale = part(file, name, ".block_scale", DType::kF8E4M3, ss, DType::kU8,
-                             q.scale_layout == ScaleLayout::kCompact ? ss : std::vector<int64_t>{ss[0] * ss[1]});
+        o.block_scale = part(
+            file, name, ".block_scale", DType::kF8E4M3, ss, DType::kU8,
+            q.scale_layout == ScaleLayout::kCompact ? ss : std::vector<int64_t>{ss[0] * ss[1]});
         const int64_t n = outer_n(q.rows);
         o.amax = part(file, name, ".amax", DType::kF32, outer_shape(q, n, 0, 0), DType::kF32, {n});
       }
@@ -335,12 +349,15 @@ QTensor read_qtensor(const SafetensorsFile& file, const std::string& name, DType
         if (q.rows % 16 != 0) fail(name, "nvfp4 columnwise needs rows % 16 == 0");
         QData& o = q.colwise;
         o.scale_rows = q.cols, o.scale_cols = q.rows / 16;
-        o.data = part(file, name, ".qdata_colwise", DType::kU8, {q.cols, q.rows / 2}, DType::kU8, {q.cols, q.rows / 2});
+        o.data = part(file, name, ".qdata_colwise", DType::kU8, {q.cols, q.rows / 2}, DType::kU8,
+                      {q.cols, q.rows / 2});
         const auto ss = scale_shape(q, o.scale_rows, o.scale_cols);
-        o.block_scale = part(file, name, ".block_scale_colwise", DType::kF8E4M3, ss, DType::kU8,
-                             q.scale_layout == ScaleLayout::kCompact ? ss : std::vector<int64_t>{ss[0] * ss[1]});
+        o.block_scale = part(
+            file, name, ".block_scale_colwise", DType::kF8E4M3, ss, DType::kU8,
+            q.scale_layout == ScaleLayout::kCompact ? ss : std::vector<int64_t>{ss[0] * ss[1]});
         const int64_t n = q.block2d ? outer_n(q.rows) : outer_n(q.cols);
-        o.amax = part(file, name, ".amax_colwise", DType::kF32, outer_shape(q, n, 0, 0), DType::kF32, {n});
+        o.amax = part(file, name, ".amax_colwise", DType::kF32, outer_shape(q, n, 0, 0),
+                      DType::kF32, {n});
       }
       break;
     }
@@ -352,47 +369,57 @@ QTensor read_qtensor(const SafetensorsFile& file, const std::string& name, DType
         o.scale_rows = q.rows, o.scale_cols = q.cols / 32;
         o.data = part(file, name, ".qdata", ed, {q.rows, q.cols}, DType::kU8, {q.rows, q.cols});
         const auto ss = scale_shape(q, o.scale_rows, o.scale_cols);
-        o.block_scale = part(file, name, ".block_scale", DType::kF8E8M0, ss, DType::kU8,
-                             q.scale_layout == ScaleLayout::kCompact ? ss : std::vector<int64_t>{ss[0] * ss[1]});
+        o.block_scale = part(
+            file, name, ".block_scale", DType::kF8E8M0, ss, DType::kU8,
+            q.scale_layout == ScaleLayout::kCompact ? ss : std::vector<int64_t>{ss[0] * ss[1]});
       }
       if (has_col) {
         if (q.rows % 32 != 0) fail(name, "mxfp8 columnwise needs rows % 32 == 0");
         QData& o = q.colwise;
         o.scale_rows = q.rows / 32, o.scale_cols = q.cols;
-        o.data = part(file, name, ".qdata_colwise", ed, {q.rows, q.cols}, DType::kU8, {q.rows, q.cols});
-        o.block_scale = part(file, name, ".block_scale_colwise", DType::kF8E8M0, {q.rows / 32, q.cols}, DType::kU8,
-                             {q.rows / 32, q.cols});
+        o.data =
+            part(file, name, ".qdata_colwise", ed, {q.rows, q.cols}, DType::kU8, {q.rows, q.cols});
+        o.block_scale = part(file, name, ".block_scale_colwise", DType::kF8E8M0,
+                             {q.rows / 32, q.cols}, DType::kU8, {q.rows / 32, q.cols});
       }
       break;
     }
     case Format::kFp8: {
       const DType ed = elem_dtype(q);
       auto grid = [&](int64_t mrows, int64_t mcols, int64_t& sr, int64_t& scn) {
-        if (q.scaling == Scaling::kBlock1x128) sr = mrows, scn = ceil128(mcols);
-        else if (q.scaling == Scaling::kBlock128x128) sr = ceil128(mrows), scn = ceil128(mcols);
-        else sr = outer_n(mrows), scn = 1;
+        if (q.scaling == Scaling::kBlock1x128)
+          sr = mrows, scn = ceil128(mcols);
+        else if (q.scaling == Scaling::kBlock128x128)
+          sr = ceil128(mrows), scn = ceil128(mcols);
+        else
+          sr = outer_n(mrows), scn = 1;
       };
       if (has_row) {
         QData& o = q.rowwise;
         grid(q.rows, q.cols, o.scale_rows, o.scale_cols);
         o.data = part(file, name, ".qdata", ed, {q.rows, q.cols}, DType::kU8, {q.rows, q.cols});
-        o.scale_inv = part(file, name, ".scale_inv", DType::kF32, outer_shape(q, o.scale_rows, o.scale_rows, o.scale_cols),
-                           DType::kF32, {o.scale_rows, o.scale_cols});
+        o.scale_inv = part(file, name, ".scale_inv", DType::kF32,
+                           outer_shape(q, o.scale_rows, o.scale_rows, o.scale_cols), DType::kF32,
+                           {o.scale_rows, o.scale_cols});
       }
       if (has_col) {
         QData& o = q.colwise;
-        // per_tensor / 128x128 copies are the transposed rowwise copy; per_row and 1x128 ones are the
-        // quantization of X^T [cols, rows].
-        if (q.scaling == Scaling::kPerTensor) o.scale_rows = 1, o.scale_cols = 1;
-        else grid(q.cols, q.rows, o.scale_rows, o.scale_cols);
-        o.data = part(file, name, ".qdata_colwise", ed, {q.cols, q.rows}, DType::kU8, {q.cols, q.rows});
+        // per_tensor / 128x128 copies are the transposed rowwise copy; per_row and 1x128 ones are
+        // the quantization of X^T [cols, rows].
+        if (q.scaling == Scaling::kPerTensor)
+          o.scale_rows = 1, o.scale_cols = 1;
+        else
+          grid(q.cols, q.rows, o.scale_rows, o.scale_cols);
+        o.data =
+            part(file, name, ".qdata_colwise", ed, {q.cols, q.rows}, DType::kU8, {q.cols, q.rows});
         o.scale_inv = part(file, name, ".scale_inv_colwise", DType::kF32,
                            outer_shape(q, o.scale_rows, o.scale_rows, o.scale_cols), DType::kF32,
                            {o.scale_rows, o.scale_cols});
       }
       break;
     }
-    default: break;
+    default:
+      break;
   }
   return q;
 }

@@ -21,24 +21,29 @@ std::string where(std::string_view name, int64_t rows, int64_t cols) {
 
 #if !defined(LOCKSTEP_HAVE_CUDA)
 [[noreturn]] void no_cuda(const Tensor& x, std::string_view name) {
-  throw std::runtime_error(fmt::format("tensor '{}' {} is on a CUDA device, but this lockstep was built "
-                                       "without CUDA (configure with -DLOCKSTEP_CUDA=ON)",
-                                       name, x.describe()));
+  throw std::runtime_error(
+      fmt::format("tensor '{}' {} is on a CUDA device, but this lockstep was built "
+                  "without CUDA (configure with -DLOCKSTEP_CUDA=ON)",
+                  name, x.describe()));
 }
 #endif
 
 void check_2d(const Tensor& x, std::string_view name) {
   if (x.dim() != 2)
-    throw QuantError(fmt::format("tensor '{}' {}: quantization takes 2-D tensors", name, x.describe()));
+    throw QuantError(
+        fmt::format("tensor '{}' {}: quantization takes 2-D tensors", name, x.describe()));
 }
 
 }  // namespace
 
 float source_type_max(DType dtype) {
   switch (dtype) {
-    case DType::kBF16: return num::kBf16Max;
-    case DType::kF16: return num::kF16Max;
-    default: return num::kFltMax;
+    case DType::kBF16:
+      return num::kBf16Max;
+    case DType::kF16:
+      return num::kF16Max;
+    default:
+      return num::kFltMax;
   }
 }
 
@@ -140,16 +145,19 @@ QTensor quantize_grouped(const Tensor& x, std::span<const int64_t> offsets, cons
 std::vector<QTensor> quantize_joint(std::span<const Tensor> xs, const QuantConfig& cfg,
                                     std::span<const std::string> names) {
   if (cfg.format != Format::kNvfp4 || cfg.scaling != Scaling::kPerTensor)
-    throw QuantError("joint quantization is defined for nvfp4 with per_tensor scaling (one shared amax)");
+    throw QuantError(
+        "joint quantization is defined for nvfp4 with per_tensor scaling (one shared amax)");
   if (!names.empty() && names.size() != xs.size())
-    throw QuantError(fmt::format("quantize_joint: {} names for {} tensors", names.size(), xs.size()));
+    throw QuantError(
+        fmt::format("quantize_joint: {} names for {} tensors", names.size(), xs.size()));
   auto name_of = [&](size_t i) { return names.empty() ? std::string("tensor") : names[i]; };
   for (size_t i = 0; i < xs.size(); ++i) {
     check_2d(xs[i], name_of(i));
     validate_quant_input(name_of(i), xs[i].rows(), xs[i].cols(), {}, cfg);
     if (xs[i].device() != xs[0].device())
-      throw QuantError(fmt::format("quantize_joint: tensor '{}' is on {} but '{}' on {}", name_of(i),
-                                   xs[i].device().str(), name_of(0), xs[0].device().str()));
+      throw QuantError(fmt::format("quantize_joint: tensor '{}' is on {} but '{}' on {}",
+                                   name_of(i), xs[i].device().str(), name_of(0),
+                                   xs[0].device().str()));
   }
   std::vector<QTensor> out;
   if (!xs.empty() && xs[0].is_cuda()) {
@@ -163,20 +171,23 @@ std::vector<QTensor> quantize_joint(std::span<const Tensor> xs, const QuantConfi
     // for the columnwise copies over the transposed (transformed) values.
     std::vector<std::vector<float>> storage(xs.size());
     std::vector<cpu::MatrixF32> ms;
-    for (size_t i = 0; i < xs.size(); ++i) ms.push_back(cpu::as_matrix(xs[i], storage[i], name_of(i)));
+    for (size_t i = 0; i < xs.size(); ++i)
+      ms.push_back(cpu::as_matrix(xs[i], storage[i], name_of(i)));
     float joint[2] = {0.0f, 0.0f};
     for (int c = 0; c < 2; ++c) {
       float acc = num::amax_empty();
       int64_t count = 0;
       for (const cpu::MatrixF32& m : ms) {
         if (m.rows * m.cols == 0) continue;
-        acc = num::fmax_f32(acc, cpu::nvfp4_tensor_amax(m, {}, cfg.hadamard, c == 0 ? Copy::kRowwise : Copy::kColwise));
+        acc = num::fmax_f32(acc, cpu::nvfp4_tensor_amax(m, {}, cfg.hadamard,
+                                                        c == 0 ? Copy::kRowwise : Copy::kColwise));
         count += m.rows * m.cols;
       }
       joint[c] = count == 0 ? 0.0f : acc;
       if (!cfg.colwise) break;
     }
-    for (const cpu::MatrixF32& m : ms) out.push_back(cpu::quantize(m, {}, cfg, &joint[0], &joint[1]));
+    for (const cpu::MatrixF32& m : ms)
+      out.push_back(cpu::quantize(m, {}, cfg, &joint[0], &joint[1]));
   }
   for (size_t i = 0; i < xs.size(); ++i) out[i].source_dtype = xs[i].dtype();
   return out;
@@ -184,8 +195,8 @@ std::vector<QTensor> quantize_joint(std::span<const Tensor> xs, const QuantConfi
 
 Tensor dequantize(const QTensor& q, const DequantConfig& cfg) {
   if (cfg.dtype != DType::kF32 && cfg.dtype != DType::kBF16)
-    throw QuantError(fmt::format("dequantize {}: output dtype {} (choose F32 or BF16)", q.describe(),
-                                 dtype_name(cfg.dtype)));
+    throw QuantError(fmt::format("dequantize {}: output dtype {} (choose F32 or BF16)",
+                                 q.describe(), dtype_name(cfg.dtype)));
   if (q.device().is_cuda()) {
 #if defined(LOCKSTEP_HAVE_CUDA)
     return cuda::dequantize(q, cfg);

@@ -166,7 +166,8 @@ __device__ __forceinline__ void fp8_row_piece(const ColTileParams& p, const uint
     for (int o = 1; o < 16; o <<= 1) a = fmaxf(a, __shfl_xor_sync(0xFFFFFFFFu, a, o));
     a = num::is_nan(a) ? nan_f32() : a;
     scale = num::fp8_scale(a, p.elem_max, p.eps, p.type_max, p.pow2);
-    if (ok && c % kColTileCols == 0) p.scale_inv[r * p.tile_cols + tile] = num::fp8_scale_inv(scale);
+    if (ok && c % kColTileCols == 0)
+      p.scale_inv[r * p.tile_cols + tile] = num::fp8_scale_inv(scale);
   }
   if (!ok) return;
   const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
@@ -270,9 +271,9 @@ __global__ void __launch_bounds__(256, 4)
   __syncthreads();
 
   // Phase 2.
-  const uint32_t* s32 = reinterpret_cast<const uint32_t*>(s_in);  // [128 rows][64 words]
+  const uint32_t* s32 = reinterpret_cast<const uint32_t*>(s_in);           // [128 rows][64 words]
   const int rb = warp, nvr = nrows - 16 * rb < 16 ? nrows - 16 * rb : 16;  // rows of the strip
-  auto strip = [&](int cp, uint32_t (&w)[16]) {                  // returns the max |x| bits
+  auto strip = [&](int cp, uint32_t(&w)[16]) {  // returns the max |x| bits
     uint32_t mm = 0;
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
@@ -416,8 +417,8 @@ __global__ void __launch_bounds__(256, 4)
 // group through the exact path (NaN ignored) again. One atomicMax per column and group segment.
 constexpr int kCaRows = 128, kCaLoads = 8;
 
-__global__ void __launch_bounds__(256) col_amax_bf16_kernel(const uint16_t* __restrict__ x,
-                                                            ColAmaxParams p) {
+__global__ void __launch_bounds__(256)
+    col_amax_bf16_kernel(const uint16_t* __restrict__ x, ColAmaxParams p) {
   const int lane = threadIdx.x & 31;
   const int64_t u = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
   const int64_t nspans = (p.cols + 255) / 256;
@@ -447,7 +448,8 @@ __global__ void __launch_bounds__(256) col_amax_bf16_kernel(const uint16_t* __re
 #pragma unroll
     for (int i = 0; i < 8; ++i)
       if (seen >> i & 1u)
-        atomicMax(p.keys + g * p.cols + c + i, (((m[i / 2] >> (16 * (i % 2))) & 0xFFFFu) << 16) + 1u);
+        atomicMax(p.keys + g * p.cols + c + i,
+                  (((m[i / 2] >> (16 * (i % 2))) & 0xFFFFu) << 16) + 1u);
     m[0] = m[1] = m[2] = m[3] = 0;
   };
   for (int64_t r = r0; r < r1; r += kCaLoads) {

@@ -43,14 +43,16 @@ struct TransposedGroups {
   std::vector<MatrixF32> mats;
 };
 
-TransposedGroups transposed_groups(const MatrixF32& x, const std::vector<int64_t>& groups, bool hadamard) {
+TransposedGroups transposed_groups(const MatrixF32& x, const std::vector<int64_t>& groups,
+                                   bool hadamard) {
   TransposedGroups t;
   const size_t ng = groups.size() - 1;
   t.values.resize(ng);
   t.mats.resize(ng);
   for (size_t g = 0; g < ng; ++g) {
     const int64_t r0 = groups[g], rg = groups[g + 1] - r0;
-    MatrixF32 xg{x.values.subspan(size_t(r0 * x.cols), size_t(rg * x.cols)), rg, x.cols, x.type_max, x.name};
+    MatrixF32 xg{x.values.subspan(size_t(r0 * x.cols), size_t(rg * x.cols)), rg, x.cols, x.type_max,
+                 x.name};
     t.values[g] = transpose(xg);
     MatrixF32 xt{t.values[g], x.cols, rg, x.type_max, x.name + ".T"};
     if (hadamard) {
@@ -75,8 +77,8 @@ float amax_of_all(const std::vector<MatrixF32>& mats) {
 }
 
 // Columnwise copy as the quantization of each group's X_g^T (NVFP4 1-D, FP8 1x128, FP8 per_row).
-QData quantize_transposed(const MatrixF32& x, std::span<const int64_t> offsets, const QuantConfig& cfg,
-                          const float* joint_amax) {
+QData quantize_transposed(const MatrixF32& x, std::span<const int64_t> offsets,
+                          const QuantConfig& cfg, const float* joint_amax) {
   const std::vector<int64_t> groups = groups_of(offsets, x.rows);
   const bool grouped = !offsets.empty();
   const TransposedGroups tg = transposed_groups(x, groups, cfg.hadamard);
@@ -155,7 +157,8 @@ QData transpose_rowwise(const QData& r, const QTensor& q, std::span<const int64_
       }
     if (fp4) {  // the 16x16 tile (r/16, c/16) scales the transposed block (c, r/16)
       for (int64_t c = 0; c < cols; ++c)
-        for (int64_t j = 0; j < rg / 16; ++j) scales.push_back(load_scale(r, q.scale_layout, r0 + j * 16, c / 16));
+        for (int64_t j = 0; j < rg / 16; ++j)
+          scales.push_back(load_scale(r, q.scale_layout, r0 + j * 16, c / 16));
     } else if (q.scaling == Scaling::kBlock128x128) {
       const float* si = r.scale_inv.ptr<float>();
       const int64_t nbc = r.scale_cols, tr0 = r0 / 128, ntr = (rg + 127) / 128;
@@ -203,7 +206,8 @@ QData transpose_rowwise(const QData& r, const QTensor& q, std::span<const int64_
 
 }  // namespace
 
-float nvfp4_tensor_amax(const MatrixF32& x, std::span<const int64_t> offsets, bool hadamard, Copy copy) {
+float nvfp4_tensor_amax(const MatrixF32& x, std::span<const int64_t> offsets, bool hadamard,
+                        Copy copy) {
   if (copy == Copy::kRowwise) {
     if (!hadamard) return amax_rows(x, 0, x.rows);
     const std::vector<float> h = hadamard16_rows(x);
@@ -231,9 +235,15 @@ QTensor quantize(const MatrixF32& x, std::span<const int64_t> offsets, const Qua
         nvfp4_rows(xr, cfg, amax, dom, 0, q.rowwise);
         break;
       }
-      case Format::kMxfp8: mxfp8_rows(xr, cfg, q.rowwise); break;
-      case Format::kFp8: fp8_rows(xr, offsets, cfg, 0, q.rowwise); break;
-      default: throw QuantError(fmt::format("format {} is not a quantized format", format_name(cfg.format)));
+      case Format::kMxfp8:
+        mxfp8_rows(xr, cfg, q.rowwise);
+        break;
+      case Format::kFp8:
+        fp8_rows(xr, offsets, cfg, 0, q.rowwise);
+        break;
+      default:
+        throw QuantError(
+            fmt::format("format {} is not a quantized format", format_name(cfg.format)));
     }
   }
   if (cfg.colwise) {

@@ -9,13 +9,13 @@
 
 #include <algorithm>
 
+#include "../tensor/cpu_parallel.h"
 #include "lockstep/numerics/block_rules.h"
 #include "lockstep/numerics/fast_codecs.h"
 #include "lockstep/numerics/hadamard.h"
 #include "lockstep/numerics/philox.h"
 #include "lockstep/quant/layout.h"
 #include "quantize_cpu_detail.h"
-#include "../tensor/cpu_parallel.h"
 
 namespace lockstep::cpu {
 
@@ -36,7 +36,8 @@ namespace detail {
 
 uint8_t encode_elem(const num::MiniFloat& f, const QuantConfig& cfg, float v, uint64_t index) {
   if (cfg.stochastic)
-    return num::encode_minifloat_stochastic(f, v, num::philox_element_word(cfg.seed, cfg.rng_stream, index));
+    return num::encode_minifloat_stochastic(
+        f, v, num::philox_element_word(cfg.seed, cfg.rng_stream, index));
   // The wire formats through their named codecs, which the compiler specialises (the generic
   // encoder with a runtime format costs ~10x more); E2M1 through encode_e2m1_arith, equal to
   // encode_e2m1 on every fp32 input (tests/test_numerics.cpp, the cross-backend codec test).
@@ -88,7 +89,8 @@ std::vector<float> domain_amax(const MatrixF32& x, std::span<const int64_t> offs
   if (s == Scaling::kPerRow) {
     std::vector<float> a(size_t(x.rows));
 #pragma omp parallel for schedule(static) if (x.rows * x.cols >= lockstep::detail::kParallelMinWork)
-    for (int64_t r = 0; r < x.rows; ++r) a[size_t(r)] = amax_of(x.values.data() + r * x.cols, x.cols);
+    for (int64_t r = 0; r < x.rows; ++r)
+      a[size_t(r)] = amax_of(x.values.data() + r * x.cols, x.cols);
     return a;
   }
   if (s == Scaling::kPerGroup) {
@@ -132,7 +134,8 @@ void nvfp4_rows(const MatrixF32& x, const QuantConfig& cfg, std::span<const floa
       for (int64_t j = 0; j < nb; ++j) {
         float acc = num::amax_empty();
         for (int64_t r = tr * 16; r < tr * 16 + 16; ++r)
-          for (int64_t c = j * 16; c < j * 16 + 16; ++c) acc = num::amax_fold(acc, xv[r * cols + c]);
+          for (int64_t c = j * 16; c < j * 16 + 16; ++c)
+            acc = num::amax_fold(acc, xv[r * cols + c]);
         const uint8_t s = num::two_level_block_scale(acc, o);
         for (int64_t r = tr * 16; r < tr * 16 + 16; ++r) sc.store(r, j, s);
       }
@@ -153,8 +156,10 @@ void nvfp4_rows(const MatrixF32& x, const QuantConfig& cfg, std::span<const floa
       const float enc = num::two_level_encode_factor(sc.load(r, j), o);
       for (int64_t c = j * 16; c < j * 16 + 16; c += 2) {
         const int64_t i0 = r * cols + c;
-        const uint8_t lo = encode_elem(num::kE2M1, cfg, num::mul_rn(xv[i0], enc), index_base + uint64_t(i0));
-        const uint8_t hi = encode_elem(num::kE2M1, cfg, num::mul_rn(xv[i0 + 1], enc), index_base + uint64_t(i0 + 1));
+        const uint8_t lo =
+            encode_elem(num::kE2M1, cfg, num::mul_rn(xv[i0], enc), index_base + uint64_t(i0));
+        const uint8_t hi = encode_elem(num::kE2M1, cfg, num::mul_rn(xv[i0 + 1], enc),
+                                       index_base + uint64_t(i0 + 1));
         data[i0 / 2] = uint8_t(lo | (hi << 4));
       }
     }
@@ -277,17 +282,24 @@ using namespace detail;
 
 MatrixF32 as_matrix(const Tensor& t, std::vector<float>& storage, std::string_view name) {
   if (t.dim() != 2)
-    throw QuantError(fmt::format("tensor '{}' {}: quantization takes 2-D tensors", name, t.describe()));
+    throw QuantError(
+        fmt::format("tensor '{}' {}: quantization takes 2-D tensors", name, t.describe()));
   if (!t.is_cpu())
-    throw QuantError(fmt::format("tensor '{}' {}: the CPU quantizer needs a host tensor", name, t.describe()));
+    throw QuantError(
+        fmt::format("tensor '{}' {}: the CPU quantizer needs a host tensor", name, t.describe()));
   MatrixF32 m;
   m.name = std::string(name);
   m.rows = t.shape()[0];
   m.cols = t.shape()[1];
   switch (t.dtype()) {
-    case DType::kF32: case DType::kBF16: case DType::kF16: m.type_max = source_type_max(t.dtype()); break;
+    case DType::kF32:
+    case DType::kBF16:
+    case DType::kF16:
+      m.type_max = source_type_max(t.dtype());
+      break;
     default:
-      throw QuantError(fmt::format("tensor '{}' {}: quantization takes F32, BF16 or F16 input", name, t.describe()));
+      throw QuantError(fmt::format("tensor '{}' {}: quantization takes F32, BF16 or F16 input",
+                                   name, t.describe()));
   }
   if (t.dtype() == DType::kF32 && t.is_contiguous()) {
     m.values = t.data<float>();
@@ -299,11 +311,14 @@ MatrixF32 as_matrix(const Tensor& t, std::vector<float>& storage, std::string_vi
 }
 
 std::vector<float> hadamard16_rows(const MatrixF32& x) {
-  if (x.cols % 16 != 0) throw QuantError(fmt::format("{}: the Hadamard transform needs cols % 16 == 0", where(x.name, x.rows, x.cols)));
+  if (x.cols % 16 != 0)
+    throw QuantError(fmt::format("{}: the Hadamard transform needs cols % 16 == 0",
+                                 where(x.name, x.rows, x.cols)));
   std::vector<float> out(x.values.size());
   const int64_t chunks = x.rows * x.cols / 16;
 #pragma omp parallel for schedule(static) if (chunks * 16 >= lockstep::detail::kParallelMinWork)
-  for (int64_t k = 0; k < chunks; ++k) num::hadamard16_chunk(x.values.data() + k * 16, out.data() + k * 16);
+  for (int64_t k = 0; k < chunks; ++k)
+    num::hadamard16_chunk(x.values.data() + k * 16, out.data() + k * 16);
   return out;
 }
 

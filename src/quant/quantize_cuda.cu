@@ -1,12 +1,12 @@
-// Launchers of the CUDA row quantizer kernels (quantize_rows_cuda.cuh) and the Hadamard transform: the
-// only place the row loader templates are instantiated, so the host planning code
+// Launchers of the CUDA row quantizer kernels (quantize_rows_cuda.cuh) and the Hadamard transform:
+// the only place the row loader templates are instantiated, so the host planning code
 // (quantize_cuda_host.cpp) sees plain functions taking parameter blocks.
+#include <type_traits>
+
+#include "../tensor/cuda_util.h"
 #include "quantize_cuda_params.h"
 #include "quantize_rows_cuda.cuh"
 #include "quantize_tiles_cuda.cuh"
-#include "../tensor/cuda_util.h"
-
-#include <type_traits>
 
 namespace lockstep::cuda::detail {
 namespace {
@@ -15,28 +15,37 @@ template <class Loader, RowFmt F, int Mode>
 void rows_fast(const Loader& ld, const RowParams& p, unsigned grid, int threads, cudaStream_t st) {
   if constexpr (F == RowFmt::kNvfp4) {
     if (p.sr.on) {
-      if (p.scale.swizzled) quantize_rows_nvfp4_kernel<Loader, Mode, true, true><<<grid, threads, 0, st>>>(ld, p);
-      else quantize_rows_nvfp4_kernel<Loader, Mode, false, true><<<grid, threads, 0, st>>>(ld, p);
+      if (p.scale.swizzled)
+        quantize_rows_nvfp4_kernel<Loader, Mode, true, true><<<grid, threads, 0, st>>>(ld, p);
+      else
+        quantize_rows_nvfp4_kernel<Loader, Mode, false, true><<<grid, threads, 0, st>>>(ld, p);
     } else {
-      if (p.scale.swizzled) quantize_rows_nvfp4_kernel<Loader, Mode, true, false><<<grid, threads, 0, st>>>(ld, p);
-      else quantize_rows_nvfp4_kernel<Loader, Mode, false, false><<<grid, threads, 0, st>>>(ld, p);
+      if (p.scale.swizzled)
+        quantize_rows_nvfp4_kernel<Loader, Mode, true, false><<<grid, threads, 0, st>>>(ld, p);
+      else
+        quantize_rows_nvfp4_kernel<Loader, Mode, false, false><<<grid, threads, 0, st>>>(ld, p);
     }
   } else {
-    if (p.scale.swizzled) quantize_rows_fast_kernel<Loader, F, Mode, true><<<grid, threads, 0, st>>>(ld, p);
-    else quantize_rows_fast_kernel<Loader, F, Mode, false><<<grid, threads, 0, st>>>(ld, p);
+    if (p.scale.swizzled)
+      quantize_rows_fast_kernel<Loader, F, Mode, true><<<grid, threads, 0, st>>>(ld, p);
+    else
+      quantize_rows_fast_kernel<Loader, F, Mode, false><<<grid, threads, 0, st>>>(ld, p);
   }
 }
 
-// The specialized kernel where it applies (quantize_rows_fast_kernel's conditions); true if launched.
+// The specialized kernel where it applies (quantize_rows_fast_kernel's conditions); true if
+// launched.
 template <class Loader>
-bool try_rows_fast(const Loader& ld, RowFmt f, const RowParams& p, unsigned grid, int threads, cudaStream_t st) {
+bool try_rows_fast(const Loader& ld, RowFmt f, const RowParams& p, unsigned grid, int threads,
+                   cudaStream_t st) {
   constexpr bool plain = std::is_same_v<Loader, LoadBf16>;
   constexpr bool gather = std::is_same_v<Loader, LoadGather<LoadBf16>>;
   if constexpr (!plain && !gather) {
     return false;
   } else {
     // Stochastic rounding: NVFP4 only (the FP8 kernels round to nearest).
-    if (p.cols % 16 != 0 || (p.sr.on && f != RowFmt::kNvfp4) || p.nchunks > kRegChunks * 256) return false;
+    if (p.cols % 16 != 0 || (p.sr.on && f != RowFmt::kNvfp4) || p.nchunks > kRegChunks * 256)
+      return false;
     if (f != RowFmt::kNvfp4 && p.e5m2) return false;
     if constexpr (gather) {
       if (f != RowFmt::kNvfp4 || p.amax_mode != kAmaxRow) return false;
@@ -45,18 +54,27 @@ bool try_rows_fast(const Loader& ld, RowFmt f, const RowParams& p, unsigned grid
     } else {
       switch (f) {
         case RowFmt::kNvfp4:
-          if (p.amax_mode == kAmaxRow) rows_fast<Loader, RowFmt::kNvfp4, kAmaxRow>(ld, p, grid, threads, st);
-          else if (p.amax_mode == kAmaxDomain) rows_fast<Loader, RowFmt::kNvfp4, kAmaxDomain>(ld, p, grid, threads, st);
-          else return false;
+          if (p.amax_mode == kAmaxRow)
+            rows_fast<Loader, RowFmt::kNvfp4, kAmaxRow>(ld, p, grid, threads, st);
+          else if (p.amax_mode == kAmaxDomain)
+            rows_fast<Loader, RowFmt::kNvfp4, kAmaxDomain>(ld, p, grid, threads, st);
+          else
+            return false;
           return true;
         case RowFmt::kMxfp8:
           if (p.amax_mode != kAmaxDomain) return false;
           rows_fast<Loader, RowFmt::kMxfp8, kAmaxDomain>(ld, p, grid, threads, st);
           return true;
         case RowFmt::kFp8:
-          if (p.amax_mode == kAmaxRow) quantize_rows_fast_kernel<Loader, RowFmt::kFp8, kAmaxRow, false><<<grid, threads, 0, st>>>(ld, p);
-          else if (p.amax_mode == kAmaxDomain) quantize_rows_fast_kernel<Loader, RowFmt::kFp8, kAmaxDomain, false><<<grid, threads, 0, st>>>(ld, p);
-          else quantize_rows_fast_kernel<Loader, RowFmt::kFp8, kAmaxLanes8, false><<<grid, threads, 0, st>>>(ld, p);
+          if (p.amax_mode == kAmaxRow)
+            quantize_rows_fast_kernel<Loader, RowFmt::kFp8, kAmaxRow, false>
+                <<<grid, threads, 0, st>>>(ld, p);
+          else if (p.amax_mode == kAmaxDomain)
+            quantize_rows_fast_kernel<Loader, RowFmt::kFp8, kAmaxDomain, false>
+                <<<grid, threads, 0, st>>>(ld, p);
+          else
+            quantize_rows_fast_kernel<Loader, RowFmt::kFp8, kAmaxLanes8, false>
+                <<<grid, threads, 0, st>>>(ld, p);
           return true;
       }
       return false;
@@ -74,9 +92,15 @@ void rows_with(const Loader& ld, RowFmt f, const RowParams& p, cudaStream_t st) 
     return;
   }
   switch (f) {
-    case RowFmt::kNvfp4: quantize_rows_kernel<Loader, RowFmt::kNvfp4><<<grid, threads, 0, st>>>(ld, p); break;
-    case RowFmt::kMxfp8: quantize_rows_kernel<Loader, RowFmt::kMxfp8><<<grid, threads, 0, st>>>(ld, p); break;
-    case RowFmt::kFp8: quantize_rows_kernel<Loader, RowFmt::kFp8><<<grid, threads, 0, st>>>(ld, p); break;
+    case RowFmt::kNvfp4:
+      quantize_rows_kernel<Loader, RowFmt::kNvfp4><<<grid, threads, 0, st>>>(ld, p);
+      break;
+    case RowFmt::kMxfp8:
+      quantize_rows_kernel<Loader, RowFmt::kMxfp8><<<grid, threads, 0, st>>>(ld, p);
+      break;
+    case RowFmt::kFp8:
+      quantize_rows_kernel<Loader, RowFmt::kFp8><<<grid, threads, 0, st>>>(ld, p);
+      break;
   }
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
@@ -104,17 +128,23 @@ void launch_rows(const InputRef& in, RowFmt f, const RowParams& p, cudaStream_t 
   with_loader(in, [&](auto ld) { rows_with(ld, f, p, st); });
 }
 
-void launch_rows_gather(const InputRef& in, const int32_t* src, int64_t tokens, const RowParams& p, cudaStream_t st) {
-  with_loader(in, [&](auto ld) { rows_with(LoadGather<decltype(ld)>{ld, src, tokens}, RowFmt::kNvfp4, p, st); });
+void launch_rows_gather(const InputRef& in, const int32_t* src, int64_t tokens, const RowParams& p,
+                        cudaStream_t st) {
+  with_loader(in, [&](auto ld) {
+    rows_with(LoadGather<decltype(ld)>{ld, src, tokens}, RowFmt::kNvfp4, p, st);
+  });
 }
 
-void launch_hadamard(const InputRef& in, int64_t rows, int64_t cols, void* out, bool out_bf16, cudaStream_t st) {
+void launch_hadamard(const InputRef& in, int64_t rows, int64_t cols, void* out, bool out_bf16,
+                     cudaStream_t st) {
   const int64_t nch = rows * (cols / 16);
   if (nch == 0) return;
   const unsigned grid = unsigned((nch + 255) / 256);
   with_loader(in, [&](auto ld) {
-    if (out_bf16) hadamard16_kernel<<<grid, 256, 0, st>>>(ld, rows, cols, static_cast<uint16_t*>(out));
-    else hadamard16_kernel<<<grid, 256, 0, st>>>(ld, rows, cols, static_cast<float*>(out));
+    if (out_bf16)
+      hadamard16_kernel<<<grid, 256, 0, st>>>(ld, rows, cols, static_cast<uint16_t*>(out));
+    else
+      hadamard16_kernel<<<grid, 256, 0, st>>>(ld, rows, cols, static_cast<float*>(out));
   });
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }

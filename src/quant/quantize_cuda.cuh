@@ -90,7 +90,8 @@ struct LoadGather {
 };
 
 // Producer fusion 2: x[r, c] = swiglu_weighted(gate[r, c], up[r, c], prob[r]) with the FC1 output
-// [rows, 2H] holding gate in columns [0, H) and up in [H, 2H) (`in` indexes that [rows, 2H] matrix).
+// [rows, 2H] holding gate in columns [0, H) and up in [H, 2H) (`in` indexes that [rows, 2H]
+// matrix).
 template <class Inner>
 struct LoadSwiglu {
   Inner in;
@@ -102,7 +103,8 @@ struct LoadSwiglu {
     in.load(r, c0 + half, n, u);
     const float pr = prob[r];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) v[i] = i < n ? num::swiglu_weighted_f32(g[i], u[i], pr) : nan_f32();
+    for (int i = 0; i < 16; ++i)
+      v[i] = i < n ? num::swiglu_weighted_f32(g[i], u[i], pr) : nan_f32();
   }
 };
 
@@ -137,7 +139,9 @@ __device__ __forceinline__ float block_fmax(float a, float* red /* [32] shared *
 
 // Domain amax as an order-independent integer key: 0 = nothing but NaN seen, else bits(|x|) + 1
 // (|x| >= 0, so the integer order of the bits is the float order).
-__device__ __forceinline__ uint32_t amax_key(float a) { return num::is_nan(a) ? 0u : __float_as_uint(a) + 1u; }
+__device__ __forceinline__ uint32_t amax_key(float a) {
+  return num::is_nan(a) ? 0u : __float_as_uint(a) + 1u;
+}
 // Finish a key: the amax, NaN for a non-empty domain of only NaN, 0 for an empty domain.
 __device__ __forceinline__ float amax_from_key(uint32_t k, bool nonempty) {
   if (k != 0) return __uint_as_float(k - 1u);
@@ -176,24 +180,28 @@ __device__ __forceinline__ void sr_words(const SrParams& sr, uint64_t idx0, uint
 
 // Pack 16 scaled values v[i] * f into 8 E2M1 bytes (two uint32), RNE or stochastic (element i of
 // the run has index idx0 + i).
-__device__ __forceinline__ uint2 encode_e2m1x16(const float v[16], float f, const SrParams& sr, uint64_t idx0) {
+__device__ __forceinline__ uint2 encode_e2m1x16(const float v[16], float f, const SrParams& sr,
+                                                uint64_t idx0) {
   uint32_t w[2] = {0, 0};
   if (!sr.on) {
 #pragma unroll
     for (int i = 0; i < 16; i += 2)
-      w[i / 8] |= uint32_t(num::encode_e2m1x2_fast(num::mul_rn(v[i], f), num::mul_rn(v[i + 1], f))) << (8 * ((i / 2) % 4));
+      w[i / 8] |= uint32_t(num::encode_e2m1x2_fast(num::mul_rn(v[i], f), num::mul_rn(v[i + 1], f)))
+                  << (8 * ((i / 2) % 4));
     return make_uint2(w[0], w[1]);
   }
   uint32_t r[16];
   sr_words(sr, idx0, r);
 #pragma unroll
   for (int i = 0; i < 16; ++i)
-    w[i / 8] |= uint32_t(num::encode_minifloat_stochastic(kFmtE2M1, num::mul_rn(v[i], f), r[i])) << (4 * (i % 8));
+    w[i / 8] |= uint32_t(num::encode_minifloat_stochastic(kFmtE2M1, num::mul_rn(v[i], f), r[i]))
+                << (4 * (i % 8));
   return make_uint2(w[0], w[1]);
 }
 
 // 16 scaled values to 16 E4M3 or E5M2 bytes (RNE or stochastic, as encode_e2m1x16).
-__device__ __forceinline__ uint4 encode_fp8x16(const float v[16], float f, bool e5m2, const SrParams& sr, uint64_t idx0) {
+__device__ __forceinline__ uint4 encode_fp8x16(const float v[16], float f, bool e5m2,
+                                               const SrParams& sr, uint64_t idx0) {
   uint32_t w[4] = {0, 0, 0, 0};
   if (!sr.on) {
 #pragma unroll
@@ -209,18 +217,20 @@ __device__ __forceinline__ uint4 encode_fp8x16(const float v[16], float f, bool 
   const num::MiniFloat m = e5m2 ? num::MiniFloat(kFmtE5M2) : num::MiniFloat(kFmtE4M3);
 #pragma unroll
   for (int i = 0; i < 16; ++i)
-    w[i / 4] |= uint32_t(num::encode_minifloat_stochastic(m, num::mul_rn(v[i], f), r[i])) << (8 * (i % 4));
+    w[i / 4] |= uint32_t(num::encode_minifloat_stochastic(m, num::mul_rn(v[i], f), r[i]))
+                << (8 * (i % 4));
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-
-
-// Calls f with the plain loader of `in` (bf16 or fp32): the launchers' one dispatch on the input type.
+// Calls f with the plain loader of `in` (bf16 or fp32): the launchers' one dispatch on the input
+// type.
 template <class F>
 void with_loader(const InputRef& in, F&& f) {
   const bool vec = in.cols % 16 == 0;
-  if (in.bf16) f(LoadBf16{static_cast<const uint16_t*>(in.p), in.cols, vec});
-  else f(LoadF32{static_cast<const float*>(in.p), in.cols, vec});
+  if (in.bf16)
+    f(LoadBf16{static_cast<const uint16_t*>(in.p), in.cols, vec});
+  else
+    f(LoadF32{static_cast<const float*>(in.p), in.cols, vec});
 }
 
 }  // namespace lockstep::cuda::detail

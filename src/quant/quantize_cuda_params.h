@@ -65,13 +65,13 @@ struct FinishParams {
   const uint32_t* keys = nullptr;
   const int64_t* offsets = nullptr;  // groups: domain g is non-empty iff it has rows (and cols > 0)
   int64_t cols = 0;
-  bool tensor_nonempty = false;      // per tensor / joint / tiles
+  bool tensor_nonempty = false;  // per tensor / joint / tiles
   bool fp8 = false;
   float elem_max = 448.0f, eps = 0.0f, type_max = 0.0f;
   bool pow2 = false;
-  float* dom_val = nullptr;          // amax (NVFP4) or scale (FP8) per domain
-  float* amax_out = nullptr;         // NVFP4 stored amax per domain
-  float* scale_inv_out = nullptr;    // FP8 stored scale_inv per domain
+  float* dom_val = nullptr;        // amax (NVFP4) or scale (FP8) per domain
+  float* amax_out = nullptr;       // NVFP4 stored amax per domain
+  float* scale_inv_out = nullptr;  // FP8 stored scale_inv per domain
   // Column domains (columnwise per_row): domain d is column d % dom_cols of group d / dom_cols,
   // non-empty iff that group has rows. 0: domains are groups (offsets) or one tensor.
   int64_t dom_cols = 0;
@@ -117,12 +117,12 @@ struct ColTileParams {
   const float* dom_val = nullptr;
   // Columnwise copy: group g's piece is X_g^T [cols, rows_g] starting at element cols * offsets[g].
   uint8_t* data_col = nullptr;
-  uint8_t* scale_col = nullptr;       // NVFP4 block scales: group pieces [cols, rows_g / 16]
-  bool scale_col_swizzled = false;    // ungrouped only: [cols, rows / 16] swizzled
-  float* scale_inv_col = nullptr;     // kFp8Block: group pieces [cols, ceil(rows_g / 128)]
-  const int64_t* col_sbase = nullptr; // kFp8Block: piece g starts at cols * col_sbase[g]
-  const float* col_val = nullptr;     // kNvfp4: amax per domain; kFp8Col: scale per (g, c)
-  int col_dom = 0;                    // kNvfp4: 0 per tensor, 1 per group, 2 per (group, column)
+  uint8_t* scale_col = nullptr;        // NVFP4 block scales: group pieces [cols, rows_g / 16]
+  bool scale_col_swizzled = false;     // ungrouped only: [cols, rows / 16] swizzled
+  float* scale_inv_col = nullptr;      // kFp8Block: group pieces [cols, ceil(rows_g / 128)]
+  const int64_t* col_sbase = nullptr;  // kFp8Block: piece g starts at cols * col_sbase[g]
+  const float* col_val = nullptr;      // kNvfp4: amax per domain; kFp8Col: scale per (g, c)
+  int col_dom = 0;                     // kNvfp4: 0 per tensor, 1 per group, 2 per (group, column)
   // kNvfp4 with per tensor / per group scaling and no Hadamard transform: the rowwise copy from the
   // same read (its A per domain is col_val's), when data_row != nullptr.
   uint8_t* data_row = nullptr;
@@ -140,7 +140,7 @@ struct Nvfp4TransposeParams {
   const uint8_t* data = nullptr;  // rowwise [rows, cols / 2]
   ScaleOut scale;                 // rowwise scales [rows, cols / 16]
   uint8_t* data_col = nullptr;    // group pieces [cols, rows_g / 2]
-  uint8_t* scale_col = nullptr;   // group pieces [cols, rows_g / 16] (swizzled when ungrouped + swz)
+  uint8_t* scale_col = nullptr;  // group pieces [cols, rows_g / 16] (swizzled when ungrouped + swz)
   bool scale_col_swizzled = false;
 };
 
@@ -155,8 +155,8 @@ struct DequantColParams {
   const uint8_t* data = nullptr;
   const uint8_t* scale = nullptr;
   bool scale_swizzled = false;
-  const float* amax = nullptr;       // NVFP4
-  const float* scale_inv = nullptr;  // FP8
+  const float* amax = nullptr;         // NVFP4
+  const float* scale_inv = nullptr;    // FP8
   const int64_t* col_sbase = nullptr;  // FP8 1x128: blocks before group g
   float* out_f32 = nullptr;
   uint16_t* out_bf16 = nullptr;
@@ -208,7 +208,7 @@ struct DequantParams {
   int64_t scale_inv_cols = 0;
   const int64_t* offsets = nullptr;
   int64_t groups = 0;
-  float* out_f32 = nullptr;    // exactly one of out_f32 / out_bf16 (RNE of the fp32 value)
+  float* out_f32 = nullptr;  // exactly one of out_f32 / out_bf16 (RNE of the fp32 value)
   uint16_t* out_bf16 = nullptr;
 };
 
@@ -228,22 +228,29 @@ void launch_amax_keys(const float* a, uint32_t* keys, int64_t n, cudaStream_t st
 void launch_rows(const InputRef& in, RowFmt f, const RowParams& p, cudaStream_t st);
 // Producer fusions, NVFP4 rows: gather (output row r = input row src[r], -1 = zero row) and
 // weighted SwiGLU (in is the [rows, 2 * half] FC1 output, prob [rows]).
-void launch_rows_gather(const InputRef& in, const int32_t* src, int64_t tokens, const RowParams& p, cudaStream_t st);
-void launch_rows_swiglu(const InputRef& in, const float* prob, int64_t half, const RowParams& p, cudaStream_t st);
+void launch_rows_gather(const InputRef& in, const int32_t* src, int64_t tokens, const RowParams& p,
+                        cudaStream_t st);
+void launch_rows_swiglu(const InputRef& in, const float* prob, int64_t half, const RowParams& p,
+                        cudaStream_t st);
 void launch_nvfp4_2d(const InputRef& in, const Nvfp4TileParams& p, cudaStream_t st);
 void launch_mxfp8_tile(const InputRef& in, const MxTileParams& p, cudaStream_t st);
-void launch_hadamard(const InputRef& in, int64_t rows, int64_t cols, void* out, bool out_bf16, cudaStream_t st);
+void launch_hadamard(const InputRef& in, int64_t rows, int64_t cols, void* out, bool out_bf16,
+                     cudaStream_t st);
 void launch_dequantize(const DequantParams& p, cudaStream_t st);
 
 // Columnwise copies (quantize_colwise_cuda.cu).
 void launch_col_amax(const InputRef& in, const ColAmaxParams& p, cudaStream_t st);
 // Y = the Hadamard transform of each 16-row chunk down each column of x (rows % 16 == 0), bf16.
-void launch_hadamard_cols(const InputRef& in, int64_t rows, int64_t cols, uint16_t* out, cudaStream_t st);
-void launch_col_tiles(const InputRef& in, ColMode mode, const ColTileParams& p, int64_t nbands, cudaStream_t st);
+void launch_hadamard_cols(const InputRef& in, int64_t rows, int64_t cols, uint16_t* out,
+                          cudaStream_t st);
+void launch_col_tiles(const InputRef& in, ColMode mode, const ColTileParams& p, int64_t nbands,
+                      cudaStream_t st);
 void launch_nvfp4_transpose(const Nvfp4TransposeParams& p, int64_t nbands, cudaStream_t st);
-// FP8 128x128 columnwise scales: group g's [nbc, rows_g / 128] piece = transpose of its rowwise tiles.
-void launch_fp8_tile_scale_transpose(const float* scale_inv, int64_t rows, int64_t nbc, const int64_t* offsets,
-                                     int64_t groups, float* out, cudaStream_t st);
+// FP8 128x128 columnwise scales: group g's [nbc, rows_g / 128] piece = transpose of its rowwise
+// tiles.
+void launch_fp8_tile_scale_transpose(const float* scale_inv, int64_t rows, int64_t nbc,
+                                     const int64_t* offsets, int64_t groups, float* out,
+                                     cudaStream_t st);
 void launch_dequantize_colwise(const DequantColParams& p, cudaStream_t st);
 // The bf16 kernels of quantize_colwise_fast_cuda.cu (bf16 rows 16-byte aligned, cols % 8 == 0,
 // round to nearest); false (nothing launched) where they do not apply.

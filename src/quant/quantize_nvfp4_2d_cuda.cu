@@ -34,16 +34,18 @@ __device__ __forceinline__ void transpose8x8_nibbles(uint32_t (&a)[8]) {
 // 16 rows of warp w of that column) at (j * 32 + l) * 8 + (w ^ ((l >> 1) & 7)): the 16 lanes of a
 // half-warp hit 16 different 8-byte banks both when warp w writes (j fixed) and when warp j reads
 // (w fixed).
-__device__ __forceinline__ int t_unit(int j, int l, int w) { return (j * 32 + l) * 8 + (w ^ ((l >> 1) & 7)); }
+__device__ __forceinline__ int t_unit(int j, int l, int w) {
+  return (j * 32 + l) * 8 + (w ^ ((l >> 1) & 7));
+}
 
 // CTA = one band (<= 128 rows of one group, a multiple of 16) x 256 columns, 8 warps. Warp w:
 // rows [16 w, 16 w + 16) of the band as quantize_nvfp4_2d_bf16_kernel's unit (lane l holds columns
 // 8 l .. 8 l + 7 of all 16 rows: the 16x16 tile is lanes 2m, 2m + 1), the rowwise codes stored
 // from registers (a warp writes 128 contiguous bytes per row); the lane's 16 code words transposed
 // as two 8x8 nibble matrices into 8 columns x 16 rows, staged in shared memory. Then warp j writes
-// columns 8 l + j (lane l): the band's nrows / 2 code bytes of that column of X_g^T (16-byte stores)
-// and its nrows / 16 scale bytes. Bands are taken back to front (the amax pass before read the
-// input front to back).
+// columns 8 l + j (lane l): the band's nrows / 2 code bytes of that column of X_g^T (16-byte
+// stores) and its nrows / 16 scale bytes. Bands are taken back to front (the amax pass before read
+// the input front to back).
 template <bool Swz>
 __global__ void __launch_bounds__(256, 2)
     nvfp4_2d_both_bf16_kernel(const uint16_t* __restrict__ x, Nvfp4TileParams p, int64_t nspans) {

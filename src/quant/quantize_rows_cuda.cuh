@@ -9,11 +9,10 @@
 
 namespace lockstep::cuda::detail {
 
-
-
 template <RowFmt F>
-__device__ __forceinline__ void row_process_chunk(const RowParams& p, int64_t r, int b, const float v[16], float cam,
-                                                  float rowA, const num::TwoLevelOuter& outer) {
+__device__ __forceinline__ void row_process_chunk(const RowParams& p, int64_t r, int b,
+                                                  const float v[16], float cam, float rowA,
+                                                  const num::TwoLevelOuter& outer) {
   const bool valid = b < p.nchunks;
   const int64_t c0 = int64_t(b) * 16;
   const int lane = threadIdx.x & 31;
@@ -26,7 +25,8 @@ __device__ __forceinline__ void row_process_chunk(const RowParams& p, int64_t r,
     *reinterpret_cast<uint2*>(p.data + (r * p.cols + c0) / 2) = q;
     p.scale.store(r, b, s);
   } else if constexpr (F == RowFmt::kMxfp8) {
-    const float bam = num::fmax_f32(cam, __shfl_xor_sync(0xFFFFFFFFu, cam, 1));  // block of 32 = 2 chunks
+    const float bam =
+        num::fmax_f32(cam, __shfl_xor_sync(0xFFFFFFFFu, cam, 1));  // block of 32 = 2 chunks
     if (!valid) return;
     const uint8_t e = num::mx_block_exponent(bam, p.elem_max);
     const uint4 q = encode_fp8x16(v, num::mx_encode_factor(e), p.e5m2, p.sr, idx0);
@@ -47,13 +47,16 @@ __device__ __forceinline__ void row_process_chunk(const RowParams& p, int64_t r,
     } else {
       if (!valid) return;
       int64_t d = 0;
-      if (p.dom_kind == kDomGroup) d = group_of_row(p.offsets, p.groups, r);
-      else if (p.dom_kind == kDomTile128) d = (r / 128) * p.tile_cols + c0 / 128;
+      if (p.dom_kind == kDomGroup)
+        d = group_of_row(p.offsets, p.groups, r);
+      else if (p.dom_kind == kDomTile128)
+        d = (r / 128) * p.tile_cols + c0 / 128;
       scale = p.dom_val[d];
     }
     const int n = int(p.cols - c0 < 16 ? p.cols - c0 : 16);
     if (n == 16 && (p.cols & 15) == 0) {
-      *reinterpret_cast<uint4*>(p.data + r * p.cols + c0) = encode_fp8x16(v, scale, p.e5m2, p.sr, idx0);
+      *reinterpret_cast<uint4*>(p.data + r * p.cols + c0) =
+          encode_fp8x16(v, scale, p.e5m2, p.sr, idx0);
     } else {
       uint32_t rw[16] = {};
       if (p.sr.on) sr_words(p.sr, idx0, rw);
@@ -62,7 +65,8 @@ __device__ __forceinline__ void row_process_chunk(const RowParams& p, int64_t r,
       for (int i = 0; i < 16; ++i) {
         if (i >= n) break;
         const float x = num::mul_rn(v[i], scale);
-        p.data[r * p.cols + c0 + i] = p.sr.on ? num::encode_minifloat_stochastic(m, x, rw[i]) : num::encode_minifloat(m, x);
+        p.data[r * p.cols + c0 + i] =
+            p.sr.on ? num::encode_minifloat_stochastic(m, x, rw[i]) : num::encode_minifloat(m, x);
       }
     }
   }
@@ -106,7 +110,8 @@ __global__ void __launch_bounds__(256) quantize_rows_kernel(Loader ld, RowParams
     if (t == 0) {
       if constexpr (F == RowFmt::kNvfp4) p.amax_out[r] = rowA;
       if constexpr (F == RowFmt::kFp8)
-        p.scale_inv_out[r] = num::fp8_scale_inv(num::fp8_scale(rowA, p.elem_max, p.eps, p.type_max, p.pow2));
+        p.scale_inv_out[r] =
+            num::fp8_scale_inv(num::fp8_scale(rowA, p.elem_max, p.eps, p.type_max, p.pow2));
     }
   } else if constexpr (F == RowFmt::kNvfp4) {
     int64_t d = 0;
@@ -137,12 +142,13 @@ inline int row_threads(int64_t nchunks) {
   return int(t < 32 ? 32 : (t > 256 ? 256 : t));
 }
 
-// ---- the specialized row kernel ------------------------------------------------------------------
-// quantize_rows_kernel with every runtime choice made at compile time, for the common case: bf16
-// rows (plain or gathered), cols % 16 == 0, round to nearest, E4M3 elements (FP8/MXFP8), the whole
-// row in registers (nchunks <= kRegChunks * 256). The row is held as packed bf16 (8 registers per
-// 16-element chunk instead of 16), so the kernel fits 64 registers (8 CTAs of 128 threads per SM).
-// Same arithmetic as quantize_rows_kernel, element by element (the harness compares bytes).
+// ---- the specialized row kernel
+// ------------------------------------------------------------------ quantize_rows_kernel with
+// every runtime choice made at compile time, for the common case: bf16 rows (plain or gathered),
+// cols % 16 == 0, round to nearest, E4M3 elements (FP8/MXFP8), the whole row in registers (nchunks
+// <= kRegChunks * 256). The row is held as packed bf16 (8 registers per 16-element chunk instead of
+// 16), so the kernel fits 64 registers (8 CTAs of 128 threads per SM). Same arithmetic as
+// quantize_rows_kernel, element by element (the harness compares bytes).
 struct RawChunk {
   uint4 a, b;
 };
@@ -150,7 +156,9 @@ struct RawChunk {
 // Start of row r's bf16 elements; a gather padding row reads a row of zeros (never a null pointer,
 // so the kernels load unconditionally and keep no zero-filled copy).
 static __device__ const uint16_t kZeroRow[kRegChunks * 256 * 16] = {};
-__device__ __forceinline__ const uint16_t* raw_row(const LoadBf16& ld, int64_t r) { return ld.p + r * ld.cols; }
+__device__ __forceinline__ const uint16_t* raw_row(const LoadBf16& ld, int64_t r) {
+  return ld.p + r * ld.cols;
+}
 __device__ __forceinline__ const uint16_t* raw_row(const LoadGather<LoadBf16>& ld, int64_t r) {
   const int32_t s = ld.source(r);
   return s < 0 ? kZeroRow : ld.in.p + int64_t(s) * ld.in.cols;
@@ -177,9 +185,12 @@ __device__ __forceinline__ uint32_t absmax_bits16(const RawChunk& x) {
 }
 
 // The sign bits of 8 bf16 (packed in w0..w3) at bit 3 of nibbles 0..7 (an E2M1 word's sign bits).
-__device__ __forceinline__ uint32_t e2m1_signs8(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
-  const uint32_t g01 = __byte_perm(w0, w1, 0x7531), g23 = __byte_perm(w2, w3, 0x7531);  // high bytes
-  uint32_t ev, od;  // byte j: 0xFF where element 2j (ev) / 2j+1 (od) is negative (prmt sign replication)
+__device__ __forceinline__ uint32_t e2m1_signs8(uint32_t w0, uint32_t w1, uint32_t w2,
+                                                uint32_t w3) {
+  const uint32_t g01 = __byte_perm(w0, w1, 0x7531),
+                 g23 = __byte_perm(w2, w3, 0x7531);  // high bytes
+  uint32_t ev,
+      od;  // byte j: 0xFF where element 2j (ev) / 2j+1 (od) is negative (prmt sign replication)
   asm("prmt.b32 %0, %1, %2, 0xECA8;" : "=r"(ev) : "r"(g01), "r"(g23));
   asm("prmt.b32 %0, %1, %2, 0xFDB9;" : "=r"(od) : "r"(g01), "r"(g23));
   return (ev & 0x08080808u) | (od & 0x80808080u);
@@ -190,7 +201,8 @@ __device__ __forceinline__ uint32_t e2m1_signs8(uint32_t w0, uint32_t w1, uint32
 // first; the 2^23 parts add up to the constant kMagic8 modulo 2^32), the sign bits from the inputs
 // (RN(x f) has the sign of x: f > 0). Per element: 4 FMA-pipe ops (FMUL, 2 FFMA, FADD), 2 integer
 // mins, about 2 more integer ops for unpacking, packing and signs.
-__device__ __forceinline__ uint32_t encode_e2m1x8_bf16(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, float f) {
+__device__ __forceinline__ uint32_t encode_e2m1x8_bf16(uint32_t w0, uint32_t w1, uint32_t w2,
+                                                       uint32_t w3, float f) {
   constexpr uint32_t kMagic8 = 0x4B000000u + (0x4B000000u << 4);  // the rest shift out
   const uint32_t w[4] = {w3, w2, w1, w0};
   uint32_t acc = 0;
@@ -200,11 +212,13 @@ __device__ __forceinline__ uint32_t encode_e2m1x8_bf16(uint32_t w0, uint32_t w1,
     const uint32_t lo = num::e2m1_code_magic(num::mul_rn(__uint_as_float(w[j] << 16), f));
     acc = (acc * 16u + hi) * 16u + lo;
   }
-  return acc - kMagic8 + e2m1_signs8(w0, w1, w2, w3);  // the sign bits are free in the codes: + is |
+  return acc - kMagic8 +
+         e2m1_signs8(w0, w1, w2, w3);  // the sign bits are free in the codes: + is |
 }
 
 __device__ __forceinline__ uint2 encode_e2m1x16_bf16(const RawChunk& x, float f) {
-  return make_uint2(encode_e2m1x8_bf16(x.a.x, x.a.y, x.a.z, x.a.w, f), encode_e2m1x8_bf16(x.b.x, x.b.y, x.b.z, x.b.w, f));
+  return make_uint2(encode_e2m1x8_bf16(x.a.x, x.a.y, x.a.z, x.a.w, f),
+                    encode_e2m1x8_bf16(x.b.x, x.b.y, x.b.z, x.b.w, f));
 }
 
 // encode_e2m1x16_bf16 with stochastic rounding (CONTRACT.md section 5): element i of the chunk has
@@ -212,8 +226,9 @@ __device__ __forceinline__ uint2 encode_e2m1x16_bf16(const RawChunk& x, float f)
 // 1.1); the magnitude codes by num::e2m1_sr_code_magic (0x4B000001 + code), packed by shift-adds
 // whose constant parts sum to kBase8 modulo 2^32; the sign bits from the inputs. No NaN among the
 // 16 values.
-__device__ __forceinline__ uint2 encode_e2m1x16_bf16_sr(const RawChunk& x, float f, const num::PhiloxKeys& keys,
-                                                       uint32_t stream, uint64_t idx0) {
+__device__ __forceinline__ uint2 encode_e2m1x16_bf16_sr(const RawChunk& x, float f,
+                                                        const num::PhiloxKeys& keys,
+                                                        uint32_t stream, uint64_t idx0) {
   constexpr uint32_t kBase8 = uint32_t(0x4B000001ull * 0x11111111ull);
   const uint32_t w[8] = {x.a.x, x.a.y, x.a.z, x.a.w, x.b.x, x.b.y, x.b.z, x.b.w};
   uint32_t acc[2] = {0, 0};
@@ -221,10 +236,12 @@ __device__ __forceinline__ uint2 encode_e2m1x16_bf16_sr(const RawChunk& x, float
   for (int q = 0; q < 4; ++q) {
     const num::Philox4x32 r = num::philox_quad_words_keyed(keys, stream, (idx0 >> 2) + uint64_t(q));
     const float e[4] = {__uint_as_float(w[2 * q] << 16), __uint_as_float(w[2 * q] & 0xFFFF0000u),
-                        __uint_as_float(w[2 * q + 1] << 16), __uint_as_float(w[2 * q + 1] & 0xFFFF0000u)};
+                        __uint_as_float(w[2 * q + 1] << 16),
+                        __uint_as_float(w[2 * q + 1] & 0xFFFF0000u)};
 #pragma unroll
     for (int j = 0; j < 4; ++j)
-      acc[q >> 1] += num::e2m1_sr_code_magic(num::mul_rn(e[j], f), r.v[j]) << (4 * (4 * (q & 1) + j));
+      acc[q >> 1] += num::e2m1_sr_code_magic(num::mul_rn(e[j], f), r.v[j])
+                     << (4 * (4 * (q & 1) + j));
   }
   return make_uint2(acc[0] - kBase8 + e2m1_signs8(w[0], w[1], w[2], w[3]),
                     acc[1] - kBase8 + e2m1_signs8(w[4], w[5], w[6], w[7]));
@@ -234,7 +251,8 @@ __device__ __forceinline__ uint2 encode_e2m1x16_bf16_sr(const RawChunk& x, float
 __device__ __forceinline__ uint2 encode_e2m1x16_rn(const float v[16], float f) {
   uint32_t w[2] = {0, 0};
 #pragma unroll
-  for (int i = 0; i < 16; ++i) w[i / 8] |= num::encode_e2m1_arith(num::mul_rn(v[i], f)) << (4 * (i % 8));
+  for (int i = 0; i < 16; ++i)
+    w[i / 8] |= num::encode_e2m1_arith(num::mul_rn(v[i], f)) << (4 * (i % 8));
   return make_uint2(w[0], w[1]);
 }
 
@@ -270,8 +288,11 @@ __device__ __forceinline__ uint4 encode_e4m3x16_rn(const float v[16], float f) {
   uint32_t w[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
-    w[i] = uint32_t(num::encode_e4m3x2_fast(num::mul_rn(v[4 * i], f), num::mul_rn(v[4 * i + 1], f))) |
-           (uint32_t(num::encode_e4m3x2_fast(num::mul_rn(v[4 * i + 2], f), num::mul_rn(v[4 * i + 3], f))) << 16);
+    w[i] =
+        uint32_t(num::encode_e4m3x2_fast(num::mul_rn(v[4 * i], f), num::mul_rn(v[4 * i + 1], f))) |
+        (uint32_t(
+             num::encode_e4m3x2_fast(num::mul_rn(v[4 * i + 2], f), num::mul_rn(v[4 * i + 3], f)))
+         << 16);
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
@@ -317,19 +338,23 @@ __global__ void __launch_bounds__(256, 4) quantize_rows_fast_kernel(Loader ld, R
   if constexpr (Mode == kAmaxRow) {
     rowA = block_fmax(acc, red);
     if constexpr (F == RowFmt::kFp8)
-      if (t == 0) p.scale_inv_out[r] = num::fp8_scale_inv(num::fp8_scale(rowA, p.elem_max, p.eps, p.type_max, p.pow2));
+      if (t == 0)
+        p.scale_inv_out[r] =
+            num::fp8_scale_inv(num::fp8_scale(rowA, p.elem_max, p.eps, p.type_max, p.pow2));
   }
   if constexpr (F == RowFmt::kMxfp8) {
     const float inv_max = num::div_rn(1.0f, p.elem_max);
 #pragma unroll
     for (int i = 0; i < kRegChunks; ++i) {
       const int b = t + i * T;
-      const float bam = num::fmax_f32(cam[i], __shfl_xor_sync(0xFFFFFFFFu, cam[i], 1));  // block of 32 = 2 chunks
+      const float bam =
+          num::fmax_f32(cam[i], __shfl_xor_sync(0xFFFFFFFFu, cam[i], 1));  // block of 32 = 2 chunks
       if (b >= p.nchunks) continue;
       const uint8_t e = num::encode_e8m0(num::mul_rn(bam, inv_max));  // num::mx_block_exponent
       float v[16];
       unpack16(x[i], v);
-      *reinterpret_cast<uint4*>(p.data + r * p.cols + int64_t(b) * 16) = encode_e4m3x16_rn(v, num::mx_encode_factor(e));
+      *reinterpret_cast<uint4*>(p.data + r * p.cols + int64_t(b) * 16) =
+          encode_e4m3x16_rn(v, num::mx_encode_factor(e));
       if ((b & 1) == 0) store_scale<Swz>(p.scale, r, b / 2, e);
     }
   } else {
@@ -351,20 +376,23 @@ __global__ void __launch_bounds__(256, 4) quantize_rows_fast_kernel(Loader ld, R
       } else {
         if (b >= p.nchunks) continue;
         int64_t d = 0;
-        if (p.dom_kind == kDomGroup) d = group_of_row(p.offsets, p.groups, r);
-        else if (p.dom_kind == kDomTile128) d = (r / 128) * p.tile_cols + b / 8;
+        if (p.dom_kind == kDomGroup)
+          d = group_of_row(p.offsets, p.groups, r);
+        else if (p.dom_kind == kDomTile128)
+          d = (r / 128) * p.tile_cols + b / 8;
         scale = p.dom_val[d];
       }
       float v[16];
       unpack16(x[i], v);
-      *reinterpret_cast<uint4*>(p.data + r * p.cols + int64_t(b) * 16) = encode_e4m3x16_rn(v, scale);
+      *reinterpret_cast<uint4*>(p.data + r * p.cols + int64_t(b) * 16) =
+          encode_e4m3x16_rn(v, scale);
     }
   }
 }
 
 // ---- the NVFP4 row kernel --------------------------------------------------------------------
-// quantize_rows_fast_kernel's conditions, NVFP4 (kAmaxRow: per row; kAmaxDomain: per tensor / group /
-// joint amax given), with the element work cut to what an H200 can issue at copy speed:
+// quantize_rows_fast_kernel's conditions, NVFP4 (kAmaxRow: per row; kAmaxDomain: per tensor / group
+// / joint amax given), with the element work cut to what an H200 can issue at copy speed:
 // - chunk amax on packed bf16 (absmax_bits16); a chunk holding a NaN takes the fp32 path (amax16,
 //   encode_e2m1_arith), the rest encode 8 elements at a time with encode_e2m1x8_bf16;
 // - the encode factor of each scale code from a per-row table, the block scale without NaN checks;
@@ -383,7 +411,8 @@ __device__ __forceinline__ void nvfp4_row(const Loader& ld, const RowParams& p, 
       x[i].a = q[0];
       x[i].b = q[1];
     }
-  // Chunk amax on packed bf16. A thread whose chunks hold a NaN takes the fp32 path for all of them.
+  // Chunk amax on packed bf16. A thread whose chunks hold a NaN takes the fp32 path for all of
+  // them.
   float cam[kRegChunks];
   uint32_t mmax = 0;
 #pragma unroll
@@ -407,10 +436,10 @@ __device__ __forceinline__ void nvfp4_row(const Loader& ld, const RowParams& p, 
   float acc = num::amax_empty();
 #pragma unroll
   for (int i = 0; i < kRegChunks; ++i) acc = fmaxf(acc, cam[i]);  // maxNum, as amax_fold_fast
-  // Row (or domain) amax, then warp 0 computes the outer scales and the encode factor of every scale
-  // code a chunk without NaN can get (0 .. 0x7E) into shared memory, once per row instead of a
-  // decode and a division per chunk; one more barrier publishes them.
-  // fmaxf (maxNum, one FMNMX) where fmax_f32 spells the same rule out; all-NaN is made canonical below.
+  // Row (or domain) amax, then warp 0 computes the outer scales and the encode factor of every
+  // scale code a chunk without NaN can get (0 .. 0x7E) into shared memory, once per row instead of
+  // a decode and a division per chunk; one more barrier publishes them. fmaxf (maxNum, one FMNMX)
+  // where fmax_f32 spells the same rule out; all-NaN is made canonical below.
   auto warp_max = [](float a) {
     for (int o = 1; o < 32; o <<= 1) a = fmaxf(a, __shfl_xor_sync(0xFFFFFFFFu, a, o));
     return a;
@@ -432,7 +461,8 @@ __device__ __forceinline__ void nvfp4_row(const Loader& ld, const RowParams& p, 
       a = p.dom_val[d];
     }
     const num::TwoLevelOuter o = num::two_level_outer_e2m1(a);
-    for (int k = lane; k < 128; k += 32) enc_of[k] = num::two_level_encode_factor_fast(uint8_t(k), o);
+    for (int k = lane; k < 128; k += 32)
+      enc_of[k] = num::two_level_encode_factor_fast(uint8_t(k), o);
     if (lane == 0) red[32] = a, red[33] = o.s_enc_x_inv_max;
   }
   __syncthreads();
@@ -448,7 +478,8 @@ __device__ __forceinline__ void nvfp4_row(const Loader& ld, const RowParams& p, 
       unpack16(x[i], v);
       const float f = num::two_level_encode_factor(s, outer);
       *reinterpret_cast<uint2*>(drow + int64_t(b) * 8) =
-          SR ? encode_e2m1x16(v, f, p.sr, uint64_t(r * p.cols + int64_t(b) * 16)) : encode_e2m1x16_rn(v, f);
+          SR ? encode_e2m1x16(v, f, p.sr, uint64_t(r * p.cols + int64_t(b) * 16))
+             : encode_e2m1x16_rn(v, f);
       store_scale<Swz>(p.scale, r, b, s);
     }
   } else {
@@ -462,8 +493,8 @@ __device__ __forceinline__ void nvfp4_row(const Loader& ld, const RowParams& p, 
       if (b >= p.nchunks) continue;
       const uint8_t s = num::two_level_block_scale_nonan(cam[i], outer);
       if constexpr (SR)
-        *reinterpret_cast<uint2*>(drow + int64_t(b) * 8) =
-            encode_e2m1x16_bf16_sr(x[i], enc_of[s], keys, p.sr.stream, uint64_t(r * p.cols + int64_t(b) * 16));
+        *reinterpret_cast<uint2*>(drow + int64_t(b) * 8) = encode_e2m1x16_bf16_sr(
+            x[i], enc_of[s], keys, p.sr.stream, uint64_t(r * p.cols + int64_t(b) * 16));
       else
         *reinterpret_cast<uint2*>(drow + int64_t(b) * 8) = encode_e2m1x16_bf16(x[i], enc_of[s]);
       store_scale<Swz>(p.scale, r, b, s);
@@ -471,9 +502,11 @@ __device__ __forceinline__ void nvfp4_row(const Loader& ld, const RowParams& p, 
   }
 }
 
-// Stochastic rounding holds the round keys and Philox state beside the row: 128 registers, no spills.
+// Stochastic rounding holds the round keys and Philox state beside the row: 128 registers, no
+// spills.
 template <class Loader, int Mode, bool Swz, bool SR>
-__global__ void __launch_bounds__(256, SR ? 2 : 4) quantize_rows_nvfp4_kernel(Loader ld, RowParams p) {
+__global__ void __launch_bounds__(256, SR ? 2 : 4)
+    quantize_rows_nvfp4_kernel(Loader ld, RowParams p) {
   nvfp4_row<Mode, Swz, SR>(ld, p, blockIdx.x);
 }
 

@@ -25,8 +25,8 @@
 //   a NaN y by encode_e2m1x16_rn.
 #pragma once
 
-#include "quantize_rows_cuda.cuh"
 #include "../tensor/cuda_async.cuh"
+#include "quantize_rows_cuda.cuh"
 
 namespace lockstep::cuda::detail {
 
@@ -34,10 +34,10 @@ constexpr uint32_t kSiluBase = (127u - 16u) << 7;  // bf16 magnitude code of 2^-
 constexpr uint32_t kSiluN = 24u * 128u;            // table codes per sign: |g| in [2^-16, 2^8)
 // 1024 threads x 1 chunk x 2 row buffers per team: the fastest configuration on the H200 (0.80-0.81
 // of copy at the bench shape; the others measured are in bench/RESULTS.md).
-constexpr int kSwigluThreads = 1024;               // most threads per CTA (one CTA per SM)
-constexpr int kSwigluChunks = 1;                   // 16-element chunks per thread and row
-constexpr int kSwigluStages = 2;                   // row buffers per team (1 row ahead)
-constexpr int kSwigluTeams = 15;                   // most teams per CTA (named barriers 1..15)
+constexpr int kSwigluThreads = 1024;  // most threads per CTA (one CTA per SM)
+constexpr int kSwigluChunks = 1;      // 16-element chunks per thread and row
+constexpr int kSwigluStages = 2;      // row buffers per team (1 row ahead)
+constexpr int kSwigluTeams = 15;      // most teams per CTA (named barriers 1..15)
 
 // silu of 16 bf16 gates (8 words) when some leave the table's range: the table where it applies,
 // num::silu_f32 elsewhere (+-0 gives +-0, which silu_f32 returns too). Out of line, so that the
@@ -48,9 +48,12 @@ __device__ __noinline__ void silu16_slow(const float* tab, const uint32_t* gw, f
     const uint32_t b = (i & 1) ? gw[i / 2] >> 16 : gw[i / 2] & 0xFFFFu;
     const uint32_t m = b & 0x7FFFu;
     const float g = __uint_as_float(b << 16);
-    if (m - kSiluBase < kSiluN) s[i] = tab[m - kSiluBase + (b >> 15) * kSiluN];
-    else if (m == 0u) s[i] = g;
-    else s[i] = num::silu_f32(g);
+    if (m - kSiluBase < kSiluN)
+      s[i] = tab[m - kSiluBase + (b >> 15) * kSiluN];
+    else if (m == 0u)
+      s[i] = g;
+    else
+      s[i] = num::silu_f32(g);
   }
 }
 
@@ -73,12 +76,15 @@ constexpr size_t swiglu_stage_bytes(int threads, int chunks, int stages) {
 
 // The row amax as an order-preserving key for redux.sync: 0 for NaN (ignored; nothing but NaN
 // gives NaN back), else bits + 1 (|x| >= 0, so the bit order is the value order).
-__device__ __forceinline__ unsigned amax_redux_key(float a) { return num::is_nan(a) ? 0u : __float_as_uint(a) + 1u; }
+__device__ __forceinline__ unsigned amax_redux_key(float a) {
+  return num::is_nan(a) ? 0u : __float_as_uint(a) + 1u;
+}
 
 // y = RN(RN(silu(g) * u) * pr) of one 16-element chunk (8 gate words, 8 up words); returns the
 // NaN-propagating amax of |y| (NaN iff some y is NaN).
-__device__ __forceinline__ float swiglu_chunk(const float* silu_tab, const uint4& g0, const uint4& g1, const uint4& u0,
-                                              const uint4& u1, float pr, float y[16]) {
+__device__ __forceinline__ float swiglu_chunk(const float* silu_tab, const uint4& g0,
+                                              const uint4& g1, const uint4& u0, const uint4& u1,
+                                              float pr, float y[16]) {
   const uint32_t gw[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
   const uint32_t uw[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
   uint32_t mn = 0xFFFFFFFFu, mx = 0u;
@@ -123,18 +129,19 @@ __device__ __forceinline__ float swiglu_chunk(const float* silu_tab, const uint4
   return m[0];
 }
 
-// in: [rows, 2 * half] bf16; p: NVFP4 per_row parameters of the [rows, half] output (p.cols = half).
-// blockDim.x = teams * tt <= kThreads, tt a multiple of 32 with kC * tt >= p.nchunks; a thread
-// handles chunks tid, tid + tt, ... (kC of them) of its team's row, read from the row's image in
-// the team's stage buffer (filled by one bulk copy, kStages - 1 rows ahead, completing on the
-// stage's mbarrier; a stage is refilled only after the whole team passed the next row's team
+// in: [rows, 2 * half] bf16; p: NVFP4 per_row parameters of the [rows, half] output (p.cols =
+// half). blockDim.x = teams * tt <= kThreads, tt a multiple of 32 with kC * tt >= p.nchunks; a
+// thread handles chunks tid, tid + tt, ... (kC of them) of its team's row, read from the row's
+// image in the team's stage buffer (filled by one bulk copy, kStages - 1 rows ahead, completing on
+// the stage's mbarrier; a stage is refilled only after the whole team passed the next row's team
 // barrier); the router probability is loaded one row ahead into a register.
 template <int kThreads, int kC, int kStages, bool Swz>
 __global__ void __launch_bounds__(kThreads, 1)
-    swiglu_nvfp4_rows_kernel(const uint16_t* __restrict__ in, const float* __restrict__ prob, int64_t half, RowParams p, int tt) {
+    swiglu_nvfp4_rows_kernel(const uint16_t* __restrict__ in, const float* __restrict__ prob,
+                             int64_t half, RowParams p, int tt) {
   __shared__ float silu_tab[2 * kSiluN];
   __shared__ unsigned red[2][32];
-  __shared__ uint64_t full[kSwigluTeams][kStages];  // row copy of (team, stage) landed
+  __shared__ uint64_t full[kSwigluTeams][kStages];   // row copy of (team, stage) landed
   extern __shared__ __align__(128) uint8_t stage[];  // [teams][kStages][row bytes]
   const int t = threadIdx.x, nt = blockDim.x, lane = t & 31, warp = t >> 5;
   const int team = t / tt, tid = t - team * tt;
@@ -157,7 +164,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto issue = [&](int slot, int64_t row) {
     if (tid == 0 && row < p.rows) {
       async::mbar_expect_tx(&full[team][slot], row_bytes);
-      async::bulk_load(tstage + size_t(slot) * row_bytes, in + row * (2 * half), row_bytes, &full[team][slot]);
+      async::bulk_load(tstage + size_t(slot) * row_bytes, in + row * (2 * half), row_bytes,
+                       &full[team][slot]);
     }
   };
 #pragma unroll
@@ -184,7 +192,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     float cam[kC];
     bool has_nan[kC];
     unsigned key = 0u;
-    const uint4* sp = reinterpret_cast<const uint4*>(tstage + size_t(slot) * row_bytes) + 2 * tid;  // gate chunk tid
+    const uint4* sp = reinterpret_cast<const uint4*>(tstage + size_t(slot) * row_bytes) +
+                      2 * tid;    // gate chunk tid
     const int64_t up = half / 8;  // uint4 from a gate chunk to its up chunk
 #pragma unroll
     for (int c = 0; c < kC; ++c) {
@@ -198,7 +207,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint4* h = sp + 2 * c * tt + (1 - sw);
         cam[c] = swiglu_chunk(silu_tab, g[0], h[0], g[up], h[up], pr, y[c]);
         has_nan[c] = num::is_nan(cam[c]);
-        if (__builtin_expect(has_nan[c], 0)) cam[c] = amax16(y[c]);  // NaN ignored; all NaN gives NaN
+        if (__builtin_expect(has_nan[c], 0))
+          cam[c] = amax16(y[c]);  // NaN ignored; all NaN gives NaN
         key = max(key, amax_redux_key(cam[c]));
       }
     }
@@ -219,7 +229,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int b = tid + c * tt;
         const uint8_t sc = num::two_level_block_scale_fast(cam[c], outer);
         const float f = num::two_level_encode_factor_fast(sc, outer);
-        const uint2 q = __builtin_expect(has_nan[c], 0) ? encode_e2m1x16_rn(y[c], f) : encode_e2m1x16_f32_nonan(y[c], f);
+        const uint2 q = __builtin_expect(has_nan[c], 0) ? encode_e2m1x16_rn(y[c], f)
+                                                        : encode_e2m1x16_f32_nonan(y[c], f);
         *reinterpret_cast<uint2*>(drow + b * 8) = sw ? make_uint2(q.y, q.x) : q;
         store_scale<Swz>(p.scale, r, b, sc);
       }
@@ -231,21 +242,24 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// Geometry, shared-memory opt-in and launch of swiglu_nvfp4_rows_kernel (p.nchunks <= kC * kThreads):
-// teams of tt = roundup(ceil(p.nchunks / kC), 32) threads, at most kSwigluTeams per CTA, one CTA
-// per SM (or fewer CTAs when there are fewer rows than teams).
+// Geometry, shared-memory opt-in and launch of swiglu_nvfp4_rows_kernel (p.nchunks <= kC *
+// kThreads): teams of tt = roundup(ceil(p.nchunks / kC), 32) threads, at most kSwigluTeams per CTA,
+// one CTA per SM (or fewer CTAs when there are fewer rows than teams).
 template <int kThreads, int kC, int kStages, bool Swz>
-cudaError_t swiglu_nvfp4_rows_launch(const uint16_t* in, const float* prob, int64_t half, const RowParams& p, cudaStream_t st) {
+cudaError_t swiglu_nvfp4_rows_launch(const uint16_t* in, const float* prob, int64_t half,
+                                     const RowParams& p, cudaStream_t st) {
   const int tt = ((p.nchunks + kC - 1) / kC + 31) / 32 * 32;
   const int teams = kThreads / tt < kSwigluTeams ? kThreads / tt : kSwigluTeams;
   const int threads = tt * teams;
   const size_t smem = swiglu_stage_bytes(kThreads, kC, kStages);
   auto* kern = swiglu_nvfp4_rows_kernel<kThreads, kC, kStages, Swz>;
-  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  cudaError_t e =
+      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   int dev = 0, sms = 0, per_sm = 0;
   if (e == cudaSuccess) e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, threads, smem);
+  if (e == cudaSuccess)
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, threads, smem);
   if (e != cudaSuccess) return e;
   const int64_t want = (p.rows + teams - 1) / teams;
   const int64_t cap = int64_t(sms) * (per_sm > 0 ? per_sm : 1);

@@ -69,11 +69,16 @@ void domain_amax_fast(const InputRef& in, const AmaxParams& p, cudaStream_t st) 
   const auto* x = static_cast<const uint16_t*>(in.p);
   if constexpr (Dom == kDomTensor) {
     const int64_t n16 = p.rows * p.cols / 8;
-    const unsigned grid = striding_grid<domain_amax_flat_bf16_kernel<>>(256, 0, (n16 + 256 * kAmaxFlatU - 1) / (256 * kAmaxFlatU));
-    domain_amax_flat_bf16_kernel<><<<grid, 256, 0, st>>>(reinterpret_cast<const uint4*>(x), n16, p.keys);
+    const unsigned grid = striding_grid<domain_amax_flat_bf16_kernel<>>(
+        256, 0, (n16 + 256 * kAmaxFlatU - 1) / (256 * kAmaxFlatU));
+    domain_amax_flat_bf16_kernel<>
+        <<<grid, 256, 0, st>>>(reinterpret_cast<const uint4*>(x), n16, p.keys);
   } else {
-    const int64_t units = (p.cols + kAmaxFastCols - 1) / kAmaxFastCols * ((p.rows + kAmaxFastRows - 1) / kAmaxFastRows);
-    domain_amax_bf16_kernel<Dom><<<striding_grid<domain_amax_bf16_kernel<Dom>>(256, 0, (units + 7) / 8), 256, 0, st>>>(x, p);
+    const int64_t units = (p.cols + kAmaxFastCols - 1) / kAmaxFastCols *
+                          ((p.rows + kAmaxFastRows - 1) / kAmaxFastRows);
+    domain_amax_bf16_kernel<Dom>
+        <<<striding_grid<domain_amax_bf16_kernel<Dom>>(256, 0, (units + 7) / 8), 256, 0, st>>>(x,
+                                                                                               p);
   }
 }
 
@@ -81,25 +86,33 @@ template <int kCols, bool Swz, bool E5M2>
 void mxfp8_tile_fast(const InputRef& in, const MxTileParams& p, cudaStream_t st) {
   constexpr auto kernel = quantize_mxfp8_tile_bf16_kernel<kCols, Swz, E5M2>;
   constexpr size_t smem = mxfp8_tile_smem<kCols>();
-  LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  LOCKSTEP_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid(unsigned((p.cols + kCols - 1) / kCols), unsigned(p.rows / 32));
   kernel<<<grid, kCols / 2, smem, st>>>(static_cast<const uint16_t*>(in.p), p);
 }
 
 }  // namespace
 
-// MXFP8 tile width of the fast kernel (columns per CTA; kMxFastCols / 2 threads): 512 is faster than
-// 256 on the H200 (0.84 against 0.80 of copy, 16384 x 8192).
+// MXFP8 tile width of the fast kernel (columns per CTA; kMxFastCols / 2 threads): 512 is faster
+// than 256 on the H200 (0.84 against 0.80 of copy, 16384 x 8192).
 constexpr int kMxFastCols = 512;
 
 void launch_domain_amax(const InputRef& in, const AmaxParams& p, cudaStream_t st) {
   if (p.rows == 0 || p.cols == 0) return;
-  const int64_t units = (p.cols + kAmaxFastCols - 1) / kAmaxFastCols * ((p.rows + kAmaxFastRows - 1) / kAmaxFastRows);
+  const int64_t units =
+      (p.cols + kAmaxFastCols - 1) / kAmaxFastCols * ((p.rows + kAmaxFastRows - 1) / kAmaxFastRows);
   if (fast_bf16(in) && units < (int64_t(1) << 31)) {
     switch (p.dom_kind) {
-      case kDomTensor: domain_amax_fast<kDomTensor>(in, p, st); break;
-      case kDomGroup: domain_amax_fast<kDomGroup>(in, p, st); break;
-      default: domain_amax_fast<kDomTile128>(in, p, st); break;
+      case kDomTensor:
+        domain_amax_fast<kDomTensor>(in, p, st);
+        break;
+      case kDomGroup:
+        domain_amax_fast<kDomGroup>(in, p, st);
+        break;
+      default:
+        domain_amax_fast<kDomTile128>(in, p, st);
+        break;
     }
     LOCKSTEP_CUDA_CHECK_LAUNCH();
     return;
@@ -121,8 +134,10 @@ void launch_nvfp4_2d(const InputRef& in, const Nvfp4TileParams& p, cudaStream_t 
   if (fast_bf16(in) && !p.sr.on && units < (int64_t(1) << 31)) {
     const unsigned grid = unsigned((units + kNvfp4TileWarps - 1) / kNvfp4TileWarps);
     const uint16_t* x = static_cast<const uint16_t*>(in.p);
-    if (p.scale.swizzled) quantize_nvfp4_2d_bf16_kernel<true><<<grid, kNvfp4TileWarps * 32, 0, st>>>(x, p);
-    else quantize_nvfp4_2d_bf16_kernel<false><<<grid, kNvfp4TileWarps * 32, 0, st>>>(x, p);
+    if (p.scale.swizzled)
+      quantize_nvfp4_2d_bf16_kernel<true><<<grid, kNvfp4TileWarps * 32, 0, st>>>(x, p);
+    else
+      quantize_nvfp4_2d_bf16_kernel<false><<<grid, kNvfp4TileWarps * 32, 0, st>>>(x, p);
     LOCKSTEP_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -135,8 +150,12 @@ void launch_mxfp8_tile(const InputRef& in, const MxTileParams& p, cudaStream_t s
   if (p.rows == 0 || p.cols == 0) return;
   if (fast_bf16(in) && !p.sr.on && p.cols % 32 == 0 && p.rows % 32 == 0) {
     const bool swz = p.rowwise && p.scale.swizzled;
-    if (swz) p.e5m2 ? mxfp8_tile_fast<kMxFastCols, true, true>(in, p, st) : mxfp8_tile_fast<kMxFastCols, true, false>(in, p, st);
-    else p.e5m2 ? mxfp8_tile_fast<kMxFastCols, false, true>(in, p, st) : mxfp8_tile_fast<kMxFastCols, false, false>(in, p, st);
+    if (swz)
+      p.e5m2 ? mxfp8_tile_fast<kMxFastCols, true, true>(in, p, st)
+             : mxfp8_tile_fast<kMxFastCols, true, false>(in, p, st);
+    else
+      p.e5m2 ? mxfp8_tile_fast<kMxFastCols, false, true>(in, p, st)
+             : mxfp8_tile_fast<kMxFastCols, false, false>(in, p, st);
     LOCKSTEP_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -144,7 +163,8 @@ void launch_mxfp8_tile(const InputRef& in, const MxTileParams& p, cudaStream_t s
   dim3 grid(unsigned((p.cols + 255) / 256), unsigned(p.rows / 32));
   with_loader(in, [&](auto ld) {
     LOCKSTEP_CUDA_CHECK(cudaFuncSetAttribute(quantize_mxfp8_tile_kernel<decltype(ld)>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             int(smem)));
     quantize_mxfp8_tile_kernel<<<grid, 256, smem, st>>>(ld, p);
   });
   LOCKSTEP_CUDA_CHECK_LAUNCH();

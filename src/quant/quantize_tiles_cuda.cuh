@@ -98,7 +98,8 @@ __global__ void __launch_bounds__(256) quantize_nvfp4_2d_kernel(Loader ld, Nvfp4
   const uint8_t s = num::two_level_block_scale(ta, outer);
   const float enc = num::two_level_encode_factor(s, outer);
   const uint64_t idx0 = uint64_t(r * p.cols + int64_t(b) * 16);
-  *reinterpret_cast<uint2*>(p.data + (r * p.cols + int64_t(b) * 16) / 2) = encode_e2m1x16(v, enc, p.sr, idx0);
+  *reinterpret_cast<uint2*>(p.data + (r * p.cols + int64_t(b) * 16) / 2) =
+      encode_e2m1x16(v, enc, p.sr, idx0);
   p.scale.store(r, b, s);
 }
 
@@ -211,7 +212,8 @@ __device__ __forceinline__ float absmax_f32_x8(const uint4& x, float a) {
 // Each lane keeps a running max of |x| bits over non-NaN elements and a "non-NaN seen" flag; the
 // key (amax_key) is flushed once per CTA (per tensor: one atomic per CTA) or, per group / 128x128
 // tile, per warp when the lane's domain changes (the generic kernel's amax_flush). Every register
-// array is indexed with compile-time indices only (loops fully unrolled), so none goes to local memory.
+// array is indexed with compile-time indices only (loops fully unrolled), so none goes to local
+// memory.
 struct AbsMaxAcc {
   uint32_t m = 0;    // per-halfword max of |x| bits over non-NaN elements
   uint32_t any = 0;  // a non-NaN element was seen
@@ -261,11 +263,12 @@ __device__ __forceinline__ void amax_flush_cta(uint32_t* keys, uint32_t key) {
 constexpr int kAmaxFlatU = 8;
 
 template <int U = kAmaxFlatU>
-__global__ void __launch_bounds__(256) domain_amax_flat_bf16_kernel(const uint4* __restrict__ x, int64_t n16,
-                                                                    uint32_t* keys) {
+__global__ void __launch_bounds__(256)
+    domain_amax_flat_bf16_kernel(const uint4* __restrict__ x, int64_t n16, uint32_t* keys) {
   AbsMaxAcc acc;
   const int t = threadIdx.x;
-  for (int64_t base = int64_t(blockIdx.x) * 256 * U; base < n16; base += int64_t(gridDim.x) * 256 * U) {
+  for (int64_t base = int64_t(blockIdx.x) * 256 * U; base < n16;
+       base += int64_t(gridDim.x) * 256 * U) {
     uint4 v[U];
 #pragma unroll
     for (int k = 0; k < U; ++k) {
@@ -294,7 +297,8 @@ constexpr int kAmaxFastRows = 8;
 constexpr int kAmaxFastCols = 256;
 
 template <int Dom>
-__global__ void __launch_bounds__(256) domain_amax_bf16_kernel(const uint16_t* __restrict__ x, AmaxParams p) {
+__global__ void __launch_bounds__(256)
+    domain_amax_bf16_kernel(const uint16_t* __restrict__ x, AmaxParams p) {
   static_assert(Dom == kDomGroup || Dom == kDomTile128, "per tensor: domain_amax_flat_bf16_kernel");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint32_t nspans = uint32_t((p.cols + kAmaxFastCols - 1) / kAmaxFastCols);
@@ -302,8 +306,10 @@ __global__ void __launch_bounds__(256) domain_amax_bf16_kernel(const uint16_t* _
   AbsMaxAcc acc;
   int64_t dom = -1;  // the domain acc belongs to
   auto row_part = [&](int64_t r) -> int64_t {
-    if constexpr (Dom == kDomGroup) return group_of_row(p.offsets, p.groups, r);
-    else return r / 128;
+    if constexpr (Dom == kDomGroup)
+      return group_of_row(p.offsets, p.groups, r);
+    else
+      return r / 128;
   };
   for (uint32_t u = blockIdx.x * 8u + uint32_t(warp); u < nunits; u += gridDim.x * 8u) {
     const uint32_t span = u % nspans, band = u / nspans;
@@ -314,15 +320,18 @@ __global__ void __launch_bounds__(256) domain_amax_bf16_kernel(const uint16_t* _
     const uint16_t* q = x + r0 * p.cols + c;
 #pragma unroll
     for (int k = 0; k < kAmaxFastRows; ++k)
-      v[k] = valid && k < n ? *reinterpret_cast<const uint4*>(q + k * p.cols) : make_uint4(0, 0, 0, 0);
+      v[k] =
+          valid && k < n ? *reinterpret_cast<const uint4*>(q + k * p.cols) : make_uint4(0, 0, 0, 0);
     uint32_t mm = 0;
 #pragma unroll
     for (int k = 0; k < kAmaxFastRows; ++k) mm = __vmaxu2(mm, absmax_bits_x4(v[k]));
     const int64_t part0 = row_part(r0), part1 = row_part(r0 + n - 1);  // warp-uniform
     auto dom_of = [&](int64_t part) -> int64_t {
       if (!valid) return -1;
-      if constexpr (Dom == kDomTile128) return part * p.tile_cols + c / 128;
-      else return part;
+      if constexpr (Dom == kDomTile128)
+        return part * p.tile_cols + c / 128;
+      else
+        return part;
     };
     if (part0 == part1) {
       const int64_t d = dom_of(part0);
@@ -344,8 +353,10 @@ __global__ void __launch_bounds__(256) domain_amax_bf16_kernel(const uint16_t* _
           }
           if (valid) {
             const uint32_t mk = absmax_bits_x4(v[k]);
-            if (halves_max(mk) <= 0x7F80u) acc.m = __vmaxu2(acc.m, mk), acc.any = 1;
-            else acc.add_slow(v[k]);
+            if (halves_max(mk) <= 0x7F80u)
+              acc.m = __vmaxu2(acc.m, mk), acc.any = 1;
+            else
+              acc.add_slow(v[k]);
           }
         }
       }
@@ -419,11 +430,13 @@ __device__ __forceinline__ uint8_t nvfp4_2d_unit(const uint16_t* __restrict__ x,
   if (!Swz && p.cols % 256 == 0) {
     // Lane 2j holds tile j's code: gather the 16 codes into one 16-byte row of scales.
     const uint32_t sb = s;
-    const uint32_t w = sb | (__shfl_down_sync(0xFFFFFFFFu, sb, 2) << 8) | (__shfl_down_sync(0xFFFFFFFFu, sb, 4) << 16) |
+    const uint32_t w = sb | (__shfl_down_sync(0xFFFFFFFFu, sb, 2) << 8) |
+                       (__shfl_down_sync(0xFFFFFFFFu, sb, 4) << 16) |
                        (__shfl_down_sync(0xFFFFFFFFu, sb, 6) << 24);  // lane 8k: tiles 4k .. 4k+3
     const uint4 row = make_uint4(__shfl_sync(0xFFFFFFFFu, w, 0), __shfl_sync(0xFFFFFFFFu, w, 8),
                                  __shfl_sync(0xFFFFFFFFu, w, 16), __shfl_sync(0xFFFFFFFFu, w, 24));
-    if (lane < 16) *reinterpret_cast<uint4*>(p.scale.p + (r0 + lane) * p.scale.cols + c0 / 16) = row;
+    if (lane < 16)
+      *reinterpret_cast<uint4*>(p.scale.p + (r0 + lane) * p.scale.cols + c0 / 16) = row;
   } else if (valid && (lane & 1) == 0) {
     for (int i = 0; i < 16; ++i) store_scale<Swz>(p.scale, r0 + i, c / 16, s);
   }
@@ -459,24 +472,29 @@ __global__ void __launch_bounds__(kNvfp4TileWarps * 32)
 // Values known to hold no NaN are encoded by the bare cvt (cvt_fp8x2_nonan). Shared memory:
 // 32 * kCols * 3 bytes; consecutive lanes touch consecutive words (conflict-free).
 template <int kCols>
-constexpr size_t mxfp8_tile_smem() { return size_t(32) * kCols * 3; }
+constexpr size_t mxfp8_tile_smem() {
+  return size_t(32) * kCols * 3;
+}
 
 // E4M3 / E5M2 pairs ((hi << 8) | lo) for inputs that are not NaN: encode_e4m3x2_fast /
 // encode_e5m2x2_fast without their NaN fix-ups (the same codes for every non-NaN input).
 template <bool E5M2>
 __device__ __forceinline__ uint32_t cvt_fp8x2_nonan(float lo, float hi) {
   uint16_t r;
-  if constexpr (E5M2) asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
-  else asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+  if constexpr (E5M2)
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
   return r;
 }
 
 template <int kCols, bool Swz, bool E5M2>
-__global__ void __launch_bounds__(kCols / 2) quantize_mxfp8_tile_bf16_kernel(const uint16_t* __restrict__ x, MxTileParams p) {
+__global__ void __launch_bounds__(kCols / 2)
+    quantize_mxfp8_tile_bf16_kernel(const uint16_t* __restrict__ x, MxTileParams p) {
   constexpr int T = kCols / 2, kVecRow = kCols / 8;  // threads; 16-byte vectors per input row
   extern __shared__ uint4 smx[];
-  uint4* s_in = smx;                                                       // [32][kVecRow]
-  uint16_t* s_code = reinterpret_cast<uint16_t*>(smx + 32 * kVecRow);      // [32][kCols / 2]
+  uint4* s_in = smx;                                                   // [32][kVecRow]
+  uint16_t* s_code = reinterpret_cast<uint16_t*>(smx + 32 * kVecRow);  // [32][kCols / 2]
   const int t = threadIdx.x, lane = t & 31;
   const int64_t r0 = int64_t(blockIdx.y) * 32, c0 = int64_t(blockIdx.x) * kCols;
   const float inv_max = num::div_rn(1.0f, p.elem_max);
@@ -489,7 +507,8 @@ __global__ void __launch_bounds__(kCols / 2) quantize_mxfp8_tile_bf16_kernel(con
   for (int k = 0; k < 8; ++k) {
     const int L = k * T + t, row = L / kVecRow;
     const int64_t c = c0 + (L % kVecRow) * 8;
-    v[k] = c < p.cols ? __ldcs(reinterpret_cast<const uint4*>(x + (r0 + row) * p.cols + c)) : make_uint4(0, 0, 0, 0);
+    v[k] = c < p.cols ? __ldcs(reinterpret_cast<const uint4*>(x + (r0 + row) * p.cols + c))
+                      : make_uint4(0, 0, 0, 0);
   }
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
@@ -498,7 +517,8 @@ __global__ void __launch_bounds__(kCols / 2) quantize_mxfp8_tile_bf16_kernel(con
     s_in[L] = v[k];
     if (p.rowwise) {  // uniform
       const uint32_t h = halves_max(absmax_bits_x4(v[k]));
-      const bool clean = h <= 0x7F80u;  // these 8 values hold no NaN (then the block's f is not NaN)
+      const bool clean =
+          h <= 0x7F80u;  // these 8 values hold no NaN (then the block's f is not NaN)
       float la = __uint_as_float(h << 16);
       if (__builtin_expect(!clean, 0)) la = absmax_f32_x8(v[k], num::amax_empty());
       la = fmaxf(la, __shfl_xor_sync(0xFFFFFFFFu, la, 1));
@@ -511,13 +531,16 @@ __global__ void __launch_bounds__(kCols / 2) quantize_mxfp8_tile_bf16_kernel(con
         if (__builtin_expect(clean, 1)) {
 #pragma unroll
           for (int i = 0; i < 4; ++i)
-            o[i] = cvt_fp8x2_nonan<E5M2>(num::mul_rn(__uint_as_float(w[i] << 16), f), num::mul_rn(__uint_as_float(w[i] & 0xFFFF0000u), f));
+            o[i] = cvt_fp8x2_nonan<E5M2>(num::mul_rn(__uint_as_float(w[i] << 16), f),
+                                         num::mul_rn(__uint_as_float(w[i] & 0xFFFF0000u), f));
         } else {
 #pragma unroll
           for (int i = 0; i < 4; ++i)
-            o[i] = enc2(num::mul_rn(__uint_as_float(w[i] << 16), f), num::mul_rn(__uint_as_float(w[i] & 0xFFFF0000u), f));
+            o[i] = enc2(num::mul_rn(__uint_as_float(w[i] << 16), f),
+                        num::mul_rn(__uint_as_float(w[i] & 0xFFFF0000u), f));
         }
-        __stcs(reinterpret_cast<uint2*>(p.data + (r0 + row) * p.cols + c), make_uint2(o[0] | (o[1] << 16), o[2] | (o[3] << 16)));
+        __stcs(reinterpret_cast<uint2*>(p.data + (r0 + row) * p.cols + c),
+               make_uint2(o[0] | (o[1] << 16), o[2] | (o[3] << 16)));
         if ((lane & 3) == 0) store_scale<Swz>(p.scale, r0 + row, c / 32, e);
       }
     }
@@ -543,20 +566,25 @@ __global__ void __launch_bounds__(kCols / 2) quantize_mxfp8_tile_bf16_kernel(con
       a1 = fmaxf(a1, fabsf(__uint_as_float(w[i] & 0xFFFF0000u)));
     }
   }
-  const uint8_t e0 = num::encode_e8m0(num::mul_rn(a0, inv_max)), e1 = num::encode_e8m0(num::mul_rn(a1, inv_max));
+  const uint8_t e0 = num::encode_e8m0(num::mul_rn(a0, inv_max)),
+                e1 = num::encode_e8m0(num::mul_rn(a1, inv_max));
   const float f0 = num::mx_encode_factor(e0), f1 = num::mx_encode_factor(e1);
   if (__builtin_expect(clean, 1)) {
 #pragma unroll
     for (int i = 0; i < 32; ++i)
-      s_code[i * (kCols / 2) + t] = uint16_t(
-          cvt_fp8x2_nonan<E5M2>(num::mul_rn(__uint_as_float(w[i] << 16), f0), num::mul_rn(__uint_as_float(w[i] & 0xFFFF0000u), f1)));
+      s_code[i * (kCols / 2) + t] =
+          uint16_t(cvt_fp8x2_nonan<E5M2>(num::mul_rn(__uint_as_float(w[i] << 16), f0),
+                                         num::mul_rn(__uint_as_float(w[i] & 0xFFFF0000u), f1)));
   } else {
 #pragma unroll
     for (int i = 0; i < 32; ++i)
       s_code[i * (kCols / 2) + t] =
-          uint16_t(enc2(num::mul_rn(__uint_as_float(w[i] << 16), f0), num::mul_rn(__uint_as_float(w[i] & 0xFFFF0000u), f1)));
+          uint16_t(enc2(num::mul_rn(__uint_as_float(w[i] << 16), f0),
+                        num::mul_rn(__uint_as_float(w[i] & 0xFFFF0000u), f1)));
   }
-  if (cc < p.cols) *reinterpret_cast<uint16_t*>(p.scale_col + int64_t(blockIdx.y) * p.cols + cc) = uint16_t(e0 | (e1 << 8));
+  if (cc < p.cols)
+    *reinterpret_cast<uint16_t*>(p.scale_col + int64_t(blockIdx.y) * p.cols + cc) =
+        uint16_t(e0 | (e1 << 8));
   __syncthreads();
   // Phase 3.
   constexpr int kOutVecRow = kCols / 16;
@@ -565,12 +593,15 @@ __global__ void __launch_bounds__(kCols / 2) quantize_mxfp8_tile_bf16_kernel(con
   for (int k = 0; k < 4; ++k) {
     const int L = k * T + t, row = L / kOutVecRow;
     const int64_t c = c0 + (L % kOutVecRow) * 16;
-    if (c < p.cols) __stcs(reinterpret_cast<uint4*>(p.data_col + (r0 + row) * p.cols + c), s_code4[L]);
+    if (c < p.cols)
+      __stcs(reinterpret_cast<uint4*>(p.data_col + (r0 + row) * p.cols + c), s_code4[L]);
   }
 }
 
 // ---- Hadamard transform of each 16-chunk (CONTRACT.md section 6), out bf16 or fp32 ------------
-__device__ __forceinline__ void hadamard16(const float in[16], float out[16]) { num::hadamard16_chunk(in, out); }
+__device__ __forceinline__ void hadamard16(const float in[16], float out[16]) {
+  num::hadamard16_chunk(in, out);
+}
 
 template <class Loader, class Out>
 __global__ void hadamard16_kernel(Loader ld, int64_t rows, int64_t cols, Out* out) {
@@ -583,8 +614,10 @@ __global__ void hadamard16_kernel(Loader ld, int64_t rows, int64_t cols, Out* ou
   hadamard16(v, h);
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
-    if constexpr (sizeof(Out) == 2) out[r * cols + c0 + j] = num::f32_to_bf16(h[j]);
-    else out[r * cols + c0 + j] = h[j];
+    if constexpr (sizeof(Out) == 2)
+      out[r * cols + c0 + j] = num::f32_to_bf16(h[j]);
+    else
+      out[r * cols + c0 + j] = h[j];
   }
 }
 

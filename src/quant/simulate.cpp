@@ -18,10 +18,12 @@ std::string SimFormat::name() const {
 namespace {
 SimQuantized simulate_matrix(const cpu::MatrixF32& x, const SimFormat& f, Scaling outer) {
   if (x.cols % 16 != 0)
-    throw QuantError(fmt::format("tensor '{}' [{}, {}]: simulated formats use blocks of 16, need cols % 16 == 0",
-                                 x.name, x.rows, x.cols));
+    throw QuantError(
+        fmt::format("tensor '{}' [{}, {}]: simulated formats use blocks of 16, need cols % 16 == 0",
+                    x.name, x.rows, x.cols));
   if (f.e_bits < 1 || f.e_bits > 5 || f.m_bits < 0 || f.e_bits + f.m_bits > 7)
-    throw QuantError(fmt::format("simulated format E{}M{} is outside E1..E5, 8 bits with sign", f.e_bits, f.m_bits));
+    throw QuantError(fmt::format("simulated format E{}M{} is outside E1..E5, 8 bits with sign",
+                                 f.e_bits, f.m_bits));
   if (outer != Scaling::kPerTensor && outer != Scaling::kPerRow)
     throw QuantError("simulated formats take per_tensor or per_row outer scaling");
   const num::MiniFloat mf = num::exmy_format(f.e_bits, f.m_bits);
@@ -42,7 +44,8 @@ SimQuantized simulate_matrix(const cpu::MatrixF32& x, const SimFormat& f, Scalin
     const int64_t domains = outer == Scaling::kPerRow ? rows : 1;
     s.amax.assign(size_t(domains), 0.0f);
     for (int64_t d = 0; d < domains; ++d) {
-      const int64_t r0 = outer == Scaling::kPerRow ? d : 0, r1 = outer == Scaling::kPerRow ? d + 1 : rows;
+      const int64_t r0 = outer == Scaling::kPerRow ? d : 0,
+                    r1 = outer == Scaling::kPerRow ? d + 1 : rows;
       float acc = num::amax_empty();
       for (int64_t i = r0 * cols; i < r1 * cols; ++i) acc = num::amax_fold(acc, xv[i]);
       s.amax[size_t(d)] = (r1 - r0) * cols == 0 ? 0.0f : acc;
@@ -70,7 +73,8 @@ SimQuantized simulate_matrix(const cpu::MatrixF32& x, const SimFormat& f, Scalin
         s.codes[i] = code;
         const float e = num::decode_minifloat(mf, code);
         s.values[i] = f.scale == ScaleKind::kE4M3
-                          ? num::two_level_dequant(e, sc, outers[size_t(outer == Scaling::kPerRow ? r : 0)].s_dec)
+                          ? num::two_level_dequant(
+                                e, sc, outers[size_t(outer == Scaling::kPerRow ? r : 0)].s_dec)
                           : num::mx_dequant(e, sc);
       }
     }
@@ -87,7 +91,8 @@ std::vector<SimFormat> sweep_formats() {
   return out;
 }
 
-SimQuantized simulate_quantize(const Tensor& t, const SimFormat& f, Scaling outer, std::string_view name) {
+SimQuantized simulate_quantize(const Tensor& t, const SimFormat& f, Scaling outer,
+                               std::string_view name) {
   std::vector<float> storage;
   return simulate_matrix(cpu::as_matrix(t, storage, name), f, outer);
 }
@@ -97,7 +102,8 @@ std::vector<SweepRow> sweep(const Tensor& t, Scaling outer, std::string_view nam
   const cpu::MatrixF32 x = cpu::as_matrix(t, storage, name);
   std::vector<SweepRow> rows;
   for (const SimFormat& f : sweep_formats()) {
-    SimQuantized s = simulate_matrix(x, f, f.scale == ScaleKind::kE4M3 ? outer : Scaling::kPerTensor);
+    SimQuantized s =
+        simulate_matrix(x, f, f.scale == ScaleKind::kE4M3 ? outer : Scaling::kPerTensor);
     SweepRow row{f, error_metrics(x.values, s.values)};
     for (int64_t r = 0; r < x.rows; ++r) {
       auto span_x = x.values.subspan(size_t(r * x.cols), size_t(x.cols));
@@ -122,7 +128,8 @@ std::vector<float> generate_activation_like(int64_t rows, int64_t cols, uint64_t
     return (double(num::philox_element_word(seed, stream, index) >> 8) + 0.5) * 0x1p-24;
   };
   auto normal = [&](uint64_t index, uint32_t stream) {
-    return std::sqrt(-2.0 * std::log(uniform(index, stream))) * std::cos(6.283185307179586 * uniform(index, stream + 1));
+    return std::sqrt(-2.0 * std::log(uniform(index, stream))) *
+           std::cos(6.283185307179586 * uniform(index, stream + 1));
   };
   for (int64_t i = 0; i < rows * cols; ++i) {
     // Student-t with 3 degrees of freedom: z / sqrt(chi2_3 / 3)

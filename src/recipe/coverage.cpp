@@ -23,14 +23,16 @@ std::string coverage_bf16_reason(const Recipe& r, int layer, ModuleClass c, int 
     return "router and lm_head stay bf16 unless an override says otherwise";
   if (cv.scope == CoverageScope::kExperts && !is_routed_expert(c))
     return "coverage.scope experts covers routed experts only";
-  if (layer < cv.first_n_bf16) return fmt::format("coverage.first_n_bf16 (first {} layers)", cv.first_n_bf16);
+  if (layer < cv.first_n_bf16)
+    return fmt::format("coverage.first_n_bf16 (first {} layers)", cv.first_n_bf16);
   if (layer >= layers - cv.last_n_bf16)
     return fmt::format("coverage.last_n_bf16 (last {} layers)", cv.last_n_bf16);
   const int tail = bf16_tail_layers(cv.last_fraction_bf16, layers);
   if (layer >= layers - tail)
-    return fmt::format("coverage.last_fraction_bf16 {} (last {} of {} layers)", cv.last_fraction_bf16,
-                       tail, layers);
-  if (std::find(cv.exclude_layers.begin(), cv.exclude_layers.end(), layer) != cv.exclude_layers.end())
+    return fmt::format("coverage.last_fraction_bf16 {} (last {} of {} layers)",
+                       cv.last_fraction_bf16, tail, layers);
+  if (std::find(cv.exclude_layers.begin(), cv.exclude_layers.end(), layer) !=
+      cv.exclude_layers.end())
     return fmt::format("coverage.exclude_layers ({})", layer);
   if (is_shared_expert(c) && cv.shared_experts_bf16) return "coverage.shared_experts_bf16";
   return "";
@@ -86,7 +88,8 @@ ModuleChoice resolve_module(const Recipe& r, int layer, ModuleClass c, int layer
     m.quantized = !o.bf16;
     const std::string where = fmt::format("recipe '{}' coverage.overrides[{}]", r.name, i);
     spec = o.patch.empty() ? r.spec_for(c) : linear_from_json(o.patch, r.spec_for(c), where);
-    m.rule = fmt::format("coverage.overrides[{}] '{}' ({})", i, o.pattern, o.bf16 ? "bf16" : "quantized");
+    m.rule = fmt::format("coverage.overrides[{}] '{}' ({})", i, o.pattern,
+                         o.bf16 ? "bf16" : "quantized");
   }
   for (const CodeOverride& o : code) {
     if (!glob_match(o.pattern, m.path)) continue;
@@ -124,7 +127,8 @@ ModelPlan resolve_model(const Recipe& r, int layers, std::span<const CodeOverrid
 
 Json choice_json(const ModuleChoice& m, bool explain) {
   Json j;
-  for (size_t g = 0; g < size_t(Gemm::kCount); ++g) j[std::string(gemm_name(Gemm(g)))] = format_name(m.gemm[g]);
+  for (size_t g = 0; g < size_t(Gemm::kCount); ++g)
+    j[std::string(gemm_name(Gemm(g)))] = format_name(m.gemm[g]);
   j["backward_mode"] = backward_mode_name(m.backward_mode);
   if (explain) j["rule"] = m.rule;
   return j;

@@ -13,10 +13,10 @@ constexpr std::array<std::string_view, size_t(Gemm::kCount)> kGemms{"fprop", "dg
 constexpr std::array<std::string_view, size_t(BackwardMode::kCount)> kBackwardModes{
     "quantized", "high_precision", "dequantized"};
 constexpr std::array<std::string_view, size_t(ModuleClass::kCount)> kModuleClasses{
-    "qkv", "attn_out", "router", "experts_fc1", "experts_fc2", "shared_fc1", "shared_fc2",
-    "lm_head"};
+    "qkv",         "attn_out",   "router",     "experts_fc1",
+    "experts_fc2", "shared_fc1", "shared_fc2", "lm_head"};
 constexpr std::array<std::string_view, size_t(CoverageScope::kCount)> kScopes{"experts",
-                                                                                "all_linear"};
+                                                                              "all_linear"};
 static_assert(size_t(ModuleClass::kLmHead) == kLayerModuleClasses,
               "per-layer module classes come before lm_head");
 
@@ -87,14 +87,16 @@ const LinearSpec& Recipe::spec_for(ModuleClass c) const {
 
 int bf16_tail_layers(double fraction, int layers) {
   if (!(fraction >= 0.0 && fraction <= 1.0))
-    throw RecipeError(fmt::format("coverage.last_fraction_bf16 must lie in [0, 1], got {}", fraction));
+    throw RecipeError(
+        fmt::format("coverage.last_fraction_bf16 must lie in [0, 1], got {}", fraction));
   const double scaled = fraction * 1e6;
   const long long ppm = std::llround(scaled);
   // 0.15 * 1e6 is 150000.00000000003 in binary; anything within 1e-6 of an integer is that
   // integer, anything further has more than 6 decimals and is refused rather than guessed.
   if (std::fabs(scaled - double(ppm)) > 1e-6)
     throw RecipeError(fmt::format(
-        "coverage.last_fraction_bf16 = {} has more than 6 decimal digits; give at most 6", fraction));
+        "coverage.last_fraction_bf16 = {} has more than 6 decimal digits; give at most 6",
+        fraction));
   if (layers <= 0) return 0;
   return int((ppm * layers + 999999) / 1000000);  // exact ceil(ppm * layers / 1e6)
 }

@@ -16,7 +16,8 @@ namespace {
 
 std::string type_of(const Json& j) { return j.type_name(); }
 
-void check_keys(const Json& j, const std::string& where, std::initializer_list<std::string_view> ok) {
+void check_keys(const Json& j, const std::string& where,
+                std::initializer_list<std::string_view> ok) {
   if (!j.is_object()) fail(where, "expected a JSON object, got " + type_of(j));
   for (const auto& [k, v] : j.items()) {
     bool found = false;
@@ -138,7 +139,8 @@ Coverage coverage_from_json(const Json& j, const std::string& where, const Linea
       fail(where + ".last_fraction_bf16", "expected a number in [0, 1]");
     c.last_fraction_bf16 = j["last_fraction_bf16"].get<double>();
   }
-  if (j.contains("first_n_bf16")) c.first_n_bf16 = get_int(j["first_n_bf16"], where + ".first_n_bf16");
+  if (j.contains("first_n_bf16"))
+    c.first_n_bf16 = get_int(j["first_n_bf16"], where + ".first_n_bf16");
   if (j.contains("last_n_bf16")) c.last_n_bf16 = get_int(j["last_n_bf16"], where + ".last_n_bf16");
   if (j.contains("shared_experts_bf16"))
     c.shared_experts_bf16 = get_bool(j["shared_experts_bf16"], where + ".shared_experts_bf16");
@@ -219,8 +221,9 @@ LinearSpec linear_from_json(const Json& j, const LinearSpec& base, const std::st
     const std::string m = get_string(j["backward_mode"], where + ".backward_mode");
     auto bm = backward_mode_from_name(m);
     if (!bm)
-      fail(where + ".backward_mode", fmt::format("unknown backward mode '{}' (known: {})", m,
-                                                 names_of(BackwardMode::kCount, backward_mode_name)));
+      fail(where + ".backward_mode",
+           fmt::format("unknown backward mode '{}' (known: {})", m,
+                       names_of(BackwardMode::kCount, backward_mode_name)));
     s.backward_mode = *bm;
   }
   return s;
@@ -239,8 +242,9 @@ Json to_json(const Recipe& r) {
 }
 
 Recipe recipe_from_json(const Json& j, const std::string& where) {
-  check_keys(j, where,
-             {"name", "purpose", "fprop", "dgrad", "wgrad", "backward_mode", "modules", "coverage"});
+  check_keys(
+      j, where,
+      {"name", "purpose", "fprop", "dgrad", "wgrad", "backward_mode", "modules", "coverage"});
   Recipe r;
   if (!j.contains("name")) fail(where, "missing 'name'");
   r.name = get_string(j["name"], where + ".name");
@@ -258,7 +262,8 @@ Recipe recipe_from_json(const Json& j, const std::string& where) {
       r.modules[*c] = linear_from_json(v, r.linear, where + ".modules." + k);
     }
   }
-  if (j.contains("coverage")) r.coverage = coverage_from_json(j["coverage"], where + ".coverage", r.linear);
+  if (j.contains("coverage"))
+    r.coverage = coverage_from_json(j["coverage"], where + ".coverage", r.linear);
   try {
     validate(r);
   } catch (const RecipeError& e) {

@@ -192,12 +192,14 @@ const RecipeInfo& builtin_recipe_or_throw(std::string_view name, std::string_vie
   if (const RecipeInfo* r = find_builtin_recipe(name)) return *r;
   std::string close;
   for (const auto& n : closest_recipe_names(name)) close += (close.empty() ? "" : ", ") + n;
-  throw RecipeError(fmt::format("unknown recipe '{}' ({}); closest: {}; `lockstep recipes` lists all",
-                                name, where, close));
+  throw RecipeError(fmt::format(
+      "unknown recipe '{}' ({}); closest: {}; `lockstep recipes` lists all", name, where, close));
 }
 
-Recipe resolve_recipe_json(const Json& j, const std::string& where, const std::string& default_name) {
-  if (!j.is_object()) throw RecipeError(where + ": a recipe must be a JSON object, got " + j.type_name());
+Recipe resolve_recipe_json(const Json& j, const std::string& where,
+                           const std::string& default_name) {
+  if (!j.is_object())
+    throw RecipeError(where + ": a recipe must be a JSON object, got " + j.type_name());
   Json flat = j;
   if (j.contains("extends")) {
     if (!j["extends"].is_string()) throw RecipeError(where + ".extends: expected a recipe name");
@@ -240,7 +242,8 @@ std::string backward_summary(const Recipe& r) {
 std::string coverage_summary(const Recipe& r) {
   const Coverage& c = r.coverage;
   std::string s(scope_name(c.scope));
-  if (c.last_fraction_bf16 > 0) s += fmt::format("; last {:g}% layers bf16", c.last_fraction_bf16 * 100);
+  if (c.last_fraction_bf16 > 0)
+    s += fmt::format("; last {:g}% layers bf16", c.last_fraction_bf16 * 100);
   if (c.first_n_bf16 > 0) s += fmt::format("; first {} layers bf16", c.first_n_bf16);
   if (c.last_n_bf16 > 0) s += fmt::format("; last {} layers bf16", c.last_n_bf16);
   if (c.shared_experts_bf16) s += "; shared experts bf16";
@@ -259,8 +262,8 @@ std::vector<std::string> recipe_requirements(const Recipe& r) {
       req.insert(fmt::format("gemm:{}x{}", format_name(eff.a.format), format_name(eff.b.format)));
       for (const QuantSpec* op : {&eff.a, &eff.b}) {
         if (op->format == Format::kBf16) continue;
-        req.insert(fmt::format("quantize:{}/{}{}", format_name(op->format), scaling_name(op->scaling),
-                               op->block2d ? "/2d" : ""));
+        req.insert(fmt::format("quantize:{}/{}{}", format_name(op->format),
+                               scaling_name(op->scaling), op->block2d ? "/2d" : ""));
         if (op->stochastic) req.insert("round:stochastic");
         if (op->hadamard) req.insert("transform:hadamard16");
       }

@@ -135,8 +135,8 @@ SelectedRecipe select_recipe(const SelectionInputs& in) {
   const std::string dbq = in.env_disable_backward_quant.value_or("");
   if (dbq == "1") {
     force_high_precision_backward(out.recipe);
-    p.backward_mode_source =
-        fmt::format("env {}=1 (alias of backward_mode high_precision)", kDisableBackwardQuantEnvVar);
+    p.backward_mode_source = fmt::format("env {}=1 (alias of backward_mode high_precision)",
+                                         kDisableBackwardQuantEnvVar);
   } else if (dbq != "" && dbq != "0") {
     throw RecipeError(fmt::format("{}={}: expected 0 or 1", kDisableBackwardQuantEnvVar, dbq));
   }

@@ -65,7 +65,8 @@ DeviceReport query_devices() {
 void require_device(Device d) {
   if (d.is_cpu()) return;
   DeviceReport r = query_devices();
-  if (r.gpus.empty()) throw std::runtime_error("device " + d.str() + " is not available: " + r.error);
+  if (r.gpus.empty())
+    throw std::runtime_error("device " + d.str() + " is not available: " + r.error);
   if (d.index >= int(r.gpus.size()))
     throw std::runtime_error(fmt::format("device {} is not available: {} CUDA device(s) visible",
                                          d.str(), r.gpus.size()));
@@ -82,8 +83,8 @@ Device select_device(std::string_view choice) {
   }
   const std::optional<Device> d = parse_device(choice);
   if (!d)
-    throw std::invalid_argument(fmt::format(
-        "unknown device '{}' (expected cpu, cuda, cuda:N or auto)", choice));
+    throw std::invalid_argument(
+        fmt::format("unknown device '{}' (expected cpu, cuda, cuda:N or auto)", choice));
   require_device(*d);
   return *d;
 }
@@ -99,8 +100,8 @@ std::pair<size_t, size_t> device_memory(Device d) {
   cudaSetDevice(prev);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    throw std::runtime_error(fmt::format("cudaMemGetInfo on {}: {}", d.str(),
-                                         cudaGetErrorString(err)));
+    throw std::runtime_error(
+        fmt::format("cudaMemGetInfo on {}: {}", d.str(), cudaGetErrorString(err)));
   }
   return {free, total};
 #else

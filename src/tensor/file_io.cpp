@@ -215,8 +215,8 @@ std::string resolve_output_path(const std::string& path) {
   if (!S_ISDIR(ds.st_mode)) bad_path(path, fmt::format("'{}' is not a folder", dir.string()));
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
     const int err = errno;
-    bad_path(path, fmt::format("cannot create files in folder '{}': {}", dir.string(),
-                               errno_text(err)));
+    bad_path(path,
+             fmt::format("cannot create files in folder '{}': {}", dir.string(), errno_text(err)));
   }
   return target;
 }

@@ -22,7 +22,8 @@ int64_t checked_numel(const std::vector<int64_t>& shape, size_t elem_size) {
   int64_t n = 1;
   for (int64_t d : shape) {
     if (d < 0)
-      throw std::invalid_argument(fmt::format("negative dimension in shape {}", shape_string(shape)));
+      throw std::invalid_argument(
+          fmt::format("negative dimension in shape {}", shape_string(shape)));
     if (d != 0 && n > std::numeric_limits<int64_t>::max() / d)
       throw std::invalid_argument(fmt::format("shape {} overflows", shape_string(shape)));
     n *= d;
@@ -52,7 +53,8 @@ void gather_strided(const std::byte* src, const std::vector<int64_t>& shape,
 
 std::vector<int64_t> contiguous_strides(std::span<const int64_t> shape) {
   std::vector<int64_t> s(shape.size(), 1);
-  for (int64_t i = int64_t(shape.size()) - 2; i >= 0; --i) s[size_t(i)] = s[size_t(i + 1)] * shape[size_t(i + 1)];
+  for (int64_t i = int64_t(shape.size()) - 2; i >= 0; --i)
+    s[size_t(i)] = s[size_t(i + 1)] * shape[size_t(i + 1)];
   return s;
 }
 
@@ -100,11 +102,13 @@ int64_t Tensor::size(int64_t d) const {
 }
 
 int64_t Tensor::rows() const {
-  if (shape_.size() != 2) throw std::invalid_argument(fmt::format("expected a 2-D tensor, got {}", describe()));
+  if (shape_.size() != 2)
+    throw std::invalid_argument(fmt::format("expected a 2-D tensor, got {}", describe()));
   return shape_[0];
 }
 int64_t Tensor::cols() const {
-  if (shape_.size() != 2) throw std::invalid_argument(fmt::format("expected a 2-D tensor, got {}", describe()));
+  if (shape_.size() != 2)
+    throw std::invalid_argument(fmt::format("expected a 2-D tensor, got {}", describe()));
   return shape_[1];
 }
 
@@ -119,19 +123,23 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::base() const {
   if (!storage_ || !storage_->data()) return nullptr;
-  return static_cast<std::byte*>(const_cast<void*>(storage_->data())) + offset_ * int64_t(dtype_size(dtype_));
+  return static_cast<std::byte*>(const_cast<void*>(storage_->data())) +
+         offset_ * int64_t(dtype_size(dtype_));
 }
 
 void Tensor::check_elem_size(size_t size) const {
   if (size != dtype_size(dtype_))
-    throw std::invalid_argument(fmt::format("typed view of element size {} on a {} tensor", size, dtype_name(dtype_)));
+    throw std::invalid_argument(
+        fmt::format("typed view of element size {} on a {} tensor", size, dtype_name(dtype_)));
 }
 
 void Tensor::check_host_contiguous() const {
   if (!is_cpu())
-    throw std::invalid_argument(fmt::format("host view of {}: copy it to the cpu first (to(Device::cpu()))", describe()));
+    throw std::invalid_argument(
+        fmt::format("host view of {}: copy it to the cpu first (to(Device::cpu()))", describe()));
   if (!is_contiguous())
-    throw std::invalid_argument(fmt::format("host view of the strided tensor {}: call contiguous() first", describe()));
+    throw std::invalid_argument(
+        fmt::format("host view of the strided tensor {}: call contiguous() first", describe()));
 }
 
 std::span<std::byte> Tensor::bytes() {
@@ -144,9 +152,11 @@ std::span<const std::byte> Tensor::bytes() const {
 }
 
 Tensor Tensor::slice_rows(int64_t r0, int64_t r1) const {
-  if (dim() < 1) throw std::invalid_argument(fmt::format("slice_rows of a 0-D tensor {}", describe()));
+  if (dim() < 1)
+    throw std::invalid_argument(fmt::format("slice_rows of a 0-D tensor {}", describe()));
   if (r0 < 0 || r1 < r0 || r1 > shape_[0])
-    throw std::invalid_argument(fmt::format("rows [{}, {}) out of range for {}", r0, r1, describe()));
+    throw std::invalid_argument(
+        fmt::format("rows [{}, {}) out of range for {}", r0, r1, describe()));
   Tensor t = *this;
   t.shape_[0] = r1 - r0;
   t.offset_ = offset_ + r0 * strides_[0];
@@ -157,11 +167,12 @@ Tensor Tensor::slice_rows(int64_t r0, int64_t r1) const {
 
 Tensor Tensor::view(std::vector<int64_t> shape) const {
   if (!is_contiguous())
-    throw std::invalid_argument(fmt::format("view {} of the strided tensor {}: call contiguous() first",
-                                            shape_string(shape), describe()));
+    throw std::invalid_argument(
+        fmt::format("view {} of the strided tensor {}: call contiguous() first",
+                    shape_string(shape), describe()));
   if (checked_numel(shape, dtype_size(dtype_)) != numel_)
-    throw std::invalid_argument(fmt::format("view {} does not have the {} elements of {}", shape_string(shape),
-                                            numel_, describe()));
+    throw std::invalid_argument(fmt::format("view {} does not have the {} elements of {}",
+                                            shape_string(shape), numel_, describe()));
   Tensor t = *this;
   t.strides_ = contiguous_strides(shape);
   t.shape_ = std::move(shape);
@@ -169,7 +180,8 @@ Tensor Tensor::view(std::vector<int64_t> shape) const {
 }
 
 Tensor Tensor::transpose() const {
-  if (dim() != 2) throw std::invalid_argument(fmt::format("transpose of a non-2-D tensor {}", describe()));
+  if (dim() != 2)
+    throw std::invalid_argument(fmt::format("transpose of a non-2-D tensor {}", describe()));
   Tensor t = *this;
   std::swap(t.shape_[0], t.shape_[1]);
   std::swap(t.strides_[0], t.strides_[1]);
@@ -179,7 +191,8 @@ Tensor Tensor::transpose() const {
 void Tensor::copy_from(const Tensor& src, Stream stream) {
   if (src.dtype_ != dtype_ || src.shape_ != shape_)
     throw std::invalid_argument(fmt::format("copy_from: {} into {}", src.describe(), describe()));
-  if (!is_contiguous()) throw std::invalid_argument(fmt::format("copy_from into the strided tensor {}", describe()));
+  if (!is_contiguous())
+    throw std::invalid_argument(fmt::format("copy_from into the strided tensor {}", describe()));
   if (numel_ == 0) return;
   if (src.is_contiguous()) {
     copy_bytes(raw(), device_, src.raw(), src.device_, nbytes(), stream);
@@ -187,8 +200,8 @@ void Tensor::copy_from(const Tensor& src, Stream stream) {
   }
   if (src.is_cpu()) {
     if (is_cpu()) {
-      gather_strided(static_cast<const std::byte*>(src.raw()), src.shape_, src.strides_, dtype_size(dtype_),
-                     static_cast<std::byte*>(raw()), numel_);
+      gather_strided(static_cast<const std::byte*>(src.raw()), src.shape_, src.strides_,
+                     dtype_size(dtype_), static_cast<std::byte*>(raw()), numel_);
       return;
     }
     copy_from(src.contiguous(), stream);
@@ -202,7 +215,8 @@ void Tensor::copy_from(const Tensor& src, Stream stream) {
             size_t(shape_[1]) * es, size_t(shape_[0]), device_, stream);
     return;
   }
-  throw std::invalid_argument(fmt::format("copy of the strided device tensor {}: not supported", src.describe()));
+  throw std::invalid_argument(
+      fmt::format("copy of the strided device tensor {}: not supported", src.describe()));
 }
 
 Tensor Tensor::contiguous(Stream stream) const {
@@ -224,7 +238,8 @@ Tensor Tensor::to(Device device, Stream stream) const {
 }
 
 void Tensor::fill_bytes(uint8_t value, Stream stream) {
-  if (!is_contiguous()) throw std::invalid_argument(fmt::format("fill_bytes of the strided tensor {}", describe()));
+  if (!is_contiguous())
+    throw std::invalid_argument(fmt::format("fill_bytes of the strided tensor {}", describe()));
   lockstep::fill_bytes(raw(), device_, value, nbytes(), stream);
 }
 
@@ -244,7 +259,9 @@ std::vector<float> to_f32(const Tensor& t_in) {
   const Tensor t = t_in.contiguous();
   std::vector<float> out(size_t(t.numel()));
   auto b = t.bytes();
-  auto load16 = [&](size_t i) { return uint16_t(uint16_t(b[2 * i]) | uint16_t(b[2 * i + 1]) << 8); };
+  auto load16 = [&](size_t i) {
+    return uint16_t(uint16_t(b[2 * i]) | uint16_t(b[2 * i + 1]) << 8);
+  };
   switch (t.dtype()) {
     case DType::kF32: {
       auto d = t.data<float>();
@@ -272,7 +289,8 @@ std::vector<float> to_f32(const Tensor& t_in) {
       for (size_t i = 0; i < out.size(); ++i) out[i] = num::decode_e8m0(uint8_t(b[i]));
       break;
     default:
-      throw std::invalid_argument(fmt::format("cannot read a {} tensor as floating point", dtype_name(t.dtype())));
+      throw std::invalid_argument(
+          fmt::format("cannot read a {} tensor as floating point", dtype_name(t.dtype())));
   }
   return out;
 }
@@ -280,7 +298,8 @@ std::vector<float> to_f32(const Tensor& t_in) {
 Tensor from_f32(std::span<const float> values, std::vector<int64_t> shape, DType dtype) {
   Tensor t = Tensor::empty(dtype, std::move(shape));
   if (size_t(t.numel()) != values.size())
-    throw std::invalid_argument(fmt::format("{} values do not fill shape {}", values.size(), shape_string(t.shape())));
+    throw std::invalid_argument(
+        fmt::format("{} values do not fill shape {}", values.size(), shape_string(t.shape())));
   if (dtype == DType::kF32) {
     auto d = t.data<float>();
     std::copy(values.begin(), values.end(), d.begin());
@@ -339,11 +358,13 @@ Tensor cast(const Tensor& t_in, DType dtype) {
     if (t.dtype() == DType::kF64 && dtype != DType::kF32) {
       // double -> bf16 in one rounding would need its own rule; the two-step path rounds twice,
       // so refuse rather than silently double-round.
-      throw std::invalid_argument(fmt::format("cast {} to {}: cast to F32 first", t.describe(), dtype_name(dtype)));
+      throw std::invalid_argument(
+          fmt::format("cast {} to {}: cast to F32 first", t.describe(), dtype_name(dtype)));
     }
     return from_f32(to_f32(t), t.shape(), dtype);
   }
-  throw std::invalid_argument(fmt::format("cast {} to {}: not supported", t.describe(), dtype_name(dtype)));
+  throw std::invalid_argument(
+      fmt::format("cast {} to {}: not supported", t.describe(), dtype_name(dtype)));
 }
 
 }  // namespace lockstep

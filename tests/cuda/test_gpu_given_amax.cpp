@@ -52,9 +52,9 @@ void test_given_amax() {
                                          case_seed(name))
                         : std::vector<int64_t>{};
             const int64_t rows = grouped ? off.back() : sh.rows;
-            const Tensor x = host_tensor(
-                make_values(rows, sh.cols, Dist::kNormal, bf16, case_seed(name)), rows, sh.cols,
-                bf16);
+            const Tensor x =
+                host_tensor(make_values(rows, sh.cols, Dist::kNormal, bf16, case_seed(name)), rows,
+                            sh.cols, bf16);
             std::vector<float> a = domain_amax(x, grouped ? off : std::vector<int64_t>{0, rows});
             if (larger)
               for (float& v : a) v = v * 2.0f + 1.0f;

@@ -29,7 +29,9 @@ namespace {
 using namespace lockstep::model;
 using test::TinyOptions;
 
-const lockstep::Recipe& model_recipe(const char* name) { return builtin_recipe_or_throw(name, "test").recipe; }
+const lockstep::Recipe& model_recipe(const char* name) {
+  return builtin_recipe_or_throw(name, "test").recipe;
+}
 
 // A model the GPU GEMMs take in every recipe: K multiples of 128 (fp8_block), vocabulary rows of
 // 128.
@@ -51,7 +53,7 @@ ModelConfig gpu_tiny_config(bool moe) {
 }
 
 std::string same_model_bits(const std::vector<float>& a, const std::vector<float>& b,
-                      const std::string& what) {
+                            const std::string& what) {
   if (a.size() != b.size())
     return what + ": " + std::to_string(a.size()) + " vs " + std::to_string(b.size()) + " values";
   for (size_t i = 0; i < a.size(); ++i)
@@ -75,7 +77,8 @@ struct ModelBatch {
   std::vector<std::pair<int64_t, int64_t>> gen;  // [start, count) of each sequence's sampled tokens
 };
 
-ModelBatch pack_samples(const std::vector<SampleRequest>& reqs, const std::vector<SampleResult>& res) {
+ModelBatch pack_samples(const std::vector<SampleRequest>& reqs,
+                        const std::vector<SampleResult>& res) {
   ModelBatch p;
   for (size_t i = 0; i < reqs.size(); ++i) {
     std::vector<int32_t> seq = reqs[i].prompt;
@@ -128,7 +131,7 @@ void deterministic_cases() {
           if (alone[i].tokens != res[i].tokens)
             return "sampler batch 3 vs 1: tokens of request " + std::to_string(i) + " differ";
           if (std::string e = same_model_bits(alone[i].logprobs, res[i].logprobs,
-                                        "sampler batch 3 vs 1, request " + std::to_string(i));
+                                              "sampler batch 3 vs 1, request " + std::to_string(i));
               !e.empty())
             return e;
         }
@@ -139,18 +142,20 @@ void deterministic_cases() {
         for (size_t i = 0; i < reqs.size(); ++i) {
           const auto [g0, gn] = p.gen[i];
           const std::vector<float> got(packed.begin() + g0, packed.begin() + g0 + gn);
-          if (std::string e = same_model_bits(got, res[i].logprobs,
-                                        "learner (batch) vs sampler, sequence " + std::to_string(i));
+          if (std::string e =
+                  same_model_bits(got, res[i].logprobs,
+                                  "learner (batch) vs sampler, sequence " + std::to_string(i));
               !e.empty())
             return e;
           const int64_t s0 = p.cu[i], s1 = p.cu[i + 1];
           const std::vector<int32_t> si(p.ids.begin() + s0, p.ids.begin() + s1),
               st(p.targets.begin() + s0, p.targets.begin() + s1);
           const std::vector<int64_t> cu1{0, s1 - s0};
-          const std::vector<float> one = model_host_floats(learner.forward(ids(si), cu1, ids(st)).logp);
-          if (std::string e = same_model_bits(one, std::vector<float>(packed.begin() + s0,
-                                                                packed.begin() + s1),
-                                        "learner alone vs batch, sequence " + std::to_string(i));
+          const std::vector<float> one =
+              model_host_floats(learner.forward(ids(si), cu1, ids(st)).logp);
+          if (std::string e =
+                  same_model_bits(one, std::vector<float>(packed.begin() + s0, packed.begin() + s1),
+                                  "learner alone vs batch, sequence " + std::to_string(i));
               !e.empty())
             return e;
         }
@@ -170,8 +175,8 @@ void cpu_gpu_cases() {
         const ModelWeights w = test::tiny_weights(c, seed, 0.1f);
         ModelBatch p;
         for (int64_t len : {17, 5, 40}) {
-          const std::vector<int32_t> s = test::random_ids(len + 1, c.vocab_size, seed,
-                                                          uint32_t(len));
+          const std::vector<int32_t> s =
+              test::random_ids(len + 1, c.vocab_size, seed, uint32_t(len));
           p.ids.insert(p.ids.end(), s.begin(), s.end() - 1);
           p.targets.insert(p.targets.end(), s.begin() + 1, s.end());
           p.cu.push_back(int64_t(p.ids.size()));
@@ -208,78 +213,78 @@ void cpu_gpu_cases() {
 // router's by up to 55%) on these tiny models (H200), so a tighter bound would be a guess.
 void cpu_gpu_grad_cases() {
   for (ExecMode mode : {ExecMode::kDeterministic, ExecMode::kFast})
-  for (bool moe : {false, true})
-    for (const char* rn : {"bf16", "nvfp4_per_token"}) {
-      const std::string name = std::string("model grads cpu vs gpu ") +
-                               std::string(exec_mode_name(mode)) + " " + (moe ? "moe " : "dense ") +
-                               rn;
-      run_case(name, [&]() -> std::string {
-        const uint64_t seed = case_seed(name);
-        const double bound = mode == ExecMode::kDeterministic ? 0.05 : 1.0;
-        const ModelConfig c = gpu_tiny_config(moe);
-        const ModelWeights w = test::tiny_weights(c, seed, 0.1f);
-        ModelBatch p;
-        for (int64_t len : {17, 5, 40}) {
-          const std::vector<int32_t> s = test::random_ids(len + 1, c.vocab_size, seed,
-                                                          uint32_t(len));
-          p.ids.insert(p.ids.end(), s.begin(), s.end() - 1);
-          p.targets.insert(p.targets.end(), s.begin() + 1, s.end());
-          p.cu.push_back(int64_t(p.ids.size()));
-        }
-        const int64_t n = int64_t(p.ids.size());
-        std::vector<float> dl(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) dl[size_t(i)] = i % 3 == 0 ? -1.0f / 16 : 1.0f / 64;
-        const Tensor dlogp = Tensor::from_vector<float>(dl, {n}, DType::kF32);
-        std::unique_ptr<Learner> l[2];
-        for (int d = 0; d < 2; ++d) {
-          LearnerConfig lc;
-          lc.mode = mode;
-          lc.device = d ? gpu() : Device::cpu();
-          l[d] = std::make_unique<Learner>(w, model_recipe(rn), lc);
-          l[d]->forward(test::ids_tensor(p.ids), p.cu, test::ids_tensor(p.targets));
-          l[d]->backward(dlogp, Tensor());
-        }
-        auto rel = [](const Tensor& a, const Tensor& b) {
-          const std::vector<float> x = model_host_floats(a), y = model_host_floats(b);
-          double num = 0, den = 0;
-          for (size_t i = 0; i < x.size(); ++i) {
-            num += (double(x[i]) - double(y[i])) * (double(x[i]) - double(y[i]));
-            den += double(x[i]) * double(x[i]);
+    for (bool moe : {false, true})
+      for (const char* rn : {"bf16", "nvfp4_per_token"}) {
+        const std::string name = std::string("model grads cpu vs gpu ") +
+                                 std::string(exec_mode_name(mode)) + " " +
+                                 (moe ? "moe " : "dense ") + rn;
+        run_case(name, [&]() -> std::string {
+          const uint64_t seed = case_seed(name);
+          const double bound = mode == ExecMode::kDeterministic ? 0.05 : 1.0;
+          const ModelConfig c = gpu_tiny_config(moe);
+          const ModelWeights w = test::tiny_weights(c, seed, 0.1f);
+          ModelBatch p;
+          for (int64_t len : {17, 5, 40}) {
+            const std::vector<int32_t> s =
+                test::random_ids(len + 1, c.vocab_size, seed, uint32_t(len));
+            p.ids.insert(p.ids.end(), s.begin(), s.end() - 1);
+            p.targets.insert(p.targets.end(), s.begin() + 1, s.end());
+            p.cu.push_back(int64_t(p.ids.size()));
           }
-          return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-        };
-        std::string err;
-        double worst = 0;
-        std::string worst_name;
-        for (const auto& [k, g] : l[0]->grads()) {
-          const double r = rel(g, l[1]->grads().at(k));
-          if (!(r <= worst)) {
-            worst = std::isfinite(r) ? r : 1e30;
-            worst_name = k;
-          }
-          if (!(r <= bound)) err += fmt_rel(k, r);
-        }
-        std::printf("  %s: worst gradient rel. L2 cpu vs gpu %.3g (%s)\n", name.c_str(), worst,
-                    worst_name.c_str());
-        if (!err.empty()) std::printf("    %s\n", err.substr(0, 600).c_str());
-        for (int step = 0; step < 5; ++step)
+          const int64_t n = int64_t(p.ids.size());
+          std::vector<float> dl(static_cast<size_t>(n));
+          for (int64_t i = 0; i < n; ++i) dl[size_t(i)] = i % 3 == 0 ? -1.0f / 16 : 1.0f / 64;
+          const Tensor dlogp = Tensor::from_vector<float>(dl, {n}, DType::kF32);
+          std::unique_ptr<Learner> l[2];
           for (int d = 0; d < 2; ++d) {
-            if (step > 0) {
-              l[d]->forward(test::ids_tensor(p.ids), p.cu, test::ids_tensor(p.targets));
-              l[d]->backward(dlogp, Tensor());
-            }
-            l[d]->step();
+            LearnerConfig lc;
+            lc.mode = mode;
+            lc.device = d ? gpu() : Device::cpu();
+            l[d] = std::make_unique<Learner>(w, model_recipe(rn), lc);
+            l[d]->forward(test::ids_tensor(p.ids), p.cu, test::ids_tensor(p.targets));
+            l[d]->backward(dlogp, Tensor());
           }
-        double wworst = 0;
-        for (const auto& [k, t] : l[0]->weights().tensors) {
-          const double r = rel(t, l[1]->weights().at(k));
-          wworst = std::max(wworst, std::isfinite(r) ? r : 1e30);
-          if (!(r <= bound)) err += fmt_rel("weight " + k, r);
-        }
-        std::printf("  %s: worst weight rel. L2 after 5 steps %.3g\n", name.c_str(), wworst);
-        return err;
-      });
-    }
+          auto rel = [](const Tensor& a, const Tensor& b) {
+            const std::vector<float> x = model_host_floats(a), y = model_host_floats(b);
+            double num = 0, den = 0;
+            for (size_t i = 0; i < x.size(); ++i) {
+              num += (double(x[i]) - double(y[i])) * (double(x[i]) - double(y[i]));
+              den += double(x[i]) * double(x[i]);
+            }
+            return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+          };
+          std::string err;
+          double worst = 0;
+          std::string worst_name;
+          for (const auto& [k, g] : l[0]->grads()) {
+            const double r = rel(g, l[1]->grads().at(k));
+            if (!(r <= worst)) {
+              worst = std::isfinite(r) ? r : 1e30;
+              worst_name = k;
+            }
+            if (!(r <= bound)) err += fmt_rel(k, r);
+          }
+          std::printf("  %s: worst gradient rel. L2 cpu vs gpu %.3g (%s)\n", name.c_str(), worst,
+                      worst_name.c_str());
+          if (!err.empty()) std::printf("    %s\n", err.substr(0, 600).c_str());
+          for (int step = 0; step < 5; ++step)
+            for (int d = 0; d < 2; ++d) {
+              if (step > 0) {
+                l[d]->forward(test::ids_tensor(p.ids), p.cu, test::ids_tensor(p.targets));
+                l[d]->backward(dlogp, Tensor());
+              }
+              l[d]->step();
+            }
+          double wworst = 0;
+          for (const auto& [k, t] : l[0]->weights().tensors) {
+            const double r = rel(t, l[1]->weights().at(k));
+            wworst = std::max(wworst, std::isfinite(r) ? r : 1e30);
+            if (!(r <= bound)) err += fmt_rel("weight " + k, r);
+          }
+          std::printf("  %s: worst weight rel. L2 after 5 steps %.3g\n", name.c_str(), wworst);
+          return err;
+        });
+      }
 }
 
 // Three GPU steps straight vs two, a checkpoint, a GPU reload and a third: the same weights; the

@@ -11,7 +11,6 @@
 
 #include <cstdint>
 #include <functional>
-#include "lockstep/recipe/json.h"
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "lockstep/convert/hf_format.h"
 #include "lockstep/model/policy.h"
 #include "lockstep/recipe/coverage.h"
+#include "lockstep/recipe/json.h"
 #include "lockstep/tensor/safetensors.h"
 
 namespace lockstep::convert {

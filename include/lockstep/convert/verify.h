@@ -10,12 +10,12 @@
 
 #include <array>
 #include <cstdint>
-#include "lockstep/recipe/json.h"
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "lockstep/convert/hf_format.h"
+#include "lockstep/recipe/json.h"
 
 namespace lockstep::convert {
 

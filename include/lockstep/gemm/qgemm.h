@@ -57,9 +57,9 @@ class GemmArg {
 //      which is the outer amax a per-row NVFP4 quantization of the output would compute.
 struct GemmEpilogue {
   float alpha = 1.0f;
-  Tensor bias;         // F32 [N] (grouped: [groups * N]); undefined = none
-  bool swiglu = false; // N = 2I: columns [0, I) gate, [I, 2I) up
-  Tensor router_prob;  // F32 [M]; undefined = 1
+  Tensor bias;          // F32 [N] (grouped: [groups * N]); undefined = none
+  bool swiglu = false;  // N = 2I: columns [0, I) gate, [I, 2I) up
+  Tensor router_prob;   // F32 [M]; undefined = 1
   bool row_amax = false;
 };
 
@@ -115,7 +115,8 @@ struct GemmResult {
 GemmResult qgemm(const GemmArg& a, const GemmArg& w, const GemmConfig& cfg = {});
 
 // Grouped (MoE) GEMM; offsets: I64 [groups + 1] on the host or the operands' device.
-// - a_copy rowwise (groups along M, fprop and dgrad): A [sum_rows, K], rows offsets[e]..offsets[e+1]
+// - a_copy rowwise (groups along M, fprop and dgrad): A [sum_rows, K], rows
+// offsets[e]..offsets[e+1]
 //   are group e; W holds one [N, K] operand per group: rowwise, W [groups * N, K] with group e in
 //   rows [eN, (e+1)N); columnwise, the columnwise copies of the groups of a grouped W
 //   [groups * K, N] (W quantized with quantize_grouped, or a dense W split into equal groups).

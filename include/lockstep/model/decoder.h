@@ -1,8 +1,8 @@
 // The Qwen3 / Qwen3-MoE decoder built from nn/ modules: token embedding; per layer RMSNorm + qkv,
-// per-head q/k RMSNorm, RoPE, K and V rounded by the KV-cache rule, causal GQA attention, o_proj, residual;
-// RMSNorm + dense SwiGLU MLP or MoE block, residual; final norm; LM head (tied or not). Two
-// executors share the layer code: the packed full-sequence forward / backward of the learner, and
-// the cached incremental forward of the sampler (K / V of each row appended to a KvCache).
+// per-head q/k RMSNorm, RoPE, K and V rounded by the KV-cache rule, causal GQA attention, o_proj,
+// residual; RMSNorm + dense SwiGLU MLP or MoE block, residual; final norm; LM head (tied or not).
+// Two executors share the layer code: the packed full-sequence forward / backward of the learner,
+// and the cached incremental forward of the sampler (K / V of each row appended to a KvCache).
 #pragma once
 
 #include <cstdint>

@@ -23,8 +23,8 @@ struct SamplerConfig {
   int64_t max_new = 16;
   uint64_t seed = 0;
   KvDtype kv = KvDtype::kBf16;
-  int64_t max_batch = 64;        // sequences decoded together
-  std::optional<int64_t> eos{};  // stop token (kept in the output)
+  int64_t max_batch = 64;         // sequences decoded together
+  std::optional<int64_t> eos{};   // stop token (kept in the output)
   Device device = Device::cpu();  // where the policy, the KV cache and every step run
 };
 

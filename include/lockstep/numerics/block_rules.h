@@ -14,9 +14,10 @@ namespace lockstep::num {
 // For a simulated element format (section 9) `elem_max` replaces 6: 2688 = 6 x 448 becomes
 // RN(elem_max x 448) and fl(1/6) becomes RN(1 / elem_max).
 struct TwoLevelOuter {
-  float s_enc;           // S_enc of the domain
-  float s_dec;           // S_dec = RN(1 / S_enc)
-  float s_enc_x_inv_max; // RN(S_enc * fl(1/elem_max)), the factor every block amax is multiplied by
+  float s_enc;  // S_enc of the domain
+  float s_dec;  // S_dec = RN(1 / S_enc)
+  float
+      s_enc_x_inv_max;  // RN(S_enc * fl(1/elem_max)), the factor every block amax is multiplied by
 };
 
 LOCKSTEP_HD inline TwoLevelOuter two_level_outer(float amax, float elem_max) {
@@ -62,7 +63,8 @@ LOCKSTEP_HD inline float mx_dequant(float elem, uint8_t e) { return mul_rn(elem,
 // ---- FP8 with fp32 scales (current scaling), section 4 ---------------------------------------
 // `type_max` is the largest finite value of the input's type (FLT_MAX for fp32, 0x7F7F for bf16),
 // used when 448 / A overflows.
-LOCKSTEP_HD inline float fp8_scale(float amax, float elem_max, float eps, float type_max, bool pow2) {
+LOCKSTEP_HD inline float fp8_scale(float amax, float elem_max, float eps, float type_max,
+                                   bool pow2) {
   float a = amax;
   if (a < eps) a = eps;
   float scale;

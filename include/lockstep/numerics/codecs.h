@@ -72,8 +72,7 @@ LOCKSTEP_HD inline uint8_t encode_minifloat(const MiniFloat& f, float v) {
   if (is_nan(v)) return uint8_t(f.nan_code);
   uint32_t sign = (b >> 31) << sign_shift(f);
   uint32_t abs_bits = b & 0x7FFFFFFFu;
-  uint32_t mag = abs_bits == 0x7F800000u ? f.max_code
-                                          : minifloat_magnitude_code(f, abs_bits, true);
+  uint32_t mag = abs_bits == 0x7F800000u ? f.max_code : minifloat_magnitude_code(f, abs_bits, true);
   if (mag > f.max_code) mag = f.max_code;
   return uint8_t(sign | mag);
 }
@@ -106,7 +105,9 @@ LOCKSTEP_HD inline float decode_minifloat(const MiniFloat& f, uint32_t code) {
 }
 
 // Largest finite magnitude of f, as fp32 (exact).
-LOCKSTEP_HD inline float minifloat_max(const MiniFloat& f) { return decode_minifloat(f, f.max_code); }
+LOCKSTEP_HD inline float minifloat_max(const MiniFloat& f) {
+  return decode_minifloat(f, f.max_code);
+}
 
 // The two representable magnitudes around |v| (lo <= |v| <= hi, lo == hi when exact), for
 // stochastic rounding (CONTRACT.md section 5). |v| must be finite and below max.
@@ -141,12 +142,30 @@ LOCKSTEP_HD inline uint8_t encode_minifloat_stochastic(const MiniFloat& f, float
 
 // Named codecs. Each copies its format into a local constexpr: device code may not bind a
 // reference to a host namespace-scope object (kE2M1 ...), but may use a constant-folded copy.
-LOCKSTEP_HD inline uint8_t encode_e2m1(float v) { constexpr MiniFloat f = kE2M1; return encode_minifloat(f, v); }
-LOCKSTEP_HD inline uint8_t encode_e4m3(float v) { constexpr MiniFloat f = kE4M3; return encode_minifloat(f, v); }
-LOCKSTEP_HD inline uint8_t encode_e5m2(float v) { constexpr MiniFloat f = kE5M2; return encode_minifloat(f, v); }
-LOCKSTEP_HD inline float decode_e2m1(uint8_t c) { constexpr MiniFloat f = kE2M1; return decode_minifloat(f, c & 0xFu); }
-LOCKSTEP_HD inline float decode_e4m3(uint8_t c) { constexpr MiniFloat f = kE4M3; return decode_minifloat(f, c); }
-LOCKSTEP_HD inline float decode_e5m2(uint8_t c) { constexpr MiniFloat f = kE5M2; return decode_minifloat(f, c); }
+LOCKSTEP_HD inline uint8_t encode_e2m1(float v) {
+  constexpr MiniFloat f = kE2M1;
+  return encode_minifloat(f, v);
+}
+LOCKSTEP_HD inline uint8_t encode_e4m3(float v) {
+  constexpr MiniFloat f = kE4M3;
+  return encode_minifloat(f, v);
+}
+LOCKSTEP_HD inline uint8_t encode_e5m2(float v) {
+  constexpr MiniFloat f = kE5M2;
+  return encode_minifloat(f, v);
+}
+LOCKSTEP_HD inline float decode_e2m1(uint8_t c) {
+  constexpr MiniFloat f = kE2M1;
+  return decode_minifloat(f, c & 0xFu);
+}
+LOCKSTEP_HD inline float decode_e4m3(uint8_t c) {
+  constexpr MiniFloat f = kE4M3;
+  return decode_minifloat(f, c);
+}
+LOCKSTEP_HD inline float decode_e5m2(uint8_t c) {
+  constexpr MiniFloat f = kE5M2;
+  return decode_minifloat(f, c);
+}
 
 // E8M0 (CONTRACT.md section 1): round toward +inf on the exponent, saturating.
 // 0 or v <= 2^-127 -> 0x00; powers of two exact; v > 2^127 or +inf -> 0xFE; NaN -> 0xFF.

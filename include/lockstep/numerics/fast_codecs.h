@@ -2,7 +2,8 @@
 // codecs.h (RNE, satfinite, NaN codes of CONTRACT.md section 1). The reference encoder costs
 // ~50 integer instructions per element, which would make a quantizer ALU-bound on an H200; these
 // cost a handful. Equality with codecs.h is checked exhaustively over all 2^32 fp32 inputs by
-// `lockstep_test_backend --op codec` (on the GPU) and by the host fallbacks below being the reference.
+// `lockstep_test_backend --op codec` (on the GPU) and by the host fallbacks below being the
+// reference.
 #pragma once
 
 #include <cstdint>
@@ -25,17 +26,18 @@ LOCKSTEP_HD inline uint8_t encode_e2m1_fast(float v) {
   const uint32_t b = f32_bits(v);
   const float a = f32_from_bits(b & 0x7FFFFFFFu);
   if (is_nan(v)) return 0x7;
-  uint32_t code = uint32_t(a > 0.25f) + uint32_t(a >= 0.75f) + uint32_t(a > 1.25f) + uint32_t(a >= 1.75f) +
-                  uint32_t(a > 2.5f) + uint32_t(a >= 3.5f) + uint32_t(a > 5.0f);
+  uint32_t code = uint32_t(a > 0.25f) + uint32_t(a >= 0.75f) + uint32_t(a > 1.25f) +
+                  uint32_t(a >= 1.75f) + uint32_t(a > 2.5f) + uint32_t(a >= 3.5f) +
+                  uint32_t(a > 5.0f);
   return uint8_t(((b >> 31) << 3) | code);
 }
 
 // E2M1 by arithmetic on the fp32 bits, branch-free (about 12 instructions, no compare chain); the
 // same code as encode_e2m1 for every fp32 input. |v| >= 1: integer RNE of the bit pattern to one
 // mantissa bit (adding 0x1FFFFF plus the kept bit carries into the exponent exactly when RNE rounds
-// up), so bits >> 22 is 254 for 1.0 .. 259 for 6.0, saturated at code 7 (inf and NaN give >= 7 too).
-// |v| < 1: |v| + 2^22 rounds |v| to a multiple of 0.5 with RNE (the fp32 ulp there is 0.5), and the
-// low bits are the code 0..2. NaN gives 0x7 whatever its sign, as encode_e2m1.
+// up), so bits >> 22 is 254 for 1.0 .. 259 for 6.0, saturated at code 7 (inf and NaN give >= 7
+// too). |v| < 1: |v| + 2^22 rounds |v| to a multiple of 0.5 with RNE (the fp32 ulp there is 0.5),
+// and the low bits are the code 0..2. NaN gives 0x7 whatever its sign, as encode_e2m1.
 LOCKSTEP_HD inline uint32_t encode_e2m1_arith(float v) {
   const uint32_t b = f32_bits(v);
   const uint32_t m = b & 0x7FFFFFFFu;
@@ -79,11 +81,11 @@ LOCKSTEP_HD inline uint32_t e2m1_code_magic(float v) {
   return m < m3 ? m : m3;
 }
 
-// Stochastic rounding to E2M1 (CONTRACT.md section 5) of a non-NaN value v with the element's random
-// word r, as 0x4B000001 + the magnitude code: eight FMA-pipe operations, an int-to-float conversion
-// and three integer mins. With u = (r >> 8) 2^-24 and g the concave piecewise-linear map of
-// e2m1_code_magic (g(|v|) = min(2t, t + 2, t/2 + 4), which is lo_code + frac on the bracket
-// [lo, hi] of section 5), the section 5 code is ceil(g(t) - u) = min over the three lines of
+// Stochastic rounding to E2M1 (CONTRACT.md section 5) of a non-NaN value v with the element's
+// random word r, as 0x4B000001 + the magnitude code: eight FMA-pipe operations, an int-to-float
+// conversion and three integer mins. With u = (r >> 8) 2^-24 and g the concave piecewise-linear map
+// of e2m1_code_magic (g(|v|) = min(2t, t + 2, t/2 + 4), which is lo_code + frac on the bracket [lo,
+// hi] of section 5), the section 5 code is ceil(g(t) - u) = min over the three lines of
 // ceil(line(t) - u), saturated at 7 (u < frac rounds up; frac = 0 keeps lo). Each term is exact:
 // D = RU(t 2^s - k) (s = 25, 24, 23 for the lines 2t, t, t/2; k = r >> 8) has the ceiling of the
 // exact D / 2^24 because every multiple of 2^24 is a float, and RU(D 2^-24 + 2^23 + 1 + base) is
@@ -112,7 +114,8 @@ LOCKSTEP_HD inline uint32_t encode_e2m1_sr_fma(float v, uint32_t r) {
   return (e2m1_sr_code_magic(v, r) - 0x4B000001u) | ((f32_bits(v) >> 28) & 8u);
 }
 
-// encode_e2m1 through e2m1_code_magic (the kernels apply sign and NaN to 8 codes at a time instead).
+// encode_e2m1 through e2m1_code_magic (the kernels apply sign and NaN to 8 codes at a time
+// instead).
 LOCKSTEP_HD inline uint32_t encode_e2m1_fma(float v) {
   if (is_nan(v)) return 0x7u;
   return (e2m1_code_magic(v) - 0x4B000000u) | ((f32_bits(v) >> 28) & 8u);
@@ -151,7 +154,8 @@ LOCKSTEP_HD inline uint16_t encode_e5m2x2_fast(float lo, float hi) {
 
 // amax_fold (hd.h) as one instruction on the device: fmaxf is IEEE maxNum, the same "NaN operand
 // ignored" rule; |x| >= 0 so signed zeros cannot differ. Only the payload of an all-NaN result can
-// differ (the GPU returns 0x7FFFFFFF), so callers treat every NaN amax alike (canonical 0x7FC00000).
+// differ (the GPU returns 0x7FFFFFFF), so callers treat every NaN amax alike (canonical
+// 0x7FC00000).
 LOCKSTEP_HD inline float amax_fold_fast(float acc, float x) {
 #if defined(__CUDA_ARCH__)
   return fmaxf(acc, fabsf(x));
@@ -163,16 +167,20 @@ LOCKSTEP_HD inline float amax_fold_fast(float acc, float x) {
 // two_level_block_scale (block_rules.h) with the E4M3 encode done by encode_e4m3x2_fast, which is
 // the same code as encode_e4m3 for every fp32 input.
 LOCKSTEP_HD inline uint8_t two_level_block_scale_fast(float block_amax, const TwoLevelOuter& o) {
-  return uint8_t(encode_e4m3x2_fast(fmin_f32(mul_rn(block_amax, o.s_enc_x_inv_max), kFltMax), 0.0f));
+  return uint8_t(
+      encode_e4m3x2_fast(fmin_f32(mul_rn(block_amax, o.s_enc_x_inv_max), kFltMax), 0.0f));
 }
 
-// two_level_block_scale for a block amax that is not NaN (inf allowed), with o from two_level_outer:
-// o.s_enc_x_inv_max is finite and > 0, so the product is never NaN, and satfinite maps +inf and
-// FLT_MAX alike to 0x7E, which makes the fmin with FLT_MAX redundant. One FMUL and one cvt.
+// two_level_block_scale for a block amax that is not NaN (inf allowed), with o from
+// two_level_outer: o.s_enc_x_inv_max is finite and > 0, so the product is never NaN, and satfinite
+// maps +inf and FLT_MAX alike to 0x7E, which makes the fmin with FLT_MAX redundant. One FMUL and
+// one cvt.
 LOCKSTEP_HD inline uint8_t two_level_block_scale_nonan(float block_amax, const TwoLevelOuter& o) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   uint16_t r;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(mul_rn(block_amax, o.s_enc_x_inv_max)));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;"
+      : "=h"(r)
+      : "f"(0.0f), "f"(mul_rn(block_amax, o.s_enc_x_inv_max)));
   return uint8_t(r);
 #else
   return two_level_block_scale(block_amax, o);

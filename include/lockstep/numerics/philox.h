@@ -59,7 +59,7 @@ LOCKSTEP_HD inline PhiloxKeys philox_keys(uint64_t seed) {
 
 // philox_quad_words with the round keys of philox_keys(seed): the same four words.
 LOCKSTEP_HD inline Philox4x32 philox_quad_words_keyed(const PhiloxKeys& k, uint32_t stream,
-                                                       uint64_t quad) {
+                                                      uint64_t quad) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   Philox4x32 c{{uint32_t(quad), uint32_t(quad >> 32), stream, 0u}};
   for (int round = 0; round < 10; ++round) {

@@ -19,18 +19,18 @@ LOCKSTEP_HD inline float exp_f32(float x) {
   if (x > 88.8f) return f32_from_bits(0x7F800000u);
   if (x < -104.0f) return 0.0f;
   const float kInvLn2 = 1.44269502162933349609375f;
-  const float kLn2Hi = 0.693145751953125f;          // 12 significant bits: k * kLn2Hi is exact
-  const float kLn2Lo = 1.428606765330187045e-06f;   // ln2 - kLn2Hi
+  const float kLn2Hi = 0.693145751953125f;         // 12 significant bits: k * kLn2Hi is exact
+  const float kLn2Lo = 1.428606765330187045e-06f;  // ln2 - kLn2Hi
   float t = mul_rn(x, kInvLn2);
   // round to nearest integer (|t| < 2^23): add and subtract 1.5 * 2^23
   float kf = sub_rn(add_rn(t, 12582912.0f), 12582912.0f);
   int k = int(kf);
   float r = sub_rn(sub_rn(x, mul_rn(kf, kLn2Hi)), mul_rn(kf, kLn2Lo));
-  float p = 1.98412698e-4f;                           // 1/5040
-  p = add_rn(mul_rn(p, r), 1.38888889e-3f);           // 1/720
-  p = add_rn(mul_rn(p, r), 8.33333333e-3f);           // 1/120
-  p = add_rn(mul_rn(p, r), 4.16666667e-2f);           // 1/24
-  p = add_rn(mul_rn(p, r), 1.66666667e-1f);           // 1/6
+  float p = 1.98412698e-4f;                  // 1/5040
+  p = add_rn(mul_rn(p, r), 1.38888889e-3f);  // 1/720
+  p = add_rn(mul_rn(p, r), 8.33333333e-3f);  // 1/120
+  p = add_rn(mul_rn(p, r), 4.16666667e-2f);  // 1/24
+  p = add_rn(mul_rn(p, r), 1.66666667e-1f);  // 1/6
   p = add_rn(mul_rn(p, r), 0.5f);
   p = add_rn(mul_rn(p, r), 1.0f);
   p = add_rn(mul_rn(p, r), 1.0f);

@@ -156,11 +156,11 @@ LOCKSTEP_HD auto attention_chunk_scores(const X& ex, const Src& src, int64_t c0,
     for (int h = 0; h < NH; ++h) s[h] = T(0);
     for (int64_t d0 = 0; d0 < D; d0 += kAttentionDimBlock) {
       const int n = D - d0 < kAttentionDimBlock ? int(D - d0) : kAttentionDimBlock;
-      T kb[kAttentionDimBlock];
+      T kb[kAttentionDimBlock] = {};  // entries past n are never read; zeroed for the compiler
       src.load_k(c0 + j, d0, n, kb);
       LOCKSTEP_UNROLL
       for (int h = 0; h < NH; ++h) {
-        T qb[kAttentionDimBlock];
+        T qb[kAttentionDimBlock] = {};
         src.load_q(h, d0, n, qb);
         LOCKSTEP_UNROLL
         for (int i = 0; i < kAttentionDimBlock; ++i)

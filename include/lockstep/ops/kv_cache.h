@@ -68,7 +68,7 @@ struct CachedKvSource : RowQuery<float> {
 
   LOCKSTEP_HD void load_k(int64_t j, int64_t d0, int n, float (&out)[kAttentionDimBlock]) const {
     const Codes* p = k + j * stride + d0;
-    Codes c[kAttentionDimBlock];
+    Codes c[kAttentionDimBlock] = {};  // entries past n are never read; zeroed for the compiler
 #if defined(__CUDA_ARCH__)
     if (vec && n == kAttentionDimBlock) {
       if constexpr (sizeof(Codes) == 2) {

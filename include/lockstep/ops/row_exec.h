@@ -39,7 +39,8 @@ struct Sum2 {
   T a, b;
 };
 
-// ---- host ----------------------------------------------------------------------------------------
+// ---- host
+// ----------------------------------------------------------------------------------------
 
 template <int L>
 struct HostLanes {
@@ -137,7 +138,8 @@ struct HostLanes {
 using HostWarp = HostLanes<kWarpLanes>;
 using HostBlock = HostLanes<kBlockLanes>;
 
-// ---- device --------------------------------------------------------------------------------------
+// ---- device
+// --------------------------------------------------------------------------------------
 #if defined(__CUDACC__)
 
 // One warp per row; every lane of the warp calls the row function (converged at each collective).

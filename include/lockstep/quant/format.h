@@ -181,8 +181,10 @@ constexpr bool format_rows_consistent() {
 }
 static_assert(format_tables_in_order(), "registry rows must follow their enumerators");
 static_assert(format_rows_consistent(), "a format row's scalings, K multiples or options disagree");
-static_assert(kFormats[size_t(Format::kNvfp4)].block * 4 / 8 == 8, "an NVFP4 block packs to 8 bytes");
-static_assert(size_t(Format::kBf16) == 0 && size_t(Format::kNvfp4) == 3, "kernel tables index by Format");
+static_assert(kFormats[size_t(Format::kNvfp4)].block * 4 / 8 == 8,
+              "an NVFP4 block packs to 8 bytes");
+static_assert(size_t(Format::kBf16) == 0 && size_t(Format::kNvfp4) == 3,
+              "kernel tables index by Format");
 
 constexpr const FormatInfo& format_info(Format f) { return kFormats[size_t(f)]; }
 constexpr std::string_view format_name(Format f) { return format_info(f).name; }

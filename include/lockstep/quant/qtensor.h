@@ -29,7 +29,7 @@ enum class Copy : uint8_t { kRowwise, kColwise };
 // cols * offsets[g]; its block scales, amax and scale_inv follow in group order), and its parts
 // are 1-D.
 struct QData {
-  Tensor data;         // U8 codes: NVFP4 [m, k/2] (even column in the low nibble); FP8, MXFP8 [m, k]
+  Tensor data;  // U8 codes: NVFP4 [m, k/2] (even column in the low nibble); FP8, MXFP8 [m, k]
   Tensor block_scale;  // U8 codes (NVFP4 E4M3, MXFP8 E8M0). Compact: [scale_rows, scale_cols];
                        // swizzled (section 7): 1-D, padded to roundup(rows,128) x roundup(cols,4)
   Tensor amax;         // F32, NVFP4: the outer statistic A of each domain [domains]

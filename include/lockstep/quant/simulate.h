@@ -30,7 +30,8 @@ struct SimQuantized {
 
 // outer: kPerTensor or kPerRow (E4M3 scale only). cols % 16 == 0.
 // x: a 2-D host F32 / BF16 / F16 tensor.
-SimQuantized simulate_quantize(const Tensor& x, const SimFormat& f, Scaling outer = Scaling::kPerTensor,
+SimQuantized simulate_quantize(const Tensor& x, const SimFormat& f,
+                               Scaling outer = Scaling::kPerTensor,
                                std::string_view name = "tensor");
 
 struct SweepRow {
@@ -42,7 +43,8 @@ struct SweepRow {
 
 // The formats of `lockstep sweep`: E2M1..E2M4 and E3M1..E5M1, each with E4M3 and E8M0 scales.
 std::vector<SimFormat> sweep_formats();
-std::vector<SweepRow> sweep(const Tensor& x, Scaling outer = Scaling::kPerTensor, std::string_view name = "tensor");
+std::vector<SweepRow> sweep(const Tensor& x, Scaling outer = Scaling::kPerTensor,
+                            std::string_view name = "tensor");
 
 // A reproducible heavy-tailed activation-like tensor: Student-t (3 degrees of freedom) noise
 // from Philox with a few outlier channels scaled up, as seen in LLM activations.

@@ -23,7 +23,7 @@ struct CodeOverride {
 struct ModuleChoice {
   std::string path;  // "layers.12.experts_fc1", "lm_head"
   ModuleClass cls = ModuleClass::kQkv;
-  int layer = -1;    // -1 for lm_head
+  int layer = -1;  // -1 for lm_head
   bool quantized = false;
   // The operands each GEMM really uses: all bf16 when not quantized; dgrad / wgrad bf16 when
   // the backward mode is high_precision or dequantized (the bf16 values' origin differs).

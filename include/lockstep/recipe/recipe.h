@@ -32,7 +32,7 @@ enum class Gemm : uint8_t { kFprop, kDgrad, kWgrad, kCount };
 enum class BackwardMode : uint8_t {
   kQuantized,      // dgrad / wgrad use the recipe's backward operand formats
   kHighPrecision,  // dgrad / wgrad use the saved original bf16 operands
-  kDequantized,    // dgrad / wgrad use bf16 operands rebuilt exactly from the fprop's quantized ones
+  kDequantized,  // dgrad / wgrad use bf16 operands rebuilt exactly from the fprop's quantized ones
   kCount,
 };
 
@@ -109,8 +109,8 @@ struct Coverage {
 
 struct Recipe {
   std::string name;
-  std::string purpose;             // one line
-  LinearSpec linear;               // every quantized module class unless `modules` says otherwise
+  std::string purpose;  // one line
+  LinearSpec linear;    // every quantized module class unless `modules` says otherwise
   std::map<ModuleClass, LinearSpec> modules;  // per-class replacements (full specs)
   Coverage coverage;
   bool operator==(const Recipe&) const = default;

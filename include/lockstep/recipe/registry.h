@@ -31,7 +31,8 @@ std::vector<std::string> closest_recipe_names(std::string_view name, size_t max 
 // Resolves "extends" (a built-in name) by merging `j` onto the base's flattened JSON
 // (RFC 7386 merge patch: objects merge key by key, arrays and scalars replace), then parses and
 // validates. `default_name` names the recipe when `j` has no "name".
-Recipe resolve_recipe_json(const Json& j, const std::string& where, const std::string& default_name);
+Recipe resolve_recipe_json(const Json& j, const std::string& where,
+                           const std::string& default_name);
 
 // One-line summaries for `lockstep recipes`.
 std::string forward_summary(const Recipe& r);

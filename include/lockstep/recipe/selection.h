@@ -20,10 +20,10 @@ inline constexpr const char* kDisableBackwardQuantEnvVar = "DISABLE_BACKWARD_QUA
 inline constexpr const char* kDefaultRecipe = "bf16";
 
 struct SelectionInputs {
-  std::optional<Recipe> code_recipe;       // a Recipe object passed by a C++ caller
-  std::optional<std::string> recipe_file;  // --recipe-file
-  std::optional<std::string> recipe_name;  // --recipe
-  std::optional<std::string> env_recipe;   // LOCKSTEP_RECIPE (empty counts as unset)
+  std::optional<Recipe> code_recipe;                      // a Recipe object passed by a C++ caller
+  std::optional<std::string> recipe_file;                 // --recipe-file
+  std::optional<std::string> recipe_name;                 // --recipe
+  std::optional<std::string> env_recipe;                  // LOCKSTEP_RECIPE (empty counts as unset)
   std::optional<std::string> env_disable_backward_quant;  // DISABLE_BACKWARD_QUANT
 
   // Fills the two environment fields from the process environment (flags are left as they are).
@@ -32,12 +32,12 @@ struct SelectionInputs {
 
 struct RecipeProvenance {
   RecipeSource source = RecipeSource::kDefault;
-  std::string detail;                        // "--recipe nvfp4_per_token", "LOCKSTEP_RECIPE=...",
-                                             // the file path, "default"
-  std::string extends;                       // a file's base recipe, if any
-  std::vector<std::string> fields_from_file; // top-level keys the file set itself
-  std::string backward_mode_source;          // "recipe", or "env DISABLE_BACKWARD_QUANT=1 ..."
-  std::vector<std::string> shadowed;         // lower-precedence inputs that were ignored
+  std::string detail;                         // "--recipe nvfp4_per_token", "LOCKSTEP_RECIPE=...",
+                                              // the file path, "default"
+  std::string extends;                        // a file's base recipe, if any
+  std::vector<std::string> fields_from_file;  // top-level keys the file set itself
+  std::string backward_mode_source;           // "recipe", or "env DISABLE_BACKWARD_QUANT=1 ..."
+  std::vector<std::string> shadowed;          // lower-precedence inputs that were ignored
 };
 
 struct SelectedRecipe {
@@ -67,8 +67,9 @@ Json provenance_json(const RecipeProvenance& p);
 // SelectionInputs::read_environment() and select_recipe() inside the callback.
 template <class App>
 void add_recipe_options(App& app, SelectionInputs& in) {
-  app.add_option("--recipe", in.recipe_name,
-                 "named recipe (`lockstep recipes` lists them); default: $LOCKSTEP_RECIPE, then bf16");
+  app.add_option(
+      "--recipe", in.recipe_name,
+      "named recipe (`lockstep recipes` lists them); default: $LOCKSTEP_RECIPE, then bf16");
   app.add_option("--recipe-file", in.recipe_file,
                  "recipe JSON file (same schema as the built-ins, may \"extends\" one); "
                  "not together with --recipe");

@@ -26,7 +26,7 @@ struct PretrainOptions {
   // Examples cycle through difficulties min_difficulty .. difficulty (example index modulo the
   // count), so short problems teach the pieces longer ones are made of; 0: difficulty only.
   int min_difficulty = 0;
-  uint64_t seed = 0;    // the task stream's seed
+  uint64_t seed = 0;     // the task stream's seed
   int64_t steps = 1000;  // AdamW steps (0: no training, the weights as given)
   int64_t batch = 64;    // examples per step
   double lr = 1e-2;

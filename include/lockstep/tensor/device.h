@@ -64,13 +64,13 @@ struct GpuInfo {
 };
 
 struct DeviceReport {
-  bool cuda_compiled = false;     // built with -DLOCKSTEP_CUDA=ON
-  std::string compiled_archs;     // "90a"
-  int cuda_runtime_version = 0;   // cudaRuntimeGetVersion, 0 when unavailable
-  int cuda_driver_version = 0;    // cudaDriverGetVersion, 0 when no driver
-  std::vector<GpuInfo> gpus;      // empty when none is visible
-  std::string error;              // why no GPU is usable, when none is
-  int omp_threads = 1;            // CPU threads OpenMP will use
+  bool cuda_compiled = false;    // built with -DLOCKSTEP_CUDA=ON
+  std::string compiled_archs;    // "90a"
+  int cuda_runtime_version = 0;  // cudaRuntimeGetVersion, 0 when unavailable
+  int cuda_driver_version = 0;   // cudaDriverGetVersion, 0 when no driver
+  std::vector<GpuInfo> gpus;     // empty when none is visible
+  std::string error;             // why no GPU is usable, when none is
+  int omp_threads = 1;           // CPU threads OpenMP will use
 };
 
 // Never throws: a machine without a GPU or driver gives a report saying so.

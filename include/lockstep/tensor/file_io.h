@@ -89,7 +89,7 @@ class AtomicFile {
   std::string target_;  // resolved (symbolic links followed)
   std::string temp_;
   int fd_ = -1;
-  int slot_ = -1;  // signal-cleanup registry slot, -1 when none was free
+  int slot_ = -1;                // signal-cleanup registry slot, -1 when none was free
   uint64_t written_ = 0;         // bytes written so far
   uint64_t writeback_from_ = 0;  // start of the range whose writeback has not been started
   bool committed_ = false;

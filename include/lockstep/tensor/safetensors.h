@@ -29,8 +29,8 @@ struct NamedTensor {
 };
 
 struct SafetensorsFile {
-  std::vector<NamedTensor> tensors;              // in file order (ascending data offset)
-  std::map<std::string, std::string> metadata;   // "__metadata__"
+  std::vector<NamedTensor> tensors;             // in file order (ascending data offset)
+  std::map<std::string, std::string> metadata;  // "__metadata__"
 
   const Tensor* find(const std::string& name) const;
   Tensor* find(const std::string& name);

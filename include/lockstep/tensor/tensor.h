@@ -23,7 +23,8 @@ class Tensor {
   Tensor() = default;
   // Zero-filled contiguous tensor on `device`. Throws std::invalid_argument on a negative
   // dimension or a byte count that overflows.
-  Tensor(DType dtype, std::vector<int64_t> shape, Device device = Device::cpu(), Stream stream = {});
+  Tensor(DType dtype, std::vector<int64_t> shape, Device device = Device::cpu(),
+         Stream stream = {});
   // Uninitialised contiguous tensor (for outputs every element of which an op writes).
   static Tensor empty(DType dtype, std::vector<int64_t> shape, Device device = Device::cpu(),
                       Stream stream = {});
@@ -33,8 +34,7 @@ class Tensor {
   static Tensor wrap(std::shared_ptr<Storage> storage, DType dtype, std::vector<int64_t> shape);
   // A host tensor holding a copy of `values` (element type T must match dtype's size).
   template <class T>
-  static Tensor from_vector(std::span<const T> values, std::vector<int64_t> shape,
-                            DType dtype) {
+  static Tensor from_vector(std::span<const T> values, std::vector<int64_t> shape, DType dtype) {
     Tensor t(dtype, std::move(shape));
     t.check_elem_size(sizeof(T));
     if (size_t(t.numel()) != values.size())
