@@ -94,6 +94,9 @@ void run_doctor(DoctorArgs& a) {
           gpu_ok && gpu_route(req, g.cc_major * 10 + g.cc_minor, true).rfind("unavailable", 0) != 0;
   rj["runs_on_cuda"] = gpu_ok;
   j["recipe"] = std::move(rj);
+  // What --device auto (the default of train, compare, forward, sample, align, bench model) picks.
+  const std::string auto_device = dev.cuda_compiled && !dev.gpus.empty() ? "cuda:0" : "cpu";
+  j["default_device"] = auto_device;
 
   if (a.json) {
     fmt::print("{}\n", j.dump(2));
@@ -126,6 +129,11 @@ void run_doctor(DoctorArgs& a) {
     fmt::print("{}\n", line);
   }
   fmt::print("verdict: runs on cpu (reference): yes; runs on cuda: {}\n", gpu_ok ? "yes" : "no");
+  fmt::print(
+      "device: the model commands (train, compare, forward, sample, align, bench model) run on {} "
+      "(--device auto){}\n",
+      auto_device,
+      auto_device == "cpu" ? "" : "; the warm start of train / pretrain runs on the CPU");
 }
 
 }  // namespace
