@@ -120,9 +120,9 @@ void validate_train_options(const rl::TrainOptions& o) {
 
 rl::PretrainOptions pretrain_options(const TrainArgs& a) {
   rl::PretrainOptions p;
-  // The warm start runs on the CPU whatever --device says: on the GPU (fast mode, bf16, lr 1e-2)
-  // it does not yet learn the task (H200: 0.8% held-out after 1000 steps, the CPU 64.1%; the
-  // learner's gradients and steps match the CPU's on the GPU tests), so RL alone moves there.
+  // The warm start runs on the CPU whatever --device says: its cache entry is keyed without the
+  // device, so it must be the same bits everywhere, and its outcome is fragile (docs/model.md, "On
+  // the GPU"): another summation order can land it in a failed start.
   p.device = Device::cpu();
   p.task = a.opt.task;
   p.difficulty = a.opt.difficulty;

@@ -65,7 +65,7 @@ GroupedLinear GroupedLinear::from_operand(std::string name, Operand fprop_weight
   g.groups_ = groups;
   g.inference_ = true;
   g.w_fprop_ = std::move(fprop_weight);
-  if (!g.w_fprop_.packed.defined()) pack_for_cpu(g.w_fprop_, groups);
+  if (!g.w_fprop_.packed.defined()) prepack_weight(g.w_fprop_, groups);
   return g;
 }
 
@@ -78,7 +78,7 @@ void GroupedLinear::weights_changed() {
 const Operand& GroupedLinear::fprop_weight() {
   if (!w_fprop_.defined()) {
     w_fprop_ = prepare_grouped_fprop_weight(weight_, groups_, spec_, name_ + ".weight", true);
-    pack_for_cpu(w_fprop_, groups_);
+    prepack_weight(w_fprop_, groups_);
   }
   return w_fprop_;
 }

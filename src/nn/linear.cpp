@@ -79,7 +79,7 @@ Linear Linear::from_operand(std::string name, Operand fprop_weight, int64_t out,
   l.dims_ = LinearDims::of(out, in, spec);
   l.inference_ = true;
   l.w_fprop_ = std::move(fprop_weight);
-  if (!l.w_fprop_.packed.defined()) pack_for_cpu(l.w_fprop_, 1);
+  if (!l.w_fprop_.packed.defined()) prepack_weight(l.w_fprop_, 1);
   return l;
 }
 
@@ -92,7 +92,7 @@ void Linear::weights_changed() {
 const Operand& Linear::fprop_weight() {
   if (!w_fprop_.defined()) {
     w_fprop_ = prepare_fprop_weight(weight_, spec_, name_ + ".weight", true);
-    pack_for_cpu(w_fprop_, 1);
+    prepack_weight(w_fprop_, 1);
   }
   return w_fprop_;
 }

@@ -27,7 +27,7 @@ Tensor Operand::dense(DType dtype) const {
   return dequantize(q, c);
 }
 
-void pack_for_cpu(Operand& w, int64_t groups) {
+void prepack_weight(Operand& w, int64_t groups) {
   if (!w.quantized() && (!w.t.defined() || w.t.dtype() == DType::kF64)) return;
   if (!w.arg().device().is_cpu()) return;
   w.packed = pack_weight(w.arg(), groups);

@@ -164,12 +164,36 @@ const Recipe& Trainer::recipe() const { return impl_->recipe; }
 int64_t Trainer::step() const { return impl_->step; }
 const fs::path& Trainer::run_dir() const { return impl_->dir; }
 
+namespace {
+
+// Refuses, before anything is written, a model whose persistent state cannot fit in the device's
+// free memory.
+void check_device_memory(const model::ModelWeights& w, Device device) {
+  if (device.is_cpu()) return;
+  int64_t params = 0;
+  for (const auto& [name, t] : w.tensors) params += t.numel();
+  // fp32 masters, gradients and two AdamW moments (16 B), the KL reference (4 B), two sampler
+  // policies (the run's and the bf16 one, up to 2 B each): activations and KV cache come on top.
+  const size_t need = size_t(params) * 24;
+  const auto [free, total] = device_memory(device);
+  if (need > free)
+    throw std::invalid_argument(fmt::format(
+        "the model needs at least {:.2f} GiB on {} ({} parameters x 24 bytes: masters, gradients, "
+        "AdamW moments, the KL reference and two sampler policies, before activations and the KV "
+        "cache); {:.2f} GiB of {:.2f} GiB are free",
+        double(need) / double(1ull << 30), device.str(), params, double(free) / double(1ull << 30),
+        double(total) / double(1ull << 30)));
+}
+
+}  // namespace
+
 std::unique_ptr<Trainer> Trainer::create(const fs::path& dir, const TrainOptions& options,
                                          const SelectedRecipe& sel, const model::ModelWeights& init,
                                          RunMetaExtras meta) {
   options.validate();
   check_task_model(init.config, max_sequence_length(options), "model");
   check_new_run_dir(dir);
+  check_device_memory(init, options.device);
   auto m = std::make_unique<Impl>();
   m->dir = dir;
   m->opt = options;

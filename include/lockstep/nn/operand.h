@@ -33,8 +33,8 @@ struct Operand {
 };
 
 // Packs the rowwise copy of a weight operand for repeated CPU GEMMs (groups: expert groups);
-// a no-op for F64 operands (the float64 path).
-void pack_for_cpu(Operand& w, int64_t groups);
+// a no-op for F64 operands (the float64 path) and for operands on a GPU.
+void prepack_weight(Operand& w, int64_t groups);
 
 // Which copies to quantize, and the Philox key of stochastic rounding (gradient operands).
 struct OperandRequest {
