@@ -92,6 +92,18 @@ ModelBatch pack_samples(const std::vector<SampleRequest>& reqs,
   return p;
 }
 
+// Three random sequences of 17, 5 and 40 tokens packed with their next-token targets.
+ModelBatch mixed_batch(const ModelConfig& c, uint64_t seed) {
+  ModelBatch p;
+  for (int64_t len : {17, 5, 40}) {
+    const std::vector<int32_t> s = test::random_ids(len + 1, c.vocab_size, seed, uint32_t(len));
+    p.ids.insert(p.ids.end(), s.begin(), s.end() - 1);
+    p.targets.insert(p.targets.end(), s.begin() + 1, s.end());
+    p.cu.push_back(int64_t(p.ids.size()));
+  }
+  return p;
+}
+
 std::vector<SampleRequest> model_requests(const ModelConfig& c, uint64_t seed, uint32_t n) {
   std::vector<SampleRequest> reqs;
   for (uint32_t i = 0; i < n; ++i)
@@ -173,14 +185,7 @@ void cpu_gpu_cases() {
         const uint64_t seed = case_seed(name);
         const ModelConfig c = gpu_tiny_config(moe);
         const ModelWeights w = test::tiny_weights(c, seed, 0.1f);
-        ModelBatch p;
-        for (int64_t len : {17, 5, 40}) {
-          const std::vector<int32_t> s =
-              test::random_ids(len + 1, c.vocab_size, seed, uint32_t(len));
-          p.ids.insert(p.ids.end(), s.begin(), s.end() - 1);
-          p.targets.insert(p.targets.end(), s.begin() + 1, s.end());
-          p.cu.push_back(int64_t(p.ids.size()));
-        }
+        const ModelBatch p = mixed_batch(c, seed);
         std::vector<float> lp[2];
         for (int d = 0; d < 2; ++d) {
           LearnerConfig lc;
@@ -223,14 +228,7 @@ void cpu_gpu_grad_cases() {
           const double bound = mode == ExecMode::kDeterministic ? 0.05 : 1.0;
           const ModelConfig c = gpu_tiny_config(moe);
           const ModelWeights w = test::tiny_weights(c, seed, 0.1f);
-          ModelBatch p;
-          for (int64_t len : {17, 5, 40}) {
-            const std::vector<int32_t> s =
-                test::random_ids(len + 1, c.vocab_size, seed, uint32_t(len));
-            p.ids.insert(p.ids.end(), s.begin(), s.end() - 1);
-            p.targets.insert(p.targets.end(), s.begin() + 1, s.end());
-            p.cu.push_back(int64_t(p.ids.size()));
-          }
+          const ModelBatch p = mixed_batch(c, seed);
           const int64_t n = int64_t(p.ids.size());
           std::vector<float> dl(static_cast<size_t>(n));
           for (int64_t i = 0; i < n; ++i) dl[size_t(i)] = i % 3 == 0 ? -1.0f / 16 : 1.0f / 64;
