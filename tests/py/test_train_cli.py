@@ -7,7 +7,6 @@ problem, nothing already written changed).
 
 Run: python3 tests/py/test_train_cli.py PATH_TO_lockstep_BINARY
 """
-import hashlib
 import json
 import os
 import shutil
@@ -21,6 +20,8 @@ import unittest
 if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
     sys.exit("usage: test_train_cli.py PATH_TO_lockstep_BINARY [unittest args]")
 LOCKSTEP = os.path.abspath(sys.argv.pop(1))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_util import load_json, micro_config, rows, tree_digest  # noqa: E402
 
 # Keys that measure time (they differ between any two runs); every other key must be equal.
 TIMING = ("time_", "elapsed_s", "tokens_per_s")
@@ -39,16 +40,6 @@ def run(*args, env=None, check=True, timeout=300):
     return r
 
 
-def rows(run_dir):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
-
-
-def load_json(path):
-    with open(path) as f:
-        return json.load(f)
-
-
 def read_text(path):
     with open(path) as f:
         return f.read()
@@ -56,29 +47,6 @@ def read_text(path):
 
 def untimed(rs):
     return [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rs]
-
-
-def tree_digest(path):
-    """name -> sha256 of every file under path (the state a refused command must leave alone)."""
-    out = {}
-    for root, _, files in os.walk(path):
-        for name in files:
-            p = os.path.join(root, name)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, path)] = hashlib.sha256(f.read()).hexdigest()
-    return out
-
-
-def micro_config(hidden=32):
-    return {
-        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "vocab_size": 32,
-        "hidden_size": hidden, "intermediate_size": 2 * hidden, "moe_intermediate_size": 32,
-        "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
-        "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": True,
-        "decoder_sparse_step": 1, "mlp_only_layers": [], "max_position_embeddings": 32,
-        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False,
-        "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "torch_dtype": "float32",
-    }
 
 
 class Train(unittest.TestCase):
