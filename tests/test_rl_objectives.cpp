@@ -282,9 +282,15 @@ RandomBatch random_batch(uint64_t seed) {
     b.mask.push_back(u(g) < 0.9);
   }
   // Response 0: a positive advantage and a sampler 1.5 nats above the learner on every token, so
-  // the repair has an active segment whatever the seed.
+  // the repair has an active segment whatever the seed; response 1: the same gap with a negative
+  // advantage, so the gate weighs a segment down whatever the seed.
   b.adv[0] = 1.0 + std::fabs(b.adv[0]);
-  for (int64_t t = b.offsets[0]; t < b.offsets[1]; ++t) b.lp_smp[size_t(t)] += 1.5;
+  b.adv[1] = -1.0 - std::fabs(b.adv[1]);
+  for (int r = 0; r < 2; ++r)
+    for (int64_t t = b.offsets[size_t(r)]; t < b.offsets[size_t(r) + 1]; ++t) {
+      b.lp_smp[size_t(t)] += 1.5;
+      b.mask[size_t(t)] = 1;  // every token of the two responses counts
+    }
   return b;
 }
 
