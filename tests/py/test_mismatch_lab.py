@@ -25,8 +25,9 @@ import unittest
 if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
     sys.exit("usage: test_mismatch_lab.py PATH_TO_lockstep_BINARY [unittest args]")
 LOCKSTEP = os.path.abspath(sys.argv.pop(1))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_util import load_json, micro_config, rows, run_lockstep, untimed  # noqa: E402
 
-TIMING = ("time_", "elapsed_s", "tokens_per_s")
 RUN = ["--steps", "4", "--prompts", "8", "--group", "8", "--max-new", "4", "--eval-prompts", "8",
        "--eval-every", "2", "--checkpoint-every", "2", "--format-bonus", "0.5", "--lr", "0.01",
        "--difficulty", "1"]
@@ -35,43 +36,14 @@ SCALED = ["--tis-cap", "1.002", "--gate-mild-gap", "-0.001", "--gate-severe-gap"
           "--gate-tail-gap", "-0.006", "--repair-margin", "-0.001"]
 
 
-def run(*args, check=True, timeout=300):
-    r = subprocess.run([LOCKSTEP, *args], capture_output=True, text=True, timeout=timeout)
-    if check and r.returncode != 0:
-        raise AssertionError(f"lockstep {' '.join(args)} exited {r.returncode}: {r.stderr}")
-    return r
-
-
-def rows(run_dir):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
-
-
-def load_json(path):
-    with open(path) as f:
-        return json.load(f)
-
-
-def untimed(rs):
-    return [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rs]
+def run(*args, **kw):
+    return run_lockstep(LOCKSTEP, *args, **kw)
 
 
 def total(rs, key):
     return sum(r[key] for r in rs[1:] if r.get(key) is not None)
 
 
-def micro_config(**changes):
-    c = {
-        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "vocab_size": 32,
-        "hidden_size": 32, "intermediate_size": 64, "moe_intermediate_size": 32,
-        "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
-        "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": True,
-        "decoder_sparse_step": 1, "mlp_only_layers": [], "max_position_embeddings": 32,
-        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False,
-        "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "torch_dtype": "float32",
-    }
-    c.update(changes)
-    return c
 
 
 class MismatchLab(unittest.TestCase):

@@ -21,32 +21,17 @@ if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
     sys.exit("usage: test_train_cli.py PATH_TO_lockstep_BINARY [unittest args]")
 LOCKSTEP = os.path.abspath(sys.argv.pop(1))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_util import load_json, micro_config, rows, tree_digest  # noqa: E402
+from train_util import (load_json, micro_config, read_text, rows, run_lockstep,  # noqa: E402
+                        tree_digest, untimed)
 
-# Keys that measure time (they differ between any two runs); every other key must be equal.
-TIMING = ("time_", "elapsed_s", "tokens_per_s")
 # A micro run: rewards vary (format bonus), so the policy moves every step.
 SMALL = ["--steps", "6", "--prompts", "4", "--group", "4", "--max-new", "4", "--eval-prompts", "8",
          "--eval-every", "3", "--checkpoint-every", "2", "--format-bonus", "0.5", "--lr", "0.01",
          "--difficulty", "1"]
 
 
-def run(*args, env=None, check=True, timeout=300):
-    e = dict(os.environ)
-    e.update(env or {})
-    r = subprocess.run([LOCKSTEP, *args], capture_output=True, text=True, timeout=timeout, env=e)
-    if check and r.returncode != 0:
-        raise AssertionError(f"lockstep {' '.join(args)} exited {r.returncode}: {r.stderr}")
-    return r
-
-
-def read_text(path):
-    with open(path) as f:
-        return f.read()
-
-
-def untimed(rs):
-    return [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rs]
+def run(*args, **kw):
+    return run_lockstep(LOCKSTEP, *args, **kw)
 
 
 class Train(unittest.TestCase):

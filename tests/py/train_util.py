@@ -3,10 +3,24 @@ steps takes about a second) and small helpers for run folders."""
 import hashlib
 import json
 import os
+import subprocess
+
+# Keys that measure time (they differ between any two runs); every other key must be equal.
+TIMING = ("time_", "elapsed_s", "tokens_per_s")
 
 
-def micro_config(hidden=32):
-    return {
+def run_lockstep(binary, *args, env=None, check=True, timeout=300):
+    """binary ARGS...; an AssertionError with its stderr when check and it exits non-zero."""
+    e = dict(os.environ)
+    e.update(env or {})
+    r = subprocess.run([binary, *args], capture_output=True, text=True, timeout=timeout, env=e)
+    if check and r.returncode != 0:
+        raise AssertionError(f"lockstep {' '.join(args)} exited {r.returncode}: {r.stderr}")
+    return r
+
+
+def micro_config(hidden=32, **changes):
+    c = {
         "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "vocab_size": 32,
         "hidden_size": hidden, "intermediate_size": 2 * hidden, "moe_intermediate_size": 32,
         "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
@@ -15,6 +29,8 @@ def micro_config(hidden=32):
         "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False,
         "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "torch_dtype": "float32",
     }
+    c.update(changes)
+    return c
 
 
 def rows(run_dir):
@@ -25,6 +41,15 @@ def rows(run_dir):
 def load_json(path):
     with open(path) as f:
         return json.load(f)
+
+
+def read_text(path):
+    with open(path) as f:
+        return f.read()
+
+
+def untimed(rs):
+    return [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rs]
 
 
 def tree_digest(path):
