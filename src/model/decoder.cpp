@@ -227,7 +227,6 @@ Tensor Decoder::forward_cached(const Tensor& ids, std::span<const int64_t> posit
     throw std::invalid_argument(
         fmt::format("forward_cached: the KV cache is on {}, the model on {}", cache.device().str(),
                     m.dev.str()));
-  if (cache.dtype() != m.kv) m.kv = cache.dtype();
   std::vector<int32_t> pos(static_cast<size_t>(n)), slot(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r) {
     if (positions[size_t(r)] < 0 || positions[size_t(r)] >= cache.max_pos())
