@@ -27,6 +27,14 @@ struct GemmBenchResult {
   bool have_cublas = false;
   std::vector<GemmBenchRow> rows;
 };
+// The device's ceilings measured now: a 1 GiB device-to-device copy ((read + write) bytes / time)
+// and cuBLAS bf16 on 8192^3 (2 M N K / time; 0 when cuBLAS is missing). Throws without CUDA.
+struct DeviceRates {
+  double copy_gbps = 0;
+  double bf16_tflops = 0;
+};
+DeviceRates measure_device_rates(int iters = 10);
+
 // filter: substring of section or name; quick: smaller shapes (smoke run). Throws without CUDA.
 GemmBenchResult bench_gemm_cuda(const std::string& filter = "", bool quick = false, int iters = 20);
 

@@ -267,7 +267,39 @@ void moe_decode_row(GemmBenchResult& res, Cublas& cb, cudaStream_t s, bool quick
   res.rows.push_back(r);
 }
 
+// Copy bandwidth: 1 GiB device-to-device, (read + write) / time.
+double copy_gbps(cudaStream_t s, int iters) {
+  const size_t bytes = size_t(1) << 30;
+  const Tensor x = filled(bytes, 1, 0);
+  Tensor y = Tensor::empty(DType::kU8, {int64_t(bytes)}, kDev);
+  const double us = median_time_us(
+      [&](int) {
+        LOCKSTEP_CUDA_CHECK(cudaMemcpyAsync(y.raw(), x.raw(), bytes, cudaMemcpyDeviceToDevice, s));
+      },
+      iters, s);
+  return 2.0 * double(bytes) / us * 1e-3;
+}
+
 }  // namespace
+
+DeviceRates measure_device_rates(int iters) {
+  DeviceRates r;
+  cudaStream_t s;
+  LOCKSTEP_CUDA_CHECK(cudaStreamCreate(&s));
+  r.copy_gbps = copy_gbps(s, iters);
+  Cublas cb;
+  if (cb.ok()) {
+    constexpr int64_t n = 8192;
+    const Tensor a = filled(size_t(n * n * 2), 3, 1), w = filled(size_t(n * n * 2), 4, 1);
+    Tensor d = Tensor::empty(DType::kBF16, {n, n}, kDev);
+    const double us =
+        median_time_us([&](int) { cb.gemm_bf16(a.raw(), w.raw(), d.raw(), n, n, n, s); }, iters, s);
+    r.bf16_tflops = 2.0 * double(n) * double(n) * double(n) / us * 1e-6;
+  }
+  LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaStreamDestroy(s);
+  return r;
+}
 
 GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters) {
   GemmBenchResult res;
@@ -283,18 +315,7 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
     return filter.empty() || sec.find(filter) != std::string::npos ||
            name.find(filter) != std::string::npos;
   };
-  {  // copy bandwidth: 1 GiB device-to-device, (read + write) / time
-    const size_t bytes = size_t(1) << 30;
-    const Tensor x = filled(bytes, 1, 0);
-    Tensor y = Tensor::empty(DType::kU8, {int64_t(bytes)}, kDev);
-    const double us = median_time_us(
-        [&](int) {
-          LOCKSTEP_CUDA_CHECK(
-              cudaMemcpyAsync(y.raw(), x.raw(), bytes, cudaMemcpyDeviceToDevice, s));
-        },
-        iters, s);
-    res.copy_gbps = 2.0 * double(bytes) / us * 1e-3;
-  }
+  res.copy_gbps = copy_gbps(s, iters);
   const Tensor act = filled(size_t(16) * 16384 * 2, 7, 1);  // bf16 activations, up to [16, 16384]
   decode_rows(res, act, cb, s, quick, iters, want);
   if (want("moe-decode", "moe nvfp4 48 layers x 8 experts"))

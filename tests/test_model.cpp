@@ -10,6 +10,7 @@
 #include "lockstep/model/learner.h"
 #include "lockstep/model/policy.h"
 #include "lockstep/model/sampler.h"
+#include "lockstep/tensor/graph.h"
 #include "test_util.h"
 #include "tiny_model_util.h"
 
@@ -235,6 +236,30 @@ TEST(ModelSampler, SameSeedSameTokensWhateverTheBatch) {
     for (size_t i = 0; i < reqs.size(); ++i) differs = differs || other[i].tokens != all[i].tokens;
     EXPECT_TRUE(differs) << rn << ": another seed gave the same tokens for all 6 requests";
   }
+}
+
+// Device graphs are a CUDA device's: a CPU sampler runs every step call by call and says so in
+// its statistics, and a graph asked for on the CPU is refused with the device named.
+TEST(ModelSampler, CpuStepsRunCallByCall) {
+  const ModelConfig c = tiny_config(TinyOptions{});
+  const ModelWeights w = tiny_weights(c, test_seed() + 5);
+  Sampler s(SamplerConfig{.max_new = 5, .max_batch = 2});
+  s.load_policy(export_policy(w, recipe("bf16"), 0), 0, "bf16");
+  std::vector<SampleRequest> reqs{{random_ids(3, c.vocab_size, test_seed(), 1), 0},
+                                  {random_ids(4, c.vocab_size, test_seed(), 2), 1}};
+  s.generate(reqs);
+  EXPECT_EQ(s.stats().graph_captures, 0);
+  EXPECT_EQ(s.stats().graph_replays, 0);
+  EXPECT_FALSE(device_graphs_available(Device::cpu()));
+  EXPECT_FALSE(stream_capturing(Stream{}));
+  DeviceGraph g;
+  try {
+    g.capture(Device::cpu(), Stream{}, [] {});
+    ADD_FAILURE() << "a graph on the CPU was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("cpu"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(g.defined());
 }
 
 TEST(ModelPolicy, RefusesWrongVersionRecipeOrChecksum) {

@@ -240,9 +240,26 @@ Tensor Decoder::forward_cached(const Tensor& ids, std::span<const int64_t> posit
     pos[size_t(r)] = int32_t(positions[size_t(r)]);
     slot[size_t(r)] = int32_t(slots[size_t(r)]);
   }
-  const Tensor pt = Tensor::from_vector<int32_t>(pos, {n}, DType::kI32).to(m.dev);
-  const Tensor st = Tensor::from_vector<int32_t>(slot, {n}, DType::kI32).to(m.dev);
-  Tensor x = ops::embedding(m.embed, ids.contiguous().to(m.dev));
+  return forward_cached_device(
+      ids.contiguous().to(m.dev), Tensor::from_vector<int32_t>(pos, {n}, DType::kI32).to(m.dev),
+      Tensor::from_vector<int32_t>(slot, {n}, DType::kI32).to(m.dev), cache);
+}
+
+Tensor Decoder::forward_cached_device(const Tensor& ids, const Tensor& pt, const Tensor& st,
+                                      KvCache& cache) {
+  Impl& m = *impl_;
+  const int64_t n = ids.numel();
+  for (const Tensor* t : {&ids, &pt, &st})
+    if (!t->defined() || t->dtype() != DType::kI32 || t->dim() != 1 || t->numel() != n ||
+        t->device() != m.dev)
+      throw std::invalid_argument(fmt::format(
+          "forward_cached_device: ids, positions and slots must be I32 [{}] on {}; got {}", n,
+          m.dev.str(), t->defined() ? t->describe() : "undefined"));
+  if (cache.device() != m.dev)
+    throw std::invalid_argument(
+        fmt::format("forward_cached: the KV cache is on {}, the model on {}", cache.device().str(),
+                    m.dev.str()));
+  Tensor x = ops::embedding(m.embed, ids);
   for (Layer& L : m.layers) {
     const Tensor a = m.attention_cached(L, x, pt, st, cache);
     ops::add_inplace(x, a);

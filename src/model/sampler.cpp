@@ -8,17 +8,81 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include "lockstep/ops/tensor_ops.h"
+#include "lockstep/tensor/graph.h"
 
 namespace lockstep::model {
 
+// One batch size's decode step on a device: its inputs, outputs and (once recorded) its graph.
+// The step reads and writes only these tensors, the policy's weights and the KV cache, so a
+// replay after new inputs are copied in is the step on those inputs.
+struct DecodeStep {
+  Tensor in;        // I32 [4, B]: ids, positions, slots, Philox streams
+  Tensor lens;      // I64 [B]: tokens in the cache after the step (the Philox counter)
+  Tensor tokens;    // I32 [B]
+  Tensor logprobs;  // F32 [B]
+  DeviceGraph graph;
+};
+
 struct Sampler::Impl {
   SamplerConfig cfg;
+  // Declared before everything that allocates on it, so it is destroyed after them.
+  std::unique_ptr<OwnedStream> stream;
   std::optional<PolicyVersion> policy;
   std::unique_ptr<Decoder> dec;
   std::unique_ptr<KvCache> cache;
+  std::map<int64_t, DecodeStep> steps;  // by batch size; they hold pointers into dec and cache
+  SamplerStats stats;
+
+  // Graphs hold the addresses of the weights, the cache and the sampling settings: any change of
+  // those drops them.
+  void drop_steps() {
+    steps.clear();
+    stats.graphs_off.clear();
+  }
+  bool graphs_wanted() const { return cfg.cuda_graphs && device_graphs_available(cfg.device); }
+  DecodeStep& step_for(int64_t B) {
+    auto it = steps.find(B);
+    if (it != steps.end()) return it->second;
+    DecodeStep s;
+    s.in = Tensor::empty(DType::kI32, {4, B}, cfg.device);
+    s.lens = Tensor::empty(DType::kI64, {B}, cfg.device);
+    s.tokens = Tensor::empty(DType::kI32, {B}, cfg.device);
+    s.logprobs = Tensor::empty(DType::kF32, {B}, cfg.device);
+    return steps.emplace(B, std::move(s)).first->second;
+  }
+  // The decode step's calls: every temporary is freed before it returns (a graph records it).
+  void run_step(DecodeStep& s, const ops::SampleConfig& sc) {
+    const int64_t B = s.lens.numel();
+    auto row = [&](int64_t r) { return s.in.slice_rows(r, r + 1).view({B}); };
+    const Tensor logits = dec->forward_cached_device(row(0), row(1), row(2), *cache);
+    const ops::SampledTokens st = ops::sample_tokens(logits, row(3), s.lens, sc);
+    s.tokens.copy_from(st.tokens);
+    s.logprobs.copy_from(st.logprobs);
+  }
+  // Runs the step on the inputs already in `s`: a replay when recorded, else the calls one by one
+  // followed (the first time) by recording them for the next step of this batch size.
+  void decode(DecodeStep& s, const ops::SampleConfig& sc) {
+    if (s.graph.defined()) {
+      s.graph.replay(stream->get());
+      ++stats.graph_replays;
+      return;
+    }
+    run_step(s, sc);
+    ++stats.direct_steps;
+    if (!graphs_wanted() || !stats.graphs_off.empty()) return;
+    try {
+      s.graph.capture(cfg.device, stream->get(), [&] { run_step(s, sc); });
+      ++stats.graph_captures;
+    } catch (const std::exception& e) {
+      // A step that cannot be recorded (a recipe whose step reads device values on the host)
+      // keeps running call by call, with the same results.
+      stats.graphs_off = e.what();
+    }
+  }
 
   void check_ready() const {
     if (!dec) throw std::logic_error("sampler: no policy loaded (load_policy first)");
@@ -55,6 +119,7 @@ struct Sampler::Impl {
       slots = std::max(slots, cache->slots());
       positions = std::max(positions, cache->max_pos());
     }
+    drop_steps();
     cache.reset();  // free the old one before allocating
     cache = std::make_unique<KvCache>(c, cfg.kv, slots, positions, cfg.device);
     return *cache;
@@ -72,10 +137,18 @@ void Sampler::set_config(const SamplerConfig& cfg) {
     throw std::invalid_argument(fmt::format("sampler: top_p {} must be in (0, 1]", cfg.top_p));
   if (cfg.top_k < 0 || cfg.max_new < 0 || cfg.max_batch < 1)
     throw std::invalid_argument("sampler: top_k and max_new must be >= 0, max_batch >= 1");
-  const bool moved = cfg.device != impl_->cfg.device;
+  const SamplerConfig& was = impl_->cfg;
+  const bool moved = cfg.device != was.device;
+  // A recorded step holds the sampling settings and the cache (dtype, device) it was made for;
+  // lengths, batch limits and the stop token are the host's business.
+  if (moved || cfg.temperature != was.temperature || cfg.top_p != was.top_p ||
+      cfg.top_k != was.top_k || cfg.seed != was.seed || cfg.kv != was.kv ||
+      cfg.cuda_graphs != was.cuda_graphs)
+    impl_->drop_steps();
   impl_->cfg = cfg;
   if (moved) {
     impl_->cache.reset();
+    impl_->stream.reset();
     if (impl_->policy)
       impl_->dec = std::make_unique<Decoder>(decoder_weights(*impl_->policy, cfg.device));
   }
@@ -97,6 +170,7 @@ void Sampler::load_policy(PolicyVersion p, int64_t expected_version,
     throw PolicyError(fmt::format(
         "sampler: policy version {} checksum {:016x} does not verify (the bytes hash to {:016x})",
         p.version, p.checksum, sum));
+  impl_->drop_steps();
   impl_->dec.reset();  // the old version's device memory first
   impl_->dec = std::make_unique<Decoder>(decoder_weights(p, impl_->cfg.device));
   impl_->policy = std::move(p);
@@ -107,6 +181,9 @@ std::vector<SampleResult> Sampler::generate(std::span<const SampleRequest> reque
   m.check_ready();
   for (size_t i = 0; i < requests.size(); ++i) m.validate(requests[i].prompt, i);
   const ModelConfig& c = m.policy->config;
+  // Every call of a CUDA sampler runs on its own stream (a graph is recorded from one).
+  if (m.cfg.device.is_cuda() && !m.stream) m.stream = std::make_unique<OwnedStream>(m.cfg.device);
+  const StreamGuard on(m.stream ? m.stream->get() : Stream{});
   struct Active {
     size_t req;
     int64_t slot;
@@ -155,18 +232,37 @@ std::vector<SampleResult> Sampler::generate(std::span<const SampleRequest> reque
       lens.push_back(a.len);
     }
     const int64_t B = int64_t(active.size());
-    const Tensor idt = Tensor::from_vector<int32_t>(ids, {int64_t(ids.size())}, DType::kI32);
-    const Tensor logits = m.dec->forward_cached(idt, pos, slots, cache);
-    // The last row of each sequence (every row when all sequences decode one token).
-    const Tensor rows =
-        int64_t(ids.size()) == B
-            ? logits
-            : ops::embedding(logits,
-                             Tensor::from_vector<int32_t>(last_row, {B}, DType::kI32).to(dev));
-    const ops::SampledTokens st =
-        ops::sample_tokens(rows, Tensor::from_vector<int32_t>(streams, {B}, DType::kI32).to(dev),
-                           Tensor::from_vector<int64_t>(lens, {B}, DType::kI64).to(dev), sc);
-    const Tensor tokens = st.tokens.to(Device::cpu()), logprobs = st.logprobs.to(Device::cpu());
+    Tensor tokens, logprobs;
+    if (int64_t(ids.size()) == B && dev.is_cuda()) {
+      // A decode step: its inputs go up in two copies, the step runs (or replays) on the device.
+      DecodeStep& s = m.step_for(B);
+      std::vector<int32_t> in(size_t(4 * B));
+      for (int64_t i = 0; i < B; ++i) {
+        in[size_t(i)] = ids[size_t(i)];
+        in[size_t(B + i)] = int32_t(pos[size_t(i)]);
+        in[size_t(2 * B + i)] = int32_t(slots[size_t(i)]);
+        in[size_t(3 * B + i)] = streams[size_t(i)];
+      }
+      s.in.copy_from(Tensor::from_vector<int32_t>(in, {4, B}, DType::kI32));
+      s.lens.copy_from(Tensor::from_vector<int64_t>(lens, {B}, DType::kI64));
+      m.decode(s, sc);
+      tokens = s.tokens.to(Device::cpu());
+      logprobs = s.logprobs.to(Device::cpu());
+    } else {
+      const Tensor idt = Tensor::from_vector<int32_t>(ids, {int64_t(ids.size())}, DType::kI32);
+      const Tensor logits = m.dec->forward_cached(idt, pos, slots, cache);
+      // The last row of each sequence (every row when all sequences decode one token).
+      const Tensor rows =
+          int64_t(ids.size()) == B
+              ? logits
+              : ops::embedding(logits,
+                               Tensor::from_vector<int32_t>(last_row, {B}, DType::kI32).to(dev));
+      const ops::SampledTokens st =
+          ops::sample_tokens(rows, Tensor::from_vector<int32_t>(streams, {B}, DType::kI32).to(dev),
+                             Tensor::from_vector<int64_t>(lens, {B}, DType::kI64).to(dev), sc);
+      tokens = st.tokens.to(Device::cpu());
+      logprobs = st.logprobs.to(Device::cpu());
+    }
     std::vector<Active> still;
     for (int64_t i = 0; i < B; ++i) {
       const Active& a = active[size_t(i)];
@@ -192,6 +288,8 @@ std::vector<SampleResult> Sampler::generate(std::span<const SampleRequest> reque
   }
   return out;
 }
+
+const SamplerStats& Sampler::stats() const { return impl_->stats; }
 
 std::vector<float> Sampler::score(std::span<const int32_t> prompt,
                                   std::span<const int32_t> continuation) {

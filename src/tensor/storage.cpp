@@ -137,6 +137,17 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 #if defined(LOCKSTEP_HAVE_CUDA)
   const Device on = dst_device.is_cuda() ? dst_device : src_device;
   DeviceGuard guard(on);
+  if (dst_device.is_cpu() || src_device.is_cpu()) {
+    // A recorded copy would read or write this host memory when the graph runs, long after the
+    // caller's buffer is gone: work that is captured keeps its data on the device.
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(cu(stream), &status), "cudaStreamIsCapturing", on, bytes);
+    if (status != cudaStreamCaptureStatusNone)
+      throw std::logic_error(fmt::format(
+          "a {}-byte copy between host and {} was asked for while the stream is being captured "
+          "into a device graph",
+          bytes, on.str()));
+  }
   cudaMemcpyKind kind = dst_device.is_cpu()   ? cudaMemcpyDeviceToHost
                         : src_device.is_cpu() ? cudaMemcpyHostToDevice
                                               : cudaMemcpyDeviceToDevice;

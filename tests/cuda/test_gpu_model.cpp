@@ -176,6 +176,58 @@ void deterministic_cases() {
     }
 }
 
+// Decode steps replayed from CUDA graphs give the tokens and log-prob bits of the same steps run
+// call by call (fast mode, where nothing else would hide a difference: every batch size from 4
+// down to 1 as sequences of different prompt lengths finish), and the graphs are really used.
+void graph_cases() {
+  for (bool moe : {false, true})
+    for (const char* rn : {"bf16", "nvfp4_per_token", "mxfp8"})
+      for (KvDtype kv : {KvDtype::kBf16, KvDtype::kFp8E4M3}) {
+        const std::string name = std::string("decode graphs ") + (moe ? "moe " : "dense ") + rn +
+                                 (kv == KvDtype::kBf16 ? " kv bf16" : " kv fp8");
+        run_case(name, [&]() -> std::string {
+          const uint64_t seed = case_seed(name);
+          const ModelConfig c = gpu_tiny_config(moe);
+          const ModelWeights w = test::tiny_weights(c, seed, 0.1f);
+          const lockstep::Recipe& recipe = model_recipe(rn);
+          SamplerConfig sc;
+          sc.temperature = 0.8;
+          sc.top_p = 0.9;
+          sc.max_new = 9;
+          sc.seed = seed;
+          sc.max_batch = 4;
+          sc.kv = kv;
+          sc.device = gpu();
+          std::vector<SampleRequest> reqs = model_requests(c, seed, 7);
+          std::vector<std::vector<SampleResult>> runs;
+          std::vector<SamplerStats> stats;
+          for (bool graphs : {false, true}) {
+            sc.cuda_graphs = graphs;
+            Sampler sampler(sc);
+            sampler.load_policy(export_policy(w, recipe, 0), 0, rn);
+            runs.push_back(sampler.generate(reqs));
+            runs.push_back(
+                sampler.generate(reqs));  // the second call replays what the first recorded
+            stats.push_back(sampler.stats());
+          }
+          if (stats[0].graph_replays != 0 || stats[0].graph_captures != 0)
+            return "graphs were used with cuda_graphs = false";
+          if (!stats[1].graphs_off.empty()) return "graphs were refused: " + stats[1].graphs_off;
+          if (stats[1].graph_replays == 0) return "no decode step was replayed from a graph";
+          for (size_t r = 1; r < runs.size(); ++r)
+            for (size_t i = 0; i < reqs.size(); ++i) {
+              const std::string what =
+                  "run " + std::to_string(r) + " vs call by call, request " + std::to_string(i);
+              if (runs[r][i].tokens != runs[0][i].tokens) return what + ": tokens differ";
+              if (std::string e = same_model_bits(runs[0][i].logprobs, runs[r][i].logprobs, what);
+                  !e.empty())
+                return e;
+            }
+          return "";
+        });
+      }
+}
+
 // GPU learner vs CPU learner, deterministic, the same weights and batch.
 void cpu_gpu_cases() {
   for (bool moe : {false, true})
@@ -331,6 +383,7 @@ void checkpoint_cases() {
 void test_model() {
   if (!want("model")) return;
   deterministic_cases();
+  graph_cases();
   cpu_gpu_cases();
   cpu_gpu_grad_cases();
   checkpoint_cases();

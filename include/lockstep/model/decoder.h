@@ -109,6 +109,12 @@ class Decoder {
   // logits [rows, V] on the decoder's device.
   Tensor forward_cached(const Tensor& ids, std::span<const int64_t> positions,
                         std::span<const int64_t> slots, KvCache& cache);
+  // The same with ids, positions and slots already on the decoder's device (I32 [rows] each), as
+  // a captured decode step keeps them: nothing is read or checked on the host, so the caller
+  // guarantees what the host overload checks (ids in the vocabulary, positions and slots inside
+  // the cache).
+  Tensor forward_cached_device(const Tensor& ids, const Tensor& positions, const Tensor& slots,
+                               KvCache& cache);
   Device device() const;
   // The dtype of the learner's K / V rounding (the sampler's cache dtype; default bf16).
   void set_kv_dtype(KvDtype dtype);

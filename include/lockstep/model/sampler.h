@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "lockstep/model/policy.h"
@@ -26,6 +27,18 @@ struct SamplerConfig {
   int64_t max_batch = 64;         // sequences decoded together
   std::optional<int64_t> eos{};   // stop token (kept in the output)
   Device device = Device::cpu();  // where the policy, the KV cache and every step run
+  // On a CUDA device, a decode step (every active sequence adding one token) is captured once
+  // per batch size into a device graph and replayed: the same kernels with the same arguments,
+  // so the same tokens and log-probs as running the step's calls one by one.
+  bool cuda_graphs = true;
+};
+
+// What the sampler's decode steps ran as, summed over its generate calls.
+struct SamplerStats {
+  int64_t direct_steps = 0;    // decode steps run call by call
+  int64_t graph_captures = 0;  // decode steps recorded into a graph (one per batch size)
+  int64_t graph_replays = 0;   // decode steps run as one graph launch
+  std::string graphs_off;      // why graphs are not used now (empty: they are, where they can)
 };
 
 struct SampleRequest {
@@ -60,6 +73,8 @@ class Sampler {
   // Teacher-forced decode: the sampler's log-probs of `continuation` after `prompt`, token by
   // token through the KV cache (what align compares when no sampling is wanted).
   std::vector<float> score(std::span<const int32_t> prompt, std::span<const int32_t> continuation);
+
+  const SamplerStats& stats() const;
 
  private:
   struct Impl;

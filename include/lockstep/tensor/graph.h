@@ -1,0 +1,58 @@
+// Device work recorded once and replayed as one launch (a CUDA graph), and the stream it runs on.
+// The sampler replays a captured decode step per batch size instead of launching its few hundred
+// kernels one by one; what a replay computes is what the same calls compute when run directly (the
+// same kernels with the same arguments), so results are bit-identical either way.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "lockstep/tensor/device.h"
+
+namespace lockstep {
+
+// A CUDA stream created for its owner (ordered with the legacy default stream, so tensors made
+// elsewhere on that stream are safe to read on it). Throws on a CPU device or a build without CUDA.
+class OwnedStream {
+ public:
+  explicit OwnedStream(Device device);
+  ~OwnedStream();
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+  Stream get() const { return stream_; }
+  Device device() const { return device_; }
+
+ private:
+  Device device_;
+  Stream stream_;
+};
+
+// True while work queued on `stream` (resolved as tensor/device.h does) is being recorded rather
+// than run. Always false without CUDA.
+bool stream_capturing(Stream stream);
+
+// Whether device graphs can run on `device` in this build (a CUDA build and a CUDA device).
+bool device_graphs_available(Device device);
+
+class DeviceGraph {
+ public:
+  DeviceGraph();
+  ~DeviceGraph();
+  DeviceGraph(DeviceGraph&&) noexcept;
+  DeviceGraph& operator=(DeviceGraph&&) noexcept;
+
+  // Records what `work` queues on `stream` (made the thread's current stream for the call)
+  // without running it. `work` must free every device tensor it allocates before it returns and
+  // must not copy between host and device (copy_bytes refuses that during a capture). Throws,
+  // leaving the graph undefined, when the work cannot be recorded.
+  void capture(Device device, Stream stream, const std::function<void()>& work);
+  // Runs the recorded work on `stream`, ordered like any other call on it.
+  void replay(Stream stream) const;
+  bool defined() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lockstep

@@ -1,0 +1,128 @@
+// Device graphs and owned streams (tensor/graph.h) over the CUDA runtime's stream capture.
+#include "lockstep/tensor/graph.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#if defined(LOCKSTEP_HAVE_CUDA)
+#include "cuda_util.h"
+#endif
+
+namespace lockstep {
+
+#if defined(LOCKSTEP_HAVE_CUDA)
+
+OwnedStream::OwnedStream(Device device) : device_(device) {
+  if (!device.is_cuda())
+    throw std::invalid_argument(fmt::format("OwnedStream: {} is not a CUDA device", device.str()));
+  cuda::DeviceGuard guard(device);
+  cudaStream_t s = nullptr;
+  LOCKSTEP_CUDA_CHECK(cudaStreamCreate(&s));
+  stream_.handle = s;
+}
+
+OwnedStream::~OwnedStream() {
+  // Work still queued finishes first; the handle is released once it has.
+  cudaStreamSynchronize(static_cast<cudaStream_t>(stream_.handle));
+  cudaStreamDestroy(static_cast<cudaStream_t>(stream_.handle));
+  cudaGetLastError();
+}
+
+bool stream_capturing(Stream stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(cuda::cu(stream), &status) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+bool device_graphs_available(Device device) {
+  if (!device.is_cuda()) return false;
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return device.index < n;
+}
+
+struct DeviceGraph::Impl {
+  Device device;
+  cudaGraphExec_t exec = nullptr;
+  ~Impl() {
+    if (exec) cudaGraphExecDestroy(exec);
+  }
+};
+
+void DeviceGraph::capture(Device device, Stream stream, const std::function<void()>& work) {
+  impl_.reset();
+  if (!device.is_cuda())
+    throw std::invalid_argument(
+        fmt::format("DeviceGraph::capture: {} is not a CUDA device", device.str()));
+  cuda::DeviceGuard guard(device);
+  const cudaStream_t s = cuda::cu(stream);
+  if (!s)
+    throw std::invalid_argument(
+        "DeviceGraph::capture: the legacy default stream cannot be captured");
+  // Relaxed: calls that are not stream work (a cudaFuncSetAttribute, a device query) may run while
+  // recording; stream work on any other stream still ends the capture with an error.
+  LOCKSTEP_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  try {
+    StreamGuard on(Stream{s});
+    work();
+  } catch (...) {
+    cudaGraph_t partial = nullptr;
+    cudaStreamEndCapture(s, &partial);
+    if (partial) cudaGraphDestroy(partial);
+    cudaGetLastError();
+    throw;
+  }
+  cudaGraph_t graph = nullptr;
+  LOCKSTEP_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  auto impl = std::make_unique<Impl>();
+  impl->device = device;
+  const cudaError_t err = cudaGraphInstantiate(&impl->exec, graph, 0);
+  cudaGraphDestroy(graph);
+  LOCKSTEP_CUDA_CHECK(err);
+  impl_ = std::move(impl);
+}
+
+void DeviceGraph::replay(Stream stream) const {
+  if (!impl_) throw std::logic_error("DeviceGraph::replay: nothing was captured");
+  cuda::DeviceGuard guard(impl_->device);
+  LOCKSTEP_CUDA_CHECK(cudaGraphLaunch(impl_->exec, cuda::cu(stream)));
+}
+
+#else
+
+OwnedStream::OwnedStream(Device device) : device_(device) {
+  throw std::runtime_error(fmt::format(
+      "OwnedStream: {} needs a CUDA build of lockstep (configure with -DLOCKSTEP_CUDA=ON)",
+      device.str()));
+}
+OwnedStream::~OwnedStream() = default;
+bool stream_capturing(Stream) { return false; }
+bool device_graphs_available(Device) { return false; }
+
+struct DeviceGraph::Impl {};
+
+void DeviceGraph::capture(Device device, Stream, const std::function<void()>&) {
+  throw std::runtime_error(fmt::format(
+      "DeviceGraph: {} needs a CUDA build of lockstep (configure with -DLOCKSTEP_CUDA=ON)",
+      device.str()));
+}
+void DeviceGraph::replay(Stream) const {
+  throw std::logic_error("DeviceGraph::replay: nothing was captured");
+}
+
+#endif
+
+DeviceGraph::DeviceGraph() = default;
+DeviceGraph::~DeviceGraph() = default;
+DeviceGraph::DeviceGraph(DeviceGraph&&) noexcept = default;
+DeviceGraph& DeviceGraph::operator=(DeviceGraph&&) noexcept = default;
+bool DeviceGraph::defined() const { return impl_ != nullptr; }
+
+}  // namespace lockstep
