@@ -20,6 +20,8 @@ namespace {
 
 struct TrainCmd {
   TrainArgs a;
+  GpuSplit gpus;
+  int async_rollout = 0;
   std::string out, resume;
   CLI::App* cmd = nullptr;
 };
@@ -96,6 +98,7 @@ void run_resume(const TrainCmd& c) {
 
 void run_train(TrainCmd& c) {
   if (!c.resume.empty()) return run_resume(c);
+  check_gpus(c.gpus, c.async_rollout, query_devices());
   TrainArgs& a = c.a;
   a.opt.device = device_flag(a.device);
   // Every input and output is checked before anything is written (and before the warm start).
@@ -254,6 +257,7 @@ void register_train_commands(CLI::App& app) {
                   "none, tis, triage (TIS + gate + repair) or triage-gate (the gate alone)")
       ->capture_default_str();
   add_train_options(*cmd, c->a);
+  add_gpus_options(*cmd, c->gpus, c->async_rollout);
   cmd->callback([c] { run_train(*c); });
 
   auto p = std::make_shared<PretrainCmd>();

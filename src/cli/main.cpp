@@ -14,6 +14,7 @@
 #include <functional>
 
 #include "commands.h"
+#include "lockstep/dist/nccl.h"
 #include "lockstep/model/weights.h"
 #include "lockstep/quant/quantize.h"
 #include "lockstep/tensor/file_io.h"
@@ -65,6 +66,8 @@ int main(int argc, char** argv) {
   // A write past the file size limit fails (EFBIG, exit 1, temporaries removed) instead of
   // killing the process with SIGXFSZ.
   lockstep::install_file_size_limit_handler();
+  // NVLink multicast stays off in this process and every process it starts (docs/multi-gpu.md).
+  lockstep::dist::force_nvls_off();
 #if defined(__GLIBC__)
   // Keep freed memory in the heap: the CPU engine allocates and frees the same large buffers every
   // step, and glibc's default (fresh mmap for each large block) costs a page fault per 4 KiB

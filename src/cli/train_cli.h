@@ -15,6 +15,7 @@
 #include "lockstep/rl/initial_policy.h"
 #include "lockstep/rl/trainer.h"
 #include "lockstep/rl/warm_start.h"
+#include "lockstep/tensor/device.h"
 
 namespace lockstep::cli {
 
@@ -72,6 +73,20 @@ rl::PretrainOptions pretrain_options(const TrainArgs& a);
 // Runs the trainer with a progress display on stderr (bar on a terminal, plain lines otherwise);
 // SIGINT ends the run after the current step with a checkpoint (a second SIGINT kills it).
 rl::TrainResult run_with_progress(rl::Trainer& t, int64_t log_every);
+
+// --gpus L:S of `train` (src/cli/train_gpus.cpp): L data-parallel learner ranks, S sampler GPUs.
+struct GpuSplit {
+  int learners = 1;
+  int samplers = 0;
+};
+// "L:S" (L >= 1, S >= 0) or "N" (= N:0); UsageError naming the flag otherwise.
+GpuSplit parse_gpus(const std::string& text);
+// Adds --gpus and --async-rollout (0 or 1) to `train`.
+void add_gpus_options(CLI::App& cmd, GpuSplit& gpus, int& async_rollout);
+// Before any work (UsageError, exit 2): more GPUs than `found` has (naming how many it found and
+// why none, when none), then anything beyond one GPU and --async-rollout 1, which are not
+// implemented. 1:0 (the default) passes: the single-device run on --device.
+void check_gpus(const GpuSplit& g, int async_rollout, const DeviceReport& found);
 
 // "runs/20261201-171500-add-nvfp4_per_token-tis" (a suffix -2, -3, ... when it exists).
 std::filesystem::path default_run_dir(const std::filesystem::path& parent, const std::string& name);

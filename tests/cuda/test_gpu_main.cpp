@@ -37,6 +37,7 @@ void perf_softmax_family();
 void test_attention();
 void test_kv_cache();
 void test_model();
+void test_dist();
 }  // namespace lockstep::gpu_test
 
 using namespace lockstep;
@@ -48,7 +49,7 @@ constexpr const char* kOps =
     "quantize|dequantize|grouped|joint|hadamard|colwise|permute|swiglu|codec|gemm|gemm_grouped|"
     "backward|chain|rmsnorm|rope|embedding|adamw|grad_norm|elementwise|softmax|log_softmax|"
     "token_logprobs|router|sample"
-    "|attention|attention_prefill|attention_backward|kv_cache|attention_cached|model";
+    "|attention|attention_prefill|attention_backward|kv_cache|attention_cached|model|dist";
 
 int usage(const char* argv0, int rc) {
   std::printf(
@@ -151,6 +152,7 @@ int main(int argc, char** argv) {
     test_attention();
     test_kv_cache();
     test_model();
+    test_dist();
   } catch (const std::exception& e) {
     std::printf("ERROR: %s\n", e.what());
     ++g_fail;

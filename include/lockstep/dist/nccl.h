@@ -1,0 +1,39 @@
+// The NCCL transport of dist::Communicator: one rank per GPU of one host (threads or processes),
+// built when CMake finds the NCCL header with the CUDA backend. libnccl is loaded at run time
+// (dlopen), so lockstep binaries start on machines without it and only a multi-GPU run needs it.
+// NVLink multicast (NVLS) stays off: force_nvls_off() sets NCCL_NVLS_ENABLE=0 before any
+// communicator is made, and the CLI calls it at start so every process it starts inherits it.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+
+#include "lockstep/dist/communicator.h"
+
+namespace lockstep::dist {
+
+// Sets NCCL_NVLS_ENABLE=0 in this process's environment, replacing any value: NVLS changes the
+// reduction algorithm NCCL picks and needs multicast-capable drivers; lockstep never uses it.
+void force_nvls_off();
+
+// Whether this build has the NCCL transport (CUDA backend and the NCCL header found by CMake).
+bool nccl_compiled();
+
+// The id every rank of one group passes to make_nccl_communicator: made once (by rank 0) and
+// handed to the others (shared memory between threads, a pipe or file between processes).
+struct NcclUniqueId {
+  std::array<char, 128> bytes{};
+};
+// Throws std::runtime_error when NCCL is not compiled in or libnccl cannot be loaded (the message
+// names the paths tried: LOCKSTEP_NCCL_LIBRARY, the library found at configure time,
+// libnccl.so.2 on the loader's path).
+NcclUniqueId nccl_unique_id();
+
+// Rank `rank` of `size` on CUDA device `device` (ncclCommInitRank after force_nvls_off). The
+// collectives run on the thread's current stream (tensor/device.h) and return once it finished.
+// all_reduce_sum is ncclAllReduce: NCCL chooses the order of the additions (docs/multi-gpu.md).
+std::unique_ptr<Communicator> make_nccl_communicator(const NcclUniqueId& id, int rank, int size,
+                                                     Device device);
+
+}  // namespace lockstep::dist
