@@ -111,15 +111,16 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
 void add_warm_start_options(CLI::App& cmd, rl::PretrainOptions& o, const std::string& prefix) {
   add_integer_option<int64_t>(
       cmd, prefix + "steps", o.steps, 0, kMaxCount,
-      "warm-start steps at most (supervised, cached; 0: RL from the random weights)");
+      "warm-start steps at most (the targeted stop may end it sooner; 0: no warm start)");
   add_integer_option<int64_t>(cmd, prefix + "batch", o.batch, 1, 1'000'000,
                               "warm-start examples per step");
   add_real_option(cmd, prefix + "lr", o.lr, 0.0, 1.0, true,
                   "warm-start peak learning rate (AdamW)");
   add_integer_option<int64_t>(cmd, prefix + "warmup", o.warmup_steps, 0, kMaxCount,
-                              "warm-start steps of linear lr warmup (then cosine decay)");
+                              "warm-start steps of linear lr warmup");
   add_real_option(cmd, prefix + "min-lr-ratio", o.min_lr_ratio, 0.0, 1.0, false,
-                  "warm-start lr at the last step, as a fraction of the peak");
+                  "warm-start lr at the step cap as a fraction of the peak, by cosine decay after "
+                  "the warmup (1: no decay)");
   add_real_option(cmd, prefix + "target", o.target_accuracy, 0.0, 1.0, false,
                   "stop the warm start once its validation accuracy reaches this (0: all steps)");
   add_integer_option<int64_t>(
