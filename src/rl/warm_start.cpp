@@ -251,7 +251,7 @@ Json pretrain_result_json(const PretrainResult& r, const PretrainOptions& o) {
   Json j = {{"eval_before", eval_json(r.before)}, {"eval_after", eval_json(r.after)},
             {"eval_max_new", o.eval_max_new},     {"steps_done", r.steps_done},
             {"final_loss", r.final_loss},         {"seconds", r.seconds}};
-  if (o.target_accuracy > 0.0)
+  if (o.target_accuracy > 0.0 && o.steps > 0)  // steps 0: the weights as given, nothing to stop
     j["target"] = {{"accuracy", o.target_accuracy},
                    {"reached", r.target_reached},
                    {"validation", r.validation ? eval_json(*r.validation) : Json()}};
