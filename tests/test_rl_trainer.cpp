@@ -4,7 +4,9 @@
 // exercised end to end by tests/py/test_train_cli.py.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <set>
+#include <vector>
 
 #include "lockstep/model/config.h"
 #include "lockstep/recipe/registry.h"
@@ -164,4 +166,56 @@ TEST(RlWarmStart, CacheKeyCoversTheTrainingInputs) {
   all.insert(warm_start_hash(warm_start_key(c, "preset:tiny-dense", 1, o)));
   all.insert(warm_start_hash(warm_start_key(model::preset("tiny-moe"), "preset:tiny-moe", 0, o)));
   EXPECT_EQ(all.size(), 6u);
+  // The schedule and the targeted stop decide the weights: each of their settings is in the key,
+  // and so is the length of the stop's answers.
+  const std::vector<std::function<void(PretrainOptions&)>> changes = {
+      [](PretrainOptions& p) { p.warmup_steps += 1; },
+      [](PretrainOptions& p) { p.min_lr_ratio /= 2; },
+      [](PretrainOptions& p) { p.target_accuracy /= 2; },
+      [](PretrainOptions& p) { p.target_accuracy = 0.0; },
+      [](PretrainOptions& p) { p.target_every += 1; },
+      [](PretrainOptions& p) { p.target_prompts += 1; },
+      [](PretrainOptions& p) { p.eval_max_new += 1; },
+  };
+  for (const auto& change : changes) {
+    x = o;
+    change(x);
+    all.insert(warm_start_hash(warm_start_key(c, "preset:tiny-dense", 0, x)));
+  }
+  EXPECT_EQ(all.size(), 6u + changes.size());
+  // Without a targeted stop its evaluation settings do not matter.
+  PretrainOptions no_target = o, no_target_other = o;
+  no_target.target_accuracy = no_target_other.target_accuracy = 0.0;
+  no_target_other.target_every += 1;
+  no_target_other.eval_max_new += 1;
+  EXPECT_EQ(warm_start_hash(warm_start_key(c, "preset:tiny-dense", 0, no_target)),
+            warm_start_hash(warm_start_key(c, "preset:tiny-dense", 0, no_target_other)));
+}
+
+TEST(RlWarmStart, LearningRateScheduleWarmsUpThenDecays) {
+  PretrainOptions o;
+  o.lr = 1e-2;
+  o.steps = 1000;
+  o.warmup_steps = 100;
+  o.min_lr_ratio = 0.1;
+  EXPECT_DOUBLE_EQ(pretrain_lr(o, 0), 1e-4);   // (0 + 1) / 100 of the peak
+  EXPECT_DOUBLE_EQ(pretrain_lr(o, 49), 5e-3);  // half way up
+  EXPECT_DOUBLE_EQ(pretrain_lr(o, 99), 1e-2);  // the peak at the warmup's last step
+  EXPECT_DOUBLE_EQ(pretrain_lr(o, 100), 1e-2);
+  EXPECT_NEAR(pretrain_lr(o, 550), 1e-2 * (0.1 + 0.9 * 0.5), 1e-15);  // cosine's midpoint
+  EXPECT_NEAR(pretrain_lr(o, 1000), 1e-3, 1e-15);                     // the floor at the cap
+  for (int64_t s = 101; s < 1000; ++s) EXPECT_LT(pretrain_lr(o, s), pretrain_lr(o, s - 1)) << s;
+  PretrainOptions flat = o;
+  flat.warmup_steps = 0;
+  flat.min_lr_ratio = 1.0;
+  for (int64_t s : {0, 1, 500, 999}) EXPECT_DOUBLE_EQ(pretrain_lr(flat, s), 1e-2) << s;
+  PretrainOptions short_run = o;
+  short_run.steps = 50;  // the cap inside the warmup: warmup only
+  EXPECT_DOUBLE_EQ(pretrain_lr(short_run, 49), 5e-3);
+  PretrainOptions bad = o;
+  bad.min_lr_ratio = 1.5;
+  EXPECT_THROW(pretrain_lr(bad, 0), std::invalid_argument);
+  bad = o;
+  bad.warmup_steps = -1;
+  EXPECT_THROW(pretrain_lr(bad, 0), std::invalid_argument);
 }

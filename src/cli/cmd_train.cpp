@@ -183,44 +183,43 @@ void run_pretrain(PretrainCmd& c) {
     throw UsageError(fmt::format("--min-difficulty {} is above --difficulty {}", po.min_difficulty,
                                  po.difficulty));
   if (dry_run(a.dry_run, bf16,
-              fmt::format("{} supervised steps of {} examples (task {}, difficulty {}) from {}, "
-                          "written to {}",
-                          po.steps, po.batch, po.task, po.difficulty, source.where, c.out)))
+              fmt::format("at most {} supervised steps of {} examples (task {}, difficulty "
+                          "{}){} from {}, written to {}",
+                          po.steps, po.batch, po.task, po.difficulty, target_text(po), source.where,
+                          c.out)))
     return;
   const std::string init_source = source.init_source;
   const model::ModelWeights init = std::move(source.weights);
   diag::ProgressDisplay progress = diag::ProgressDisplay::for_stderr({a.log_every, 20});
   std::optional<double> acc;
   const rl::PretrainResult r = rl::pretrain(init, po, [&](const rl::PretrainProgress& p) {
+    if (p.validation_accuracy) acc = p.validation_accuracy;
     if (p.eval_accuracy) acc = p.eval_accuracy;
     progress.update({p.step, p.total, p.elapsed_s, std::nullopt, acc, std::nullopt});
-    if (p.eval_accuracy && a.json)
-      fmt::print(stderr, "step {} loss {:.4f} eval_accuracy {:.4f}\n", p.step, p.loss,
-                 *p.eval_accuracy);
+    if (!a.json) return;
+    // --json: one JSON line per step on stderr (the loss curve).
+    Json row = {{"step", p.step}, {"loss", p.loss}, {"grad_norm", p.grad_norm}, {"lr", p.lr}};
+    if (p.validation_accuracy) row["validation_accuracy"] = *p.validation_accuracy;
+    if (p.eval_accuracy) row["eval_accuracy"] = *p.eval_accuracy;
+    fmt::print(stderr, "{}\n", row.dump());
   });
   progress.finish();
-  auto eval_json = [](const rl::EvalResult& e) {
-    return Json{{"accuracy", e.accuracy}, {"correct", e.correct}, {"prompts", e.prompts}};
-  };
   const Json key = rl::warm_start_key(init.config, init_source, a.opt.seed, po);
-  Json info = {{"key", key},
-               {"hash", rl::warm_start_hash(key)},
-               {"eval_before", eval_json(r.before)},
-               {"eval_after", eval_json(r.after)},
-               {"eval_max_new", po.eval_max_new},
-               {"final_loss", r.final_loss},
-               {"seconds", r.seconds}};
+  Json info = {{"key", key}, {"hash", rl::warm_start_hash(key)}};
+  info.update(rl::pretrain_result_json(r, po));
   rl::save_warm_start(c.out, r.weights, info);
   if (a.json) {
     info["output"] = c.out;
     fmt::print("{}\n", info.dump());
     return;
   }
+  if (const std::string w = warm_start_warning(info, "--"); !w.empty())
+    fmt::print(stderr, "warning: {}\n", w);
   fmt::print(
-      "held-out accuracy ({} prompts, greedy): before {:.1f}% -> after {:.1f}% ({} steps, loss "
+      "held-out accuracy ({} prompts, greedy): before {:.1f}% -> after {:.1f}% ({}, loss "
       "{:.4f}, {:.1f} s)\nwrote {} (train from it: lockstep train --model {})\n",
-      r.after.prompts, r.before.accuracy * 100.0, r.after.accuracy * 100.0, po.steps, r.final_loss,
-      r.seconds, c.out, shell_quote(c.out));
+      r.after.prompts, r.before.accuracy * 100.0, r.after.accuracy * 100.0,
+      describe_warm_start_outcome(info), r.final_loss, r.seconds, c.out, shell_quote(c.out));
 }
 
 }  // namespace
@@ -277,11 +276,7 @@ void register_train_commands(CLI::App& app) {
   pc->add_option("--preset", p->a.preset, "built-in model config (random weights, --seed)")
       ->capture_default_str();
   pc->add_option("--model", p->a.model_dir, "start from this model directory instead");
-  add_integer_option<int64_t>(*pc, "--steps", p->a.pretrain_steps, 0, 1'000'000'000,
-                              "supervised steps");
-  add_integer_option<int64_t>(*pc, "--batch", p->a.pretrain_batch, 1, 1'000'000,
-                              "examples per step");
-  add_real_option(*pc, "--lr", p->a.pretrain_lr, 0.0, 1.0, true, "AdamW learning rate");
+  add_warm_start_options(*pc, p->a.warm, "--");
   add_unsigned_option(*pc, "--seed", p->a.opt.seed, UINT64_MAX,
                       "seed of the model init and the task examples");
   add_integer_option<int64_t>(*pc, "--eval-prompts", p->a.opt.eval_prompts, 0, 1'000'000,

@@ -14,9 +14,12 @@
 namespace lockstep::cli {
 namespace fs = std::filesystem;
 
+namespace {
+constexpr int64_t kMaxCount = 1'000'000'000;  // the upper bound of count flags
+}  // namespace
+
 void add_train_options(CLI::App& cmd, TrainArgs& a) {
   rl::TrainOptions& o = a.opt;
-  constexpr int64_t kMaxCount = 1'000'000'000;
   a.cmd = &cmd;
   cmd.add_option("--task", o.task, "task (add, sort, reverse, count)")->capture_default_str();
   add_integer_option(cmd, "--difficulty", o.difficulty, 0, 1000,
@@ -95,12 +98,7 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
                               "checkpoint every N steps");
   add_integer_option<int64_t>(cmd, "--sampler-batch", o.sampler_batch, 1, 1'000'000,
                               "sequences the sampler decodes together");
-  add_integer_option<int64_t>(
-      cmd, "--pretrain-steps", a.pretrain_steps, 0, kMaxCount,
-      "warm-start steps (supervised, cached; 0: RL from the random weights)");
-  add_integer_option<int64_t>(cmd, "--pretrain-batch", a.pretrain_batch, 1, 1'000'000,
-                              "warm-start examples per step");
-  add_real_option(cmd, "--pretrain-lr", a.pretrain_lr, 0.0, 1.0, true, "warm-start learning rate");
+  add_warm_start_options(cmd, a.warm, "--pretrain-");
   cmd.add_option("--cache-dir", a.cache_dir, "warm-start cache")->capture_default_str();
   add_device_option(cmd, a.device);
   add_integer_option<int64_t>(cmd, "--log-every", a.log_every, 1, kMaxCount,
@@ -108,6 +106,28 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
   cmd.add_flag("--json", a.json, "print a JSON summary on stdout at the end");
   cmd.add_flag("--dry-run", a.dry_run,
                "check every input and output, print what the run would do; write nothing");
+}
+
+void add_warm_start_options(CLI::App& cmd, rl::PretrainOptions& o, const std::string& prefix) {
+  add_integer_option<int64_t>(
+      cmd, prefix + "steps", o.steps, 0, kMaxCount,
+      "warm-start steps at most (the targeted stop may end it sooner; 0: no warm start)");
+  add_integer_option<int64_t>(cmd, prefix + "batch", o.batch, 1, 1'000'000,
+                              "warm-start examples per step");
+  add_real_option(cmd, prefix + "lr", o.lr, 0.0, 1.0, true,
+                  "warm-start peak learning rate (AdamW)");
+  add_integer_option<int64_t>(cmd, prefix + "warmup", o.warmup_steps, 0, kMaxCount,
+                              "warm-start steps of linear lr warmup");
+  add_real_option(cmd, prefix + "min-lr-ratio", o.min_lr_ratio, 0.0, 1.0, false,
+                  "warm-start lr at the step cap as a fraction of the peak, by cosine decay after "
+                  "the warmup (1: no decay)");
+  add_real_option(cmd, prefix + "target", o.target_accuracy, 0.0, 1.0, false,
+                  "stop the warm start once its validation accuracy reaches this (0: all steps)");
+  add_integer_option<int64_t>(
+      cmd, prefix + "target-every", o.target_every, 1, kMaxCount,
+      "warm-start steps between validation evaluations (" + prefix + "target)");
+  add_integer_option<int64_t>(cmd, prefix + "target-prompts", o.target_prompts, 1, 1'000'000,
+                              "validation prompts of each warm-start evaluation");
 }
 
 void validate_train_options(const rl::TrainOptions& o) {
@@ -119,7 +139,7 @@ void validate_train_options(const rl::TrainOptions& o) {
 }
 
 rl::PretrainOptions pretrain_options(const TrainArgs& a) {
-  rl::PretrainOptions p;
+  rl::PretrainOptions p = a.warm;
   // The warm start runs on the CPU whatever --device says: its cache entry is keyed without the
   // device, so it must be the same bits everywhere, and its outcome is fragile (docs/model.md, "On
   // the GPU"): another summation order can land it in a failed start.
@@ -127,15 +147,12 @@ rl::PretrainOptions pretrain_options(const TrainArgs& a) {
   p.task = a.opt.task;
   p.difficulty = a.opt.difficulty;
   p.seed = a.opt.seed;
-  p.steps = a.pretrain_steps;
-  p.batch = a.pretrain_batch;
-  p.lr = a.pretrain_lr;
   p.eval_prompts = a.opt.eval_prompts;
   p.eval_max_new = a.opt.max_new;
   return p;
 }
 
-bool uses_warm_start(const TrainArgs& a) { return a.model_dir.empty() && a.pretrain_steps > 0; }
+bool uses_warm_start(const TrainArgs& a) { return a.model_dir.empty() && a.warm.steps > 0; }
 
 std::optional<Recipe> resolve_sampler_recipe(const std::string& arg, const Recipe& learner) {
   if (arg.empty()) return std::nullopt;
@@ -220,8 +237,8 @@ std::string describe_warm_start(const rl::PolicySource& s, const TrainArgs& a) {
     return s.kind == rl::PolicySourceKind::kPreset ? "no warm start (--pretrain-steps 0)"
                                                    : "no warm start (--model)";
   if (p.cached) return fmt::format("the cached warm start in {}", p.dir.string());
-  return fmt::format("a warm start of {} steps of {} examples, stored in {}", a.pretrain_steps,
-                     a.pretrain_batch, p.dir.string());
+  return fmt::format("a warm start of at most {} steps of {} examples{}, stored in {}",
+                     a.warm.steps, a.warm.batch, target_text(a.warm), p.dir.string());
 }
 
 rl::InitialPolicy initial_policy(rl::PolicySource&& s, const TrainArgs& a) {
@@ -232,8 +249,9 @@ rl::InitialPolicy initial_policy(rl::PolicySource&& s, const TrainArgs& a) {
       std::move(s), warm_start_request(a), [&](const rl::PretrainProgress& p) {
         if (!announced) {
           fmt::print(stderr,
-                     "warm start: {} supervised steps of {} examples (task {}, difficulty {})\n",
-                     p.total, po.batch, po.task, po.difficulty);
+                     "warm start: at most {} supervised steps of {} examples (task {}, difficulty "
+                     "{}){}\n",
+                     p.total, po.batch, po.task, po.difficulty, target_text(po));
           announced = true;
         }
         progress.update({p.step, p.total, p.elapsed_s, std::nullopt, std::nullopt, std::nullopt});
@@ -245,11 +263,43 @@ rl::InitialPolicy initial_policy(rl::PolicySource&& s, const TrainArgs& a) {
   auto acc = [&](const char* k) {
     return info.contains(k) ? info[k].value("accuracy", 0.0) * 100.0 : 0.0;
   };
-  fmt::print(stderr, "warm start: {} {} (held-out accuracy {:.1f}% -> {:.1f}%{})\n",
+  fmt::print(stderr, "warm start: {} {} (held-out accuracy {:.1f}% -> {:.1f}%{}; {})\n",
              ws.cached ? "cached" : "stored in", ws.dir.string(), acc("eval_before"),
              acc("eval_after"),
-             ws.cached ? "" : fmt::format(", {:.1f} s", info.value("seconds", 0.0)));
+             ws.cached ? "" : fmt::format(", {:.1f} s", info.value("seconds", 0.0)),
+             describe_warm_start_outcome(info));
+  if (const std::string w = warm_start_warning(info, "--pretrain-"); !w.empty())
+    fmt::print(stderr, "warning: {}\n", w);
   return ip;
+}
+
+std::string target_text(const rl::PretrainOptions& o) {
+  if (o.target_accuracy <= 0.0) return "";
+  return fmt::format(" until {:.0f}% validation accuracy", o.target_accuracy * 100.0);
+}
+
+std::string describe_warm_start_outcome(const Json& info) {
+  const int64_t steps = info.value("steps_done", int64_t(0));
+  if (!info.contains("target") || !info["target"].is_object())
+    return fmt::format("{} steps", steps);
+  const Json& t = info["target"];
+  const Json& v = t["validation"];
+  const double target = t.value("accuracy", 0.0) * 100.0;
+  if (!v.is_object()) return fmt::format("{} steps, no validation evaluation ran", steps);
+  return fmt::format("{} steps, validation accuracy {:.1f}% {} the target {:.0f}%", steps,
+                     v.value("accuracy", 0.0) * 100.0,
+                     t.value("reached", false) ? "reached" : "below", target);
+}
+
+std::string warm_start_warning(const Json& info, const std::string& prefix) {
+  if (!info.contains("target") || !info["target"].is_object()) return "";
+  const Json& t = info["target"];
+  if (t.value("reached", false)) return "";
+  return fmt::format(
+      "the warm start ended at its step cap ({} steps) below its validation target of {:.0f}%; "
+      "RL starts from a weaker policy (raise {}steps or {}lr, or lower {}target)",
+      info.value("steps_done", int64_t(0)), t.value("accuracy", 0.0) * 100.0, prefix, prefix,
+      prefix);
 }
 
 namespace {

@@ -25,9 +25,9 @@ struct TrainArgs {
   std::string sampler_recipe;  // --sampler-recipe NAME or FILE.json ("" : the learner's)
   std::string preset = "tiny-moe";
   std::string model_dir;
-  int64_t pretrain_steps = rl::PretrainOptions{}.steps;
-  int64_t pretrain_batch = rl::PretrainOptions{}.batch;
-  double pretrain_lr = rl::PretrainOptions{}.lr;
+  // The warm start's training options (steps, batch, schedule, targeted stop); pretrain_options
+  // adds the task, seed and evaluation settings of the run.
+  rl::PretrainOptions warm;
   std::string cache_dir = "runs/.cache/pretrain";
   std::string device = "auto";  // --device: cpu, cuda, cuda:N or auto
   int64_t log_every = 10;
@@ -39,6 +39,11 @@ struct TrainArgs {
 // Adds the options every run shares (task, model, loop sizes, objective, eval, checkpoints, warm
 // start, output, --dry-run); `train` adds --recipe / --guard itself, `compare` its lists.
 void add_train_options(CLI::App& cmd, TrainArgs& a);
+
+// The warm start's training flags, each named prefix + name: "--pretrain-" on train and compare,
+// "--" on pretrain (--steps, --batch, --lr, --warmup, --min-lr-ratio, --target, --target-every,
+// --target-prompts).
+void add_warm_start_options(CLI::App& cmd, rl::PretrainOptions& o, const std::string& prefix);
 
 // TrainOptions::validate as a UsageError.
 void validate_train_options(const rl::TrainOptions& o);
@@ -66,6 +71,15 @@ std::string describe_warm_start(const rl::PolicySource& s, const TrainArgs& a);
 
 // The initial policy (rl::make_initial_policy) with the warm start's progress on stderr.
 rl::InitialPolicy initial_policy(rl::PolicySource&& s, const TrainArgs& a);
+
+// " until 50% validation accuracy" (the targeted stop of `o`), or "" without one.
+std::string target_text(const rl::PretrainOptions& o);
+// The outcome of a warm start from its warm_start.json (rl::pretrain_result_json): "340 steps,
+// validation accuracy 53.1% reached the target 50%".
+std::string describe_warm_start_outcome(const Json& info);
+// A warning when the step cap ended the warm start below its target ("" otherwise); it names
+// the flags to change with `prefix` (add_warm_start_options).
+std::string warm_start_warning(const Json& info, const std::string& prefix);
 
 // The warm-start options of a run.
 rl::PretrainOptions pretrain_options(const TrainArgs& a);

@@ -149,6 +149,12 @@ StepStats Learner::step() {
   return st;
 }
 
+void Learner::set_lr(double lr) {
+  if (!std::isfinite(lr) || lr < 0.0)
+    throw std::invalid_argument(fmt::format("learner: lr {} must be finite and >= 0", lr));
+  impl_->cfg.adamw.lr = lr;
+}
+
 void Learner::weights_changed() { impl_->dec->weights_changed(); }
 
 void Learner::zero_grad() {

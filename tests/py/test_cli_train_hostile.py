@@ -211,7 +211,7 @@ class TrainHostile(unittest.TestCase):
                 self.assertFalse(os.path.exists(out))
                 self.assertFalse(os.path.exists(cache))
         r = run("train", *WARM, "--cache-dir", cache, "--out", out, "--dry-run")
-        self.assertIn("a warm start of 2 steps", r.stdout)
+        self.assertIn("a warm start of at most 2 steps", r.stdout)
         # A dry run validates: a model that does not exist is an error in it too.
         self.refused(run("train", "--model", self.path("nope"), "--out", out, "--dry-run", check=False),
                      "nope")

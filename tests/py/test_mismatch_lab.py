@@ -54,10 +54,12 @@ class MismatchLab(unittest.TestCase):
         with open(init + ".json", "w") as f:
             json.dump(micro_config(), f)
         run("init", "--config", init + ".json", "-o", init, "--seed", "3")
-        # A short warm start: the policy writes digits and <eos>, so rewards vary and both
-        # negative- and positive-advantage responses occur.
+        # A short warm start of a fixed 60 steps at a constant lr (no warmup, no target): the
+        # policy writes digits and <eos>, so rewards vary and both negative- and
+        # positive-advantage responses occur.
         cls.model = os.path.join(cls.tmp, "warm")
         run("pretrain", "--model", init, "--steps", "60", "--batch", "16", "--lr", "0.02",
+            "--warmup", "0", "--target", "0",
             "--difficulty", "1", "--max-new", "4", "--eval-prompts", "8", "-o", cls.model)
         cls.mismatched = os.path.join(cls.tmp, "mismatched")
         cls.mismatched_out = run("train", "--model", cls.model, "--out", cls.mismatched, *RUN,

@@ -61,6 +61,9 @@ class Learner {
   void backward(const Tensor& dlogp, const Tensor& dentropy);
   // Clip, AdamW on the masters, zero the gradients, version + 1.
   StepStats step();
+  // The AdamW learning rate of the next step() and after (a schedule sets it before each step);
+  // a checkpoint records the current one. std::invalid_argument unless lr is finite and >= 0.
+  void set_lr(double lr);
   void zero_grad();
   // The masters were changed in place outside step() (a gradient check, a loaded state): rebuild
   // the weight operands the decoder made from them.
