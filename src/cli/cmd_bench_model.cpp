@@ -260,6 +260,7 @@ void run_bench_model(const BenchModelArgs& a) {
       sc.max_new = a.new_tokens;
       sc.device = dev;
       sc.cuda_graphs = !a.no_graphs;
+      sc.mode = lc.mode;
       model::Sampler sampler(sc);
       sampler.load_policy(std::move(policy), learner.version(), recipe.name);
       std::vector<int64_t> decode_batches = a.decode_batches;

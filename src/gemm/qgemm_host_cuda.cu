@@ -113,9 +113,12 @@ GemmVariant choose_kernel(GemmVariant forced, GemmOrder order, const GemmOperand
   if (forced != GemmVariant::kAuto) return forced;
   const int64_t k = w.cols;
   if (a.chunk_scale || w.chunk_scale) return GemmVariant::kTiled;  // the chunked chain
-  if (decode_takes(w.format, k, groups.max_rows)) return GemmVariant::kDecode;
   const bool wg = gemm_detail::wgmma_supported(k);
+  // Batch-invariant: one kernel for every M (chosen by K), so a row's chain is the same in the
+  // learner's large-M calls and the sampler's small-M ones. The decode kernel's chain differs
+  // from wgmma's, so it only serves the fast order.
   if (order == GemmOrder::kBatchInvariant) return wg ? GemmVariant::kWgmma : GemmVariant::kTiled;
+  if (decode_takes(w.format, k, groups.max_rows)) return GemmVariant::kDecode;
   // kFast, from `lockstep bench gemm` on the H200 (docs/gemm.md "Kernel policy"): the wgmma kernel
   // for nvfp4 and fp8 W and for grouped calls with mxfp8 W; cuBLAS (which needs host offsets) for
   // dense calls with mxfp8 W and for bf16 W.

@@ -60,6 +60,7 @@ AlignResult align(const ModelWeights& w, const Recipe& recipe, const AlignOption
   sc.max_batch = o.alone ? 1 : o.batch;
   sc.eos = c.eos_token_id;
   sc.device = o.device;
+  sc.mode = o.mode;
   Sampler sampler(sc);
   sampler.load_policy(export_policy(w, recipe, learner.version()), learner.version(), recipe.name);
   const std::vector<SampleResult> res = sampler.generate(reqs);

@@ -271,6 +271,8 @@ Tensor Decoder::forward_cached_device(const Tensor& ids, const Tensor& pt, const
 
 Device Decoder::device() const { return impl_->dev; }
 
+void Decoder::set_mode(ExecMode mode) { impl_->set_mode(mode); }
+
 void Decoder::set_kv_dtype(KvDtype dtype) { impl_->kv = dtype; }
 
 void Decoder::Impl::set_mode(ExecMode m) {

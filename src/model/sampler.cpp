@@ -143,14 +143,17 @@ void Sampler::set_config(const SamplerConfig& cfg) {
   // lengths, batch limits and the stop token are the host's business.
   if (moved || cfg.temperature != was.temperature || cfg.top_p != was.top_p ||
       cfg.top_k != was.top_k || cfg.seed != was.seed || cfg.kv != was.kv ||
-      cfg.cuda_graphs != was.cuda_graphs)
+      cfg.cuda_graphs != was.cuda_graphs || cfg.mode != was.mode)
     impl_->drop_steps();
   impl_->cfg = cfg;
+  if (impl_->dec) impl_->dec->set_mode(cfg.mode);
   if (moved) {
     impl_->cache.reset();
     impl_->stream.reset();
-    if (impl_->policy)
+    if (impl_->policy) {
       impl_->dec = std::make_unique<Decoder>(decoder_weights(*impl_->policy, cfg.device));
+      impl_->dec->set_mode(cfg.mode);
+    }
   }
 }
 
@@ -173,6 +176,7 @@ void Sampler::load_policy(PolicyVersion p, int64_t expected_version,
   impl_->drop_steps();
   impl_->dec.reset();  // the old version's device memory first
   impl_->dec = std::make_unique<Decoder>(decoder_weights(p, impl_->cfg.device));
+  impl_->dec->set_mode(impl_->cfg.mode);
   impl_->policy = std::move(p);
 }
 

@@ -164,9 +164,11 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
     model::SamplerConfig sc = m.sampler.config();
     sc.kv = o.kv_cache == "fp8" ? model::KvDtype::kFp8E4M3 : model::KvDtype::kBf16;
     sc.device = o.device;
+    sc.mode = o.deterministic ? model::ExecMode::kDeterministic : model::ExecMode::kFast;
     m.sampler.set_config(sc);
     model::SamplerConfig bc = m.bf16_sampler.config();
     bc.device = o.device;
+    bc.mode = sc.mode;
     m.bf16_sampler.set_config(bc);
   }
   // Whether the bf16 reading of a version differs from the sampler's: then the first and last

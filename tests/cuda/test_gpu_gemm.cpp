@@ -195,22 +195,26 @@ void refusals() {
     report(name, threw ? "" : " no GemmError naming fp8 block scaling");
   }
   // The decode kernel's shared memory bounds K (nvfp4 W with 9-16 rows: K <= 48128): beyond, the
-  // automatic choice takes another kernel and a forced decode is refused naming the limit.
-  auto pick = [](int64_t rows, int64_t K) {
+  // automatic choice takes another kernel and a forced decode is refused naming the limit. The
+  // batch-invariant order never takes it (its chain differs from the kernel large M runs).
+  auto pick = [](int64_t rows, int64_t K, GemmOrder order = GemmOrder::kFast) {
     cuda::GemmOperandView av, wv;
     av.format = Format::kBf16, av.rows = rows, av.cols = K;
     wv.format = Format::kNvfp4, wv.rows = 8, wv.cols = K;
     cuda::DeviceGroupTable t;
     t.groups = 1, t.max_rows = rows, t.total_rows = rows;
-    return cuda::choose_kernel(GemmVariant::kAuto, GemmOrder::kBatchInvariant, av, wv, t);
+    return cuda::choose_kernel(GemmVariant::kAuto, order, av, wv, t);
   };
-  const std::string route = "gemm refusal: decode route by K and rows";
+  const std::string route = "gemm refusal: decode route by K, rows and order";
   if (selected(route))
     report(
         route,
         std::string(pick(12, 48128) == GemmVariant::kDecode ? "" : " 12 rows K=48128 not decode") +
             (pick(12, 49152) != GemmVariant::kDecode ? "" : " 12 rows K=49152 decode") +
-            (pick(4, 49152) == GemmVariant::kDecode ? "" : " 4 rows K=49152 not decode"));
+            (pick(4, 49152) == GemmVariant::kDecode ? "" : " 4 rows K=49152 not decode") +
+            (pick(4, 2048, GemmOrder::kBatchInvariant) != GemmVariant::kDecode
+                 ? ""
+                 : " 4 rows K=2048 batch-invariant decode"));
   const std::string big = "gemm refusal: decode refuses K=49152 with 12 rows naming shared memory";
   if (selected(big)) {
     const int64_t M = 12, K = 49152;

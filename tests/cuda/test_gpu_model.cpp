@@ -111,14 +111,40 @@ std::vector<SampleRequest> model_requests(const ModelConfig& c, uint64_t seed, u
   return reqs;
 }
 
+// Wider layers (K of 256 to 2048): partial sums that are not exact in fp32, so kernels with other
+// summation chains (the decode kernel against wgmma) would give other bits.
+ModelConfig gpu_wide_config(bool moe) {
+  ModelConfig c = gpu_tiny_config(moe);
+  c.hidden_size = 1024;
+  c.intermediate_size = 2048;
+  if (moe) {
+    c.moe_intermediate_size = 512;
+    c.shared_expert_intermediate_size = 512;
+  }
+  return c;
+}
+
 void deterministic_cases() {
-  for (bool moe : {false, true})
+  struct Case {
+    bool moe, wide;
+    const char* recipe;
+  };
+  std::vector<Case> cases;
+  for (bool moe : {false, true}) {
     for (const char* rn :
-         {"bf16", "fp8_block", "mxfp8", "nvfp4_per_token", "nvfp4_per_token_bf16_bwd"}) {
-      const std::string name = std::string("model deterministic ") + (moe ? "moe " : "dense ") + rn;
+         {"bf16", "fp8_block", "mxfp8", "nvfp4_per_token", "nvfp4_per_token_bf16_bwd"})
+      cases.push_back({moe, false, rn});
+    for (const char* rn : {"mxfp8", "nvfp4_per_token"}) cases.push_back({moe, true, rn});
+  }
+  for (const Case& k : cases) {
+    const bool moe = k.moe;
+    const char* rn = k.recipe;
+    {
+      const std::string name = std::string("model deterministic ") + (moe ? "moe " : "dense ") +
+                               (k.wide ? "wide " : "") + rn;
       run_case(name, [&]() -> std::string {
         const uint64_t seed = case_seed(name);
-        const ModelConfig c = gpu_tiny_config(moe);
+        const ModelConfig c = k.wide ? gpu_wide_config(moe) : gpu_tiny_config(moe);
         const ModelWeights w = test::tiny_weights(c, seed, 0.1f);
         LearnerConfig lc;
         lc.mode = ExecMode::kDeterministic;
@@ -174,58 +200,62 @@ void deterministic_cases() {
         return "";
       });
     }
+  }
 }
 
 // Decode steps replayed from CUDA graphs give the tokens and log-prob bits of the same steps run
-// call by call (fast mode, where nothing else would hide a difference: every batch size from 4
-// down to 1 as sequences of different prompt lengths finish), and the graphs are really used.
+// call by call (every batch size from 4 down to 1 as sequences of different prompt lengths
+// finish; the sampler's batch-invariant and fast GEMM orders), and the graphs are really used.
 void graph_cases() {
-  for (bool moe : {false, true})
-    for (const char* rn : {"bf16", "nvfp4_per_token", "mxfp8"})
-      for (KvDtype kv : {KvDtype::kBf16, KvDtype::kFp8E4M3}) {
-        const std::string name = std::string("decode graphs ") + (moe ? "moe " : "dense ") + rn +
-                                 (kv == KvDtype::kBf16 ? " kv bf16" : " kv fp8");
-        run_case(name, [&]() -> std::string {
-          const uint64_t seed = case_seed(name);
-          const ModelConfig c = gpu_tiny_config(moe);
-          const ModelWeights w = test::tiny_weights(c, seed, 0.1f);
-          const lockstep::Recipe& recipe = model_recipe(rn);
-          SamplerConfig sc;
-          sc.temperature = 0.8;
-          sc.top_p = 0.9;
-          sc.max_new = 9;
-          sc.seed = seed;
-          sc.max_batch = 4;
-          sc.kv = kv;
-          sc.device = gpu();
-          std::vector<SampleRequest> reqs = model_requests(c, seed, 7);
-          std::vector<std::vector<SampleResult>> runs;
-          std::vector<SamplerStats> stats;
-          for (bool graphs : {false, true}) {
-            sc.cuda_graphs = graphs;
-            Sampler sampler(sc);
-            sampler.load_policy(export_policy(w, recipe, 0), 0, rn);
-            runs.push_back(sampler.generate(reqs));
-            runs.push_back(
-                sampler.generate(reqs));  // the second call replays what the first recorded
-            stats.push_back(sampler.stats());
-          }
-          if (stats[0].graph_replays != 0 || stats[0].graph_captures != 0)
-            return "graphs were used with cuda_graphs = false";
-          if (!stats[1].graphs_off.empty()) return "graphs were refused: " + stats[1].graphs_off;
-          if (stats[1].graph_replays == 0) return "no decode step was replayed from a graph";
-          for (size_t r = 1; r < runs.size(); ++r)
-            for (size_t i = 0; i < reqs.size(); ++i) {
-              const std::string what =
-                  "run " + std::to_string(r) + " vs call by call, request " + std::to_string(i);
-              if (runs[r][i].tokens != runs[0][i].tokens) return what + ": tokens differ";
-              if (std::string e = same_model_bits(runs[0][i].logprobs, runs[r][i].logprobs, what);
-                  !e.empty())
-                return e;
+  for (ExecMode mode : {ExecMode::kDeterministic, ExecMode::kFast})
+    for (bool moe : {false, true})
+      for (const char* rn : {"bf16", "nvfp4_per_token", "mxfp8"})
+        for (KvDtype kv : {KvDtype::kBf16, KvDtype::kFp8E4M3}) {
+          const std::string name =
+              std::string("decode graphs ") + std::string(exec_mode_name(mode)) + " " +
+              (moe ? "moe " : "dense ") + rn + (kv == KvDtype::kBf16 ? " kv bf16" : " kv fp8");
+          run_case(name, [&]() -> std::string {
+            const uint64_t seed = case_seed(name);
+            const ModelConfig c = gpu_tiny_config(moe);
+            const ModelWeights w = test::tiny_weights(c, seed, 0.1f);
+            const lockstep::Recipe& recipe = model_recipe(rn);
+            SamplerConfig sc;
+            sc.temperature = 0.8;
+            sc.top_p = 0.9;
+            sc.max_new = 9;
+            sc.seed = seed;
+            sc.max_batch = 4;
+            sc.kv = kv;
+            sc.device = gpu();
+            sc.mode = mode;
+            std::vector<SampleRequest> reqs = model_requests(c, seed, 7);
+            std::vector<std::vector<SampleResult>> runs;
+            std::vector<SamplerStats> stats;
+            for (bool graphs : {false, true}) {
+              sc.cuda_graphs = graphs;
+              Sampler sampler(sc);
+              sampler.load_policy(export_policy(w, recipe, 0), 0, rn);
+              runs.push_back(sampler.generate(reqs));
+              runs.push_back(
+                  sampler.generate(reqs));  // the second call replays what the first recorded
+              stats.push_back(sampler.stats());
             }
-          return "";
-        });
-      }
+            if (stats[0].graph_replays != 0 || stats[0].graph_captures != 0)
+              return "graphs were used with cuda_graphs = false";
+            if (!stats[1].graphs_off.empty()) return "graphs were refused: " + stats[1].graphs_off;
+            if (stats[1].graph_replays == 0) return "no decode step was replayed from a graph";
+            for (size_t r = 1; r < runs.size(); ++r)
+              for (size_t i = 0; i < reqs.size(); ++i) {
+                const std::string what =
+                    "run " + std::to_string(r) + " vs call by call, request " + std::to_string(i);
+                if (runs[r][i].tokens != runs[0][i].tokens) return what + ": tokens differ";
+                if (std::string e = same_model_bits(runs[0][i].logprobs, runs[r][i].logprobs, what);
+                    !e.empty())
+                  return e;
+              }
+            return "";
+          });
+        }
 }
 
 // GPU learner vs CPU learner, deterministic, the same weights and batch.

@@ -116,6 +116,9 @@ class Decoder {
   Tensor forward_cached_device(const Tensor& ids, const Tensor& positions, const Tensor& slots,
                                KvCache& cache);
   Device device() const;
+  // The GEMM order of every layer: kDeterministic the batch-invariant kernels, kFast the fastest
+  // (forward() sets it from its argument; the sampler sets it once).
+  void set_mode(ExecMode mode);
   // The dtype of the learner's K / V rounding (the sampler's cache dtype; default bf16).
   void set_kv_dtype(KvDtype dtype);
 

@@ -31,6 +31,11 @@ struct SamplerConfig {
   // per batch size into a device graph and replayed: the same kernels with the same arguments,
   // so the same tokens and log-probs as running the step's calls one by one.
   bool cuda_graphs = true;
+  // The GEMM kernels of the sampler's layers. kDeterministic: the batch-invariant kernels the
+  // deterministic learner runs, whatever the batch (learner == sampler bit for bit). kFast: the
+  // fastest kernel for each shape (on a GPU the decode kernel for <= 16 rows, cuBLAS for bf16
+  // weights), as the fast learner picks them. The CPU runs one kernel in both.
+  ExecMode mode = ExecMode::kDeterministic;
 };
 
 // What the sampler's decode steps ran as, summed over its generate calls.
