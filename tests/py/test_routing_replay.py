@@ -48,8 +48,9 @@ class RoutingReplay(unittest.TestCase):
 
     def test_train_reports_the_gap_with_and_without_replay(self):
         d = self.path("mismatched")
+        # Two minibatches: each one's replay is packed from its own samples.
         run("train", "--model", self.model, "--out", d, *RUN, "--recipe", "bf16",
-            "--sampler-recipe", "nvfp4_per_token", "--routing-replay")
+            "--sampler-recipe", "nvfp4_per_token", "--routing-replay", "--minibatches", "2")
         meta = load_json(os.path.join(d, "run_meta.json"))
         self.assertTrue(meta["options"]["routing_replay"])
         rs = rows(d)
