@@ -264,24 +264,25 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
     std::optional<model::Routing> replay;
     if (o.routing_replay) replay = model::replay_routing(cfg, rb.samples, all.cu_seqlens);
     const model::Routing* rp = replay ? &*replay : nullptr;
-    const model::LearnerOutput out = m.learner->forward(tokens, all.cu_seqlens, targets, rp);
-    const std::vector<float> logp_old = gather(out.logp, all.rows);
-    const std::vector<float> entropy = gather(out.entropy, all.rows);
-    std::vector<float> logp_sampler;
-    for (const model::SampleResult& s : rb.samples)
-      logp_sampler.insert(logp_sampler.end(), s.logprobs.begin(), s.logprobs.end());
     const Tensor targets_dev = targets.to(o.device);
     // log-probs of the targets under logits / temperature, at the response rows.
     const auto response_logp = [&](Tensor logits) {
       if (o.temperature != 1.0) logits = ops::scale(logits, 1.0 / o.temperature);
       return gather(ops::token_logprobs(logits, targets_dev).logp, all.rows);
     };
-    const std::vector<float> logp_ref =
-        response_logp(m.reference->forward(tokens, all.cu_seqlens, m.mode(), /*save=*/false, rp));
-    // The residual comparison: the learner's own routing (one more forward, no grad), so
-    // metrics.jsonl shows the gap with and without replay.
+    // The residual comparison: the learner's own routing (one more forward, no grad, before the
+    // forward whose saved state the backward uses), so metrics.jsonl shows the gap with and
+    // without replay.
     std::vector<float> logp_no_replay;
     if (replay) logp_no_replay = response_logp(m.learner->logits(tokens, all.cu_seqlens));
+    const model::LearnerOutput out = m.learner->forward(tokens, all.cu_seqlens, targets, rp);
+    const std::vector<float> logp_old = gather(out.logp, all.rows);
+    const std::vector<float> entropy = gather(out.entropy, all.rows);
+    std::vector<float> logp_sampler;
+    for (const model::SampleResult& s : rb.samples)
+      logp_sampler.insert(logp_sampler.end(), s.logprobs.begin(), s.logprobs.end());
+    const std::vector<float> logp_ref =
+        response_logp(m.reference->forward(tokens, all.cu_seqlens, m.mode(), /*save=*/false, rp));
     const double t_logprob = seconds_since(t0);
 
     // 3. Objective, backward, AdamW: K minibatches of whole groups, in order.
