@@ -145,3 +145,39 @@ TEST(NnGradcheck, MoeBlockWithSharedExpert) {
   const char* names[] = {"router", "fc1", "fc2", "shared gate_up", "shared down", "shared gate"};
   for (size_t i = 0; i < ws.size(); ++i) check_fd(ws[i], gs[i], loss, names[i], 64);
 }
+
+TEST(NnGradcheck, MoeBlockUnderRoutingReplay) {
+  // Replayed experts (here the two least likely of each token, so never the router's own top-2):
+  // the router is still differentiated through the gate weights p[e_s] / sum_s p[e_s], and the
+  // loss is smooth in its weights (no selection can flip).
+  const int64_t T = 6, H = 32, E = 4, I = 16;
+  std::vector<Tensor> ws{rand64({E, H}, 21, 0.5), rand64({E * 2 * I, H}, 22, 0.3),
+                         rand64({E * H, I}, 23, 0.3)};
+  std::vector<Tensor> gs;
+  for (const Tensor& w : ws) gs.emplace_back(DType::kF64, w.shape());
+  const LinearSpec s = f32_spec();
+  nn::MoeBlock moe(nn::Linear("router", ws[0], gs[0], s),
+                   nn::GroupedLinear("fc1", ws[1], gs[1], E, s),
+                   nn::GroupedLinear("fc2", ws[2], gs[2], E, s), nn::MoeOptions{2, true});
+  Tensor x = rand64({T, H}, 24), G = rand64({T, H}, 25);
+  nn::Linear probe("probe", ws[0], gs[0], s);
+  const ops::RouterOut all = ops::router_topk(probe.forward(x, false), E, true);
+  std::vector<int32_t> low;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = E - 2; j < E; ++j) low.push_back(all.expert_ids.ptr<int32_t>()[t * E + j]);
+  const Tensor replay = Tensor::from_vector<int32_t>(low, {T, 2}, DType::kI32);
+  Tensor used;
+  moe.forward(x, true, replay, &used);
+  ASSERT_EQ(std::vector<int32_t>(used.ptr<int32_t>(), used.ptr<int32_t>() + used.numel()), low);
+  const Tensor dx = moe.backward(G);
+  double router_grad = 0;
+  for (int64_t i = 0; i < gs[0].numel(); ++i) router_grad += std::fabs(gs[0].ptr<double>()[i]);
+  EXPECT_GT(router_grad, 0.0) << "the router gets no gradient under replay";
+  auto loss = [&] {
+    moe.weights_changed();
+    return dot(moe.forward(x, false, replay), G);
+  };
+  check_fd(x, dx, loss, "dx", 64);
+  const char* names[] = {"router", "fc1", "fc2"};
+  for (size_t i = 0; i < ws.size(); ++i) check_fd(ws[i], gs[i], loss, names[i], 64);
+}

@@ -112,6 +112,13 @@ void run_compare(CompareCmd& c) {
   for (const PlannedRun& p : plan) validate_train_options(options_of(p));
   // One model for every recipe: a checkpoint (bound to its recipe) is refused.
   rl::PolicySource source = open_source(a, rl::max_sequence_length(a.opt), false);
+  if (a.opt.routing_replay) {
+    try {
+      model::require_moe_for_replay(source.weights.config, "--routing-replay");
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
+  }
   if (a.dry_run) {
     std::string runs;
     for (const PlannedRun& p : plan) runs += (runs.empty() ? "" : ", ") + p.dir.string();

@@ -315,12 +315,20 @@ void run_align(AlignArgs a) {
     throw UsageError(fmt::format("--max-prompt {} is below the shortest prompt ({})",
                                  a.opt.max_prompt, a.opt.min_prompt));
   const model::ModelWeights w = load_model_source(a.src);
+  if (a.opt.routing_replay) {
+    try {
+      model::require_moe_for_replay(w.config, "--routing-replay");
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
+  }
   if (dry_run(a.dry_run, sel,
               fmt::format("sample {} sequence(s) of up to {} tokens from {} and score them with "
-                          "the learner ({})",
+                          "the learner ({}{})",
                           a.opt.batch, a.opt.max_new,
                           a.src.model_dir.empty() ? "preset " + a.src.preset : a.src.model_dir,
-                          a.deterministic ? "deterministic" : "fast")))
+                          a.deterministic ? "deterministic" : "fast",
+                          a.opt.routing_replay ? ", with and without routing replay" : "")))
     return;
   if (!a.sampler_recipe.empty()) {
     // As in train: --recipe is the learner's, the sampler quantizes with --sampler-recipe.
@@ -330,13 +338,16 @@ void run_align(AlignArgs a) {
   }
   const model::AlignResult r = finite_logits([&] { return model::align(w, recipe, a.opt); });
   const model::GapStats& g = r.stats;
+  const model::GapStats& gn = r.stats_no_replay;
   // A NaN gap is no agreement at all: an error, never a max of 0.
-  for (size_t i = 0; i < r.delta.size(); ++i)
-    if (!std::isfinite(r.delta[i]))
-      throw UsageError(fmt::format(
-          "the learner - sampler log-prob gap of generated token {} is {} (the model's logits "
-          "are not finite: its activations overflow fp32)",
-          i + 1, r.delta[i]));
+  for (const std::vector<double>* d : {&r.delta, &r.delta_no_replay})
+    for (size_t i = 0; i < d->size(); ++i)
+      if (!std::isfinite((*d)[i]))
+        throw UsageError(fmt::format(
+            "the learner - sampler log-prob gap of generated token {} is {} (the model's logits "
+            "are not finite: its activations overflow fp32)",
+            i + 1, (*d)[i]));
+  const auto or_null = [&](double v) { return a.opt.routing_replay ? Json(v) : Json(nullptr); };
   if (a.json) {
     Json j{{"recipe", recipe.name},
            {"deterministic", a.deterministic},
@@ -349,6 +360,11 @@ void run_align(AlignArgs a) {
            {"kv_cache", a.kv},
            {"learner_recipe", a.learner_recipe.empty() ? recipe.name : a.learner_recipe},
            {"sampler_recipe", recipe.name},
+           {"routing_replay", a.opt.routing_replay},
+           {"no_replay_mean_abs_gap", or_null(gn.mean_abs)},
+           {"no_replay_max_abs_gap", or_null(gn.max_abs)},
+           {"no_replay_q05_gap", or_null(gn.q05)},
+           {"routing_mismatch", or_null(r.routing_mismatch)},
            {"device", a.opt.device.str()}};
     fmt::print("{}\n", j.dump());
     return;
@@ -360,6 +376,12 @@ void run_align(AlignArgs a) {
       a.learner_recipe.empty() ? "" : ", sampler " + recipe.name,
       a.deterministic ? "deterministic" : "fast", a.opt.batch, a.opt.alone ? " scored alone" : "",
       a.kv, g.tokens, g.mean_abs, g.max_abs, g.q05);
+  if (a.opt.routing_replay)
+    fmt::print(
+        "  the gap above is with routing replay (the sampler's experts); the learner's own "
+        "routing: mean |gap| {:.3e}, max |gap| {:.3e}, q05 gap {:.3e}; {:.2f}% of (row, MoE "
+        "layer) pairs chose other experts\n",
+        gn.mean_abs, gn.max_abs, gn.q05, 100.0 * r.routing_mismatch);
 }
 
 }  // namespace
@@ -445,8 +467,12 @@ void register_model_commands(CLI::App& app) {
     c->add_option("--sampler-recipe", a->sampler_recipe,
                   "sample with this recipe (name or JSON file) while the learner uses --recipe, "
                   "as train does");
+    c->add_flag("--routing-replay", a->opt.routing_replay,
+                "the learner reuses the sampler's experts (MoE models); reports the gap with "
+                "and without replay");
     c->add_flag("--json", a->json,
-                "print {recipe, deterministic, tokens, mean_abs_gap, max_abs_gap, q05_gap}");
+                "print {recipe, deterministic, tokens, mean_abs_gap, max_abs_gap, q05_gap, "
+                "routing_replay, no_replay_*_gap, routing_mismatch, ...}");
     c->add_flag("--dry-run", a->dry_run, "check the model and options, print what would run");
     add_device_option(*c, a->device);
     c->callback([a] { run_align(*a); });

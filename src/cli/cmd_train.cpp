@@ -108,26 +108,29 @@ void run_train(TrainCmd& c) {
     a.recipe.recipe_name = "nvfp4_per_token";
   const SelectedRecipe sel = select_recipe(a.recipe);
   a.opt.sampler_recipe = resolve_sampler_recipe(a.sampler_recipe, sel.recipe);
-  const std::string name =
-      fmt::format("{}-{}{}-{}{}", a.opt.task, sel.recipe.name,
-                  a.opt.sampler_recipe ? "-sampler-" + a.opt.sampler_recipe->name : std::string(),
-                  a.opt.guard, a.opt.deterministic ? "-det" : "");
+  const std::string name = fmt::format(
+      "{}-{}{}-{}{}{}", a.opt.task, sel.recipe.name,
+      a.opt.sampler_recipe ? "-sampler-" + a.opt.sampler_recipe->name : std::string(), a.opt.guard,
+      a.opt.deterministic ? "-det" : "", a.opt.routing_replay ? "-replay" : "");
   const fs::path dir = c.out.empty() ? default_run_dir("runs", name) : fs::path(c.out);
   check_run_outputs(a, "--out", dir);
   // The model source is read once: a checkpoint's config, recipe and weights come from one load.
   rl::PolicySource source = open_source(a, rl::max_sequence_length(a.opt), true);
   try {
     rl::check_source_recipe(source, sel.recipe);
+    if (a.opt.routing_replay)
+      model::require_moe_for_replay(source.weights.config, "--routing-replay");
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
   const std::string plan = fmt::format(
-      "{} (model {}, task {} difficulty {}, recipe {}{}, guard {}{}, {} steps of {} x {} samples, "
+      "{} (model {}, task {} difficulty {}, recipe {}{}, guard {}{}{}, {} steps of {} x {} "
+      "samples, "
       "on {})",
       dir.string(), source.where, a.opt.task, a.opt.difficulty, sel.recipe.name,
       a.opt.sampler_recipe ? ", sampler recipe " + a.opt.sampler_recipe->name : "", a.opt.guard,
-      a.opt.deterministic ? ", deterministic" : "", a.opt.steps, a.opt.prompts, a.opt.group,
-      a.opt.device.str());
+      a.opt.deterministic ? ", deterministic" : "", a.opt.routing_replay ? ", routing replay" : "",
+      a.opt.steps, a.opt.prompts, a.opt.group, a.opt.device.str());
   if (dry_run(a.dry_run, sel,
               fmt::format("{}, then the RL run {}", describe_warm_start(source, a), plan)))
     return;

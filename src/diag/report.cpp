@@ -61,6 +61,7 @@ std::string run_label(const RunData& r, const std::string& name) {
                         ? r.recipe
                         : fmt::format("learner {}, sampler {}", r.recipe, r.sampler_recipe));
   if (!r.kv_cache.empty() && r.kv_cache != "bf16") parts.push_back("kv " + r.kv_cache);
+  if (r.routing_replay) parts.push_back("routing replay");
   if (!r.guard.empty()) parts.push_back("guard " + r.guard);
   std::string joined;
   for (const std::string& p : parts) joined.append(joined.empty() ? "" : ", ").append(p);

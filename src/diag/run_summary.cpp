@@ -66,9 +66,12 @@ void read_meta(const std::filesystem::path& file, RunData& run) {
     if (sr->contains("kv_cache") && (*sr)["kv_cache"].is_string())
       run.kv_cache = (*sr)["kv_cache"].get<std::string>();
   }
-  if (const auto o = meta.find("options"); o != meta.end() && o->is_object())
+  if (const auto o = meta.find("options"); o != meta.end() && o->is_object()) {
     if (const auto sd = o->find("seed"); sd != o->end() && sd->is_number_unsigned())
       run.seed = sd->get<uint64_t>();
+    if (const auto rr = o->find("routing_replay"); rr != o->end() && rr->is_boolean())
+      run.routing_replay = rr->get<bool>();
+  }
 }
 
 }  // namespace

@@ -61,6 +61,8 @@ AlignResult align(const ModelWeights& w, const Recipe& recipe, const AlignOption
   sc.eos = c.eos_token_id;
   sc.device = o.device;
   sc.mode = o.mode;
+  sc.record_routing = o.routing_replay;
+  if (o.routing_replay) require_moe_for_replay(c, "align --routing-replay");
   Sampler sampler(sc);
   sampler.load_policy(export_policy(w, recipe, learner.version()), learner.version(), recipe.name);
   const std::vector<SampleResult> res = sampler.generate(reqs);
@@ -69,15 +71,39 @@ AlignResult align(const ModelWeights& w, const Recipe& recipe, const AlignOption
   std::vector<int32_t> ids, tg;
   std::vector<int64_t> cu{0};
   std::vector<std::pair<size_t, int64_t>> where;  // (result, first target index of its tokens)
-  auto flush = [&] {
-    if (ids.empty()) return;
-    const LearnerOutput lo =
-        learner.forward(Tensor::from_vector<int32_t>(ids, {int64_t(ids.size())}, DType::kI32), cu,
-                        Tensor::from_vector<int32_t>(tg, {int64_t(tg.size())}, DType::kI32));
+  int64_t routed = 0, mismatched = 0;             // (row, MoE layer) pairs, routing_replay only
+  // Learner log-prob - sampler log-prob of every generated token of the batch, into delta.
+  const auto gaps = [&](const LearnerOutput& lo, std::vector<double>& delta) {
     const std::vector<float> lp = to_f32(lo.logp);
     for (const auto& [ri, t0] : where)
       for (size_t k = 0; k < res[ri].tokens.size(); ++k)
-        out.delta.push_back(double(lp[size_t(t0) + k]) - double(res[ri].logprobs[k]));
+        delta.push_back(double(lp[size_t(t0) + k]) - double(res[ri].logprobs[k]));
+  };
+  auto flush = [&] {
+    if (ids.empty()) return;
+    const Tensor idt = Tensor::from_vector<int32_t>(ids, {int64_t(ids.size())}, DType::kI32);
+    const Tensor tgt = Tensor::from_vector<int32_t>(tg, {int64_t(tg.size())}, DType::kI32);
+    if (o.routing_replay) {
+      // The batch's results are where's, in order: res[where.front().first ..].
+      const Routing replay =
+          replay_routing(c, std::span(res).subspan(where.front().first, where.size()), cu);
+      gaps(learner.forward(idt, cu, tgt, &replay), out.delta);
+      Routing own;
+      gaps(learner.forward(idt, cu, tgt, nullptr, &own), out.delta_no_replay);
+      for (size_t l = 0; l < own.layers.size(); ++l) {
+        if (!own.layers[l].defined()) continue;
+        const Tensor a = own.layers[l].to(Device::cpu()).contiguous();
+        const int64_t k = a.size(1);
+        for (int64_t r = 0; r < a.size(0); ++r) {
+          const int32_t* x = a.ptr<int32_t>() + r * k;
+          const int32_t* y = replay.layers[l].ptr<int32_t>() + r * k;
+          ++routed;
+          mismatched += !std::equal(x, x + k, y);
+        }
+      }
+    } else {
+      gaps(learner.forward(idt, cu, tgt), out.delta);
+    }
     ids.clear();
     tg.clear();
     cu.assign(1, 0);
@@ -94,6 +120,10 @@ AlignResult align(const ModelWeights& w, const Recipe& recipe, const AlignOption
   }
   flush();
   out.stats = gap_stats(out.delta);
+  if (o.routing_replay) {
+    out.stats_no_replay = gap_stats(out.delta_no_replay);
+    out.routing_mismatch = routed > 0 ? double(mismatched) / double(routed) : 0.0;
+  }
   return out;
 }
 

@@ -159,10 +159,33 @@ Decoder::~Decoder() = default;
 const ModelConfig& Decoder::config() const { return impl_->c; }
 DType Decoder::dtype() const { return impl_->dtype; }
 
-Tensor Decoder::forward(const Tensor& ids, std::span<const int64_t> cu, ExecMode mode, bool save) {
+void require_moe_for_replay(const ModelConfig& c, std::string_view what) {
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    if (c.layer_is_moe(l)) return;
+  throw std::invalid_argument(fmt::format(
+      "{}: routing replay needs a MoE model, and this {} model ({} layers) has no MoE layer: "
+      "every token runs the one dense MLP, so there are no expert choices to record or reuse",
+      what, c.model_type, c.num_hidden_layers));
+}
+
+Tensor Decoder::forward(const Tensor& ids, std::span<const int64_t> cu, ExecMode mode, bool save,
+                        const Routing* replay, Routing* record) {
   Impl& m = *impl_;
   const int64_t n = ids.numel();
   m.check_ids(ids);
+  if (replay) {
+    require_moe_for_replay(m.c, "forward");
+    if (replay->layers.size() != m.layers.size())
+      throw std::invalid_argument(fmt::format("forward: routing replay has {} layers, the model {}",
+                                              replay->layers.size(), m.layers.size()));
+    for (const Layer& L : m.layers) {
+      const Tensor& r = replay->layers[size_t(L.index)];
+      if (L.moe && !(r.defined() && r.dim() == 2 && r.size(0) == n))
+        throw std::invalid_argument(
+            fmt::format("forward: routing replay of MoE layer {} must be I32 [{}, top_k]; got {}",
+                        L.index, n, r.defined() ? r.describe() : "nothing"));
+    }
+  }
   if (cu.empty() || cu.front() != 0 || cu.back() != n)
     throw std::invalid_argument(fmt::format(
         "forward: cu_seqlens must run from 0 to the {} tokens (got {} entries)", n, cu.size()));
@@ -185,10 +208,13 @@ Tensor Decoder::forward(const Tensor& ids, std::span<const int64_t> cu, ExecMode
   m.set_mode(mode);
   const Tensor ids_dev = ids.contiguous().to(m.dev);
   Tensor x = ops::embedding(m.embed, ids_dev);
+  if (record) record->layers.assign(m.layers.size(), Tensor());
   for (Layer& L : m.layers) {
+    const size_t l = size_t(L.index);
+    const Tensor replay_ids = replay && L.moe ? replay->layers[l].contiguous().to(m.dev) : Tensor();
     // New tensors, not in-place adds: the modules keep their inputs for the backward.
     x = ops::add(x, m.attention_packed(L, x, positions, cut, kernel, save));
-    x = ops::add(x, m.mlp(L, x, save));
+    x = ops::add(x, m.mlp(L, x, save, replay_ids, record ? &record->layers[l] : nullptr));
   }
   const Tensor logits = m.final_logits(x, save);
   if (save) {
@@ -217,7 +243,7 @@ void Decoder::backward(const Tensor& dlogits) {
 }
 
 Tensor Decoder::forward_cached(const Tensor& ids, std::span<const int64_t> positions,
-                               std::span<const int64_t> slots, KvCache& cache) {
+                               std::span<const int64_t> slots, KvCache& cache, Routing* record) {
   Impl& m = *impl_;
   const int64_t n = ids.numel();
   m.check_ids(ids);
@@ -242,11 +268,11 @@ Tensor Decoder::forward_cached(const Tensor& ids, std::span<const int64_t> posit
   }
   return forward_cached_device(
       ids.contiguous().to(m.dev), Tensor::from_vector<int32_t>(pos, {n}, DType::kI32).to(m.dev),
-      Tensor::from_vector<int32_t>(slot, {n}, DType::kI32).to(m.dev), cache);
+      Tensor::from_vector<int32_t>(slot, {n}, DType::kI32).to(m.dev), cache, record);
 }
 
 Tensor Decoder::forward_cached_device(const Tensor& ids, const Tensor& pt, const Tensor& st,
-                                      KvCache& cache) {
+                                      KvCache& cache, Routing* record) {
   Impl& m = *impl_;
   const int64_t n = ids.numel();
   for (const Tensor* t : {&ids, &pt, &st})
@@ -260,10 +286,12 @@ Tensor Decoder::forward_cached_device(const Tensor& ids, const Tensor& pt, const
         fmt::format("forward_cached: the KV cache is on {}, the model on {}", cache.device().str(),
                     m.dev.str()));
   Tensor x = ops::embedding(m.embed, ids);
+  if (record) record->layers.assign(m.layers.size(), Tensor());
   for (Layer& L : m.layers) {
     const Tensor a = m.attention_cached(L, x, pt, st, cache);
     ops::add_inplace(x, a);
-    const Tensor f = m.mlp(L, x, false);
+    const Tensor f =
+        m.mlp(L, x, false, Tensor(), record ? &record->layers[size_t(L.index)] : nullptr);
     ops::add_inplace(x, f);
   }
   return m.final_logits(x, false);

@@ -46,8 +46,10 @@ struct Decoder::Impl {
   Tensor attention_cached(Layer& L, const Tensor& x, const Tensor& positions, const Tensor& slots,
                           KvCache& cache);
   Tensor attention_backward(Layer& L, const Tensor& dy);
-  // Dense SwiGLU MLP or MoE block, normalized input inside.
-  Tensor mlp(Layer& L, const Tensor& x, bool save);
+  // Dense SwiGLU MLP or MoE block, normalized input inside. replay / used: the MoE block's
+  // routing replay input and the experts it used (nn::MoeBlock::forward); ignored by a dense layer.
+  Tensor mlp(Layer& L, const Tensor& x, bool save, const Tensor& replay = Tensor(),
+             Tensor* used = nullptr);
   Tensor mlp_backward(Layer& L, const Tensor& dy);
   Tensor final_logits(const Tensor& x, bool save);
 

@@ -119,11 +119,12 @@ Tensor Decoder::Impl::attention_backward(Layer& L, const Tensor& dy) {
   return L.qkv.backward(dqkv);
 }
 
-Tensor Decoder::Impl::mlp(Layer& L, const Tensor& x, bool save) {
+Tensor Decoder::Impl::mlp(Layer& L, const Tensor& x, bool save, const Tensor& replay,
+                          Tensor* used) {
   if (L.moe) {
     Tensor rstd;
     const Tensor xn = ops::rmsnorm(x, L.post_norm, c.rms_norm_eps, &rstd);
-    Tensor y = L.moe_block.forward(xn, save);
+    Tensor y = L.moe_block.forward(xn, save, replay, used);
     if (save) {
       L.mlp_in = x;
       L.post_rstd = rstd;

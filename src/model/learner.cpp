@@ -79,7 +79,7 @@ Tensor scaled(const Tensor& logits, double temperature) {
 }  // namespace
 
 LearnerOutput Learner::forward(const Tensor& tokens, std::span<const int64_t> cu,
-                               const Tensor& targets) {
+                               const Tensor& targets, const Routing* replay, Routing* record) {
   Impl& m = *impl_;
   if (targets.numel() != tokens.numel())
     throw std::invalid_argument(
@@ -95,7 +95,7 @@ LearnerOutput Learner::forward(const Tensor& tokens, std::span<const int64_t> cu
             "learner: target {} at position {} is out of range for the vocabulary of {} tokens",
             t.ptr<int32_t>()[i], i, m.w.config.vocab_size));
   }
-  const Tensor logits = m.dec->forward(tokens, cu, m.cfg.mode, /*save=*/true);
+  const Tensor logits = m.dec->forward(tokens, cu, m.cfg.mode, /*save=*/true, replay, record);
   m.scaled_logits = scaled(logits, m.cfg.temperature);
   m.targets = targets.contiguous().to(m.cfg.device);
   m.lp = ops::token_logprobs(m.scaled_logits, m.targets);
@@ -103,8 +103,8 @@ LearnerOutput Learner::forward(const Tensor& tokens, std::span<const int64_t> cu
   return {m.lp.logp.to(Device::cpu()), m.lp.entropy.to(Device::cpu())};
 }
 
-Tensor Learner::logits(const Tensor& tokens, std::span<const int64_t> cu) {
-  return impl_->dec->forward(tokens, cu, impl_->cfg.mode, /*save=*/false);
+Tensor Learner::logits(const Tensor& tokens, std::span<const int64_t> cu, const Routing* replay) {
+  return impl_->dec->forward(tokens, cu, impl_->cfg.mode, /*save=*/false, replay);
 }
 
 void Learner::backward(const Tensor& dlogp, const Tensor& dentropy) {

@@ -84,6 +84,25 @@ struct Sampler::Impl {
     }
   }
 
+  // Appends the experts of this call's rows to each active sequence's SampleResult::routing:
+  // sequence i owns rows first[i] .. last[i].
+  template <class A>
+  void append_routing(const Routing& routing, std::span<const int32_t> first,
+                      std::span<const int32_t> last, const std::vector<A>& active,
+                      std::vector<SampleResult>& out) const {
+    std::vector<Tensor> moe;  // the MoE layers' [rows, k] on the host, in layer order
+    for (const Tensor& t : routing.layers)
+      if (t.defined()) moe.push_back(t.to(Device::cpu()).contiguous());
+    for (size_t i = 0; i < active.size(); ++i) {
+      std::vector<int32_t>& dst = out[active[i].req].routing;
+      for (int64_t r = first[i]; r <= last[i]; ++r)
+        for (const Tensor& t : moe) {
+          const int32_t* row = t.ptr<int32_t>() + r * t.size(1);
+          dst.insert(dst.end(), row, row + t.size(1));
+        }
+    }
+  }
+
   void check_ready() const {
     if (!dec) throw std::logic_error("sampler: no policy loaded (load_policy first)");
   }
@@ -185,6 +204,7 @@ std::vector<SampleResult> Sampler::generate(std::span<const SampleRequest> reque
   m.check_ready();
   for (size_t i = 0; i < requests.size(); ++i) m.validate(requests[i].prompt, i);
   const ModelConfig& c = m.policy->config;
+  if (m.cfg.record_routing) require_moe_for_replay(c, "sampler record_routing");
   // Every call of a CUDA sampler runs on its own stream (a graph is recorded from one).
   if (m.cfg.device.is_cuda() && !m.stream) m.stream = std::make_unique<OwnedStream>(m.cfg.device);
   const StreamGuard on(m.stream ? m.stream->get() : Stream{});
@@ -204,7 +224,7 @@ std::vector<SampleResult> Sampler::generate(std::span<const SampleRequest> reque
   const Device dev = m.cfg.device;
   std::vector<Active> active;
   size_t next = 0;
-  std::vector<int32_t> ids, last_row, streams;
+  std::vector<int32_t> ids, first_row, last_row, streams;
   std::vector<int64_t> pos, slots, lens;
   const ops::SampleConfig sc{m.cfg.temperature, m.cfg.top_k, m.cfg.top_p, m.cfg.seed};
   while (next < requests.size() || !active.empty()) {
@@ -213,11 +233,13 @@ std::vector<SampleResult> Sampler::generate(std::span<const SampleRequest> reque
     ids.clear();
     pos.clear();
     slots.clear();
+    first_row.clear();
     last_row.clear();
     streams.clear();
     lens.clear();
     for (Active& a : active) {
       const SampleRequest& r = requests[a.req];
+      first_row.push_back(int32_t(ids.size()));
       if (!a.prefilled) {
         for (size_t j = 0; j < r.prompt.size(); ++j) {
           ids.push_back(r.prompt[j]);
@@ -237,8 +259,10 @@ std::vector<SampleResult> Sampler::generate(std::span<const SampleRequest> reque
     }
     const int64_t B = int64_t(active.size());
     Tensor tokens, logprobs;
-    if (int64_t(ids.size()) == B && dev.is_cuda()) {
+    if (int64_t(ids.size()) == B && dev.is_cuda() && !m.cfg.record_routing) {
       // A decode step: its inputs go up in two copies, the step runs (or replays) on the device.
+      // Recording the routing takes the call-by-call path below: a graph writes only the step's
+      // fixed buffers, and the experts are tensors of each call.
       DecodeStep& s = m.step_for(B);
       std::vector<int32_t> in(size_t(4 * B));
       for (int64_t i = 0; i < B; ++i) {
@@ -254,7 +278,10 @@ std::vector<SampleResult> Sampler::generate(std::span<const SampleRequest> reque
       logprobs = s.logprobs.to(Device::cpu());
     } else {
       const Tensor idt = Tensor::from_vector<int32_t>(ids, {int64_t(ids.size())}, DType::kI32);
-      const Tensor logits = m.dec->forward_cached(idt, pos, slots, cache);
+      Routing routing;
+      const Tensor logits =
+          m.dec->forward_cached(idt, pos, slots, cache, m.cfg.record_routing ? &routing : nullptr);
+      if (m.cfg.record_routing) m.append_routing(routing, first_row, last_row, active, out);
       // The last row of each sequence (every row when all sequences decode one token).
       const Tensor rows =
           int64_t(ids.size()) == B
@@ -294,6 +321,41 @@ std::vector<SampleResult> Sampler::generate(std::span<const SampleRequest> reque
 }
 
 const SamplerStats& Sampler::stats() const { return impl_->stats; }
+
+Routing replay_routing(const ModelConfig& c, std::span<const SampleResult> samples,
+                       std::span<const int64_t> cu) {
+  require_moe_for_replay(c, "replay_routing");
+  if (cu.size() != samples.size() + 1 || cu.front() != 0)
+    throw std::invalid_argument(fmt::format(
+        "replay_routing: {} cu_seqlens entries for {} samples (need samples + 1 from 0)", cu.size(),
+        samples.size()));
+  const int64_t n = cu.back(), k = c.num_experts_per_tok;
+  std::vector<int64_t> moe_layers;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    if (c.layer_is_moe(l)) moe_layers.push_back(l);
+  const int64_t M = int64_t(moe_layers.size());
+  std::vector<std::vector<int32_t>> ids(size_t(M), std::vector<int32_t>(size_t(n * k)));
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const std::vector<int32_t>& rec = samples[i].routing;
+    const int64_t rows = cu[i + 1] - cu[i], recorded = int64_t(rec.size()) / (M * k);
+    if (rec.empty() || int64_t(rec.size()) != recorded * M * k || recorded > rows)
+      throw std::invalid_argument(fmt::format(
+          "replay_routing: sample {} has {} recorded expert ids; need {} per position ({} MoE "
+          "layers x top_k {}) for at most its {} rows (record with SamplerConfig::record_routing)",
+          i, rec.size(), M * k, M, k, rows));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t mi = 0; mi < M; ++mi)
+        for (int64_t s = 0; s < k; ++s)
+          ids[size_t(mi)][size_t((cu[i] + r) * k + s)] =
+              r < recorded ? rec[size_t((r * M + mi) * k + s)] : int32_t(s);
+  }
+  Routing out;
+  out.layers.assign(size_t(c.num_hidden_layers), Tensor());
+  for (int64_t mi = 0; mi < M; ++mi)
+    out.layers[size_t(moe_layers[size_t(mi)])] =
+        Tensor::from_vector<int32_t>(ids[size_t(mi)], {n, k}, DType::kI32);
+  return out;
+}
 
 std::vector<float> Sampler::score(std::span<const int32_t> prompt,
                                   std::span<const int32_t> continuation) {

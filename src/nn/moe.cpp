@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <numeric>
+#include <stdexcept>
 
 namespace lockstep::nn {
 
@@ -19,10 +20,16 @@ MoeBlock::MoeBlock(Linear router, GroupedLinear fc1, GroupedLinear fc2, MoeOptio
       opt_(opt),
       shared_(std::move(shared)) {}
 
-Tensor MoeBlock::forward(const Tensor& xn, bool save) {
+Tensor MoeBlock::forward(const Tensor& xn, bool save, const Tensor& replay, Tensor* expert_ids) {
   const int64_t E = fc1_.groups(), k = opt_.top_k;
   const Tensor logits = router_.forward(xn, save);
-  ops::RouterOut route = ops::router_topk(logits, k, opt_.norm_topk_prob);
+  if (replay.defined() && !(replay.dim() == 2 && replay.size(1) == k))
+    throw std::invalid_argument(
+        fmt::format("moe block: routing replay expert ids {} are not [tokens, top_k = {}]",
+                    replay.describe(), k));
+  ops::RouterOut route = replay.defined() ? ops::router_replay(logits, replay, opt_.norm_topk_prob)
+                                          : ops::router_topk(logits, k, opt_.norm_topk_prob);
+  if (expert_ids) *expert_ids = route.expert_ids;
   // Each expert's rows are padded to the wgrad GEMMs' multiple when training.
   const int64_t P =
       save ? std::lcm(group_row_multiple(fc1_.spec()), group_row_multiple(fc2_.spec())) : 1;

@@ -89,6 +89,20 @@ struct RouterOp {
   }
 };
 
+struct RouterReplayOp {
+  const float* logits;
+  const int32_t* ids;
+  float* probs;
+  float* weights;
+  int64_t experts, k;
+  bool renormalize;
+  template <class X>
+  __device__ void operator()(const X& ex, int64_t t) const {
+    ops::router_replay_row(ex, logits + t * experts, ids + t * k, experts, k, renormalize,
+                           probs + t * experts, weights + t * k);
+  }
+};
+
 struct RouterBwdOp {
   const float* probs;
   const int32_t* ids;
@@ -136,6 +150,14 @@ void router_topk_rows(const float* logits, int64_t tokens, int64_t experts, int6
                       Device device, Stream stream) {
   rows::launch_warp_rows(RouterOp{logits, probs, expert_ids, weights, experts, k, renormalize},
                          tokens, device, stream);
+}
+
+void router_replay_rows(const float* logits, const int32_t* expert_ids, int64_t tokens,
+                        int64_t experts, int64_t k, bool renormalize, float* probs, float* weights,
+                        Device device, Stream stream) {
+  rows::launch_warp_rows(
+      RouterReplayOp{logits, expert_ids, probs, weights, experts, k, renormalize}, tokens, device,
+      stream);
 }
 
 void router_topk_rows_bwd(const float* probs, const int32_t* expert_ids, const float* dweights,

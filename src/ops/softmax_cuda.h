@@ -32,6 +32,11 @@ void token_logprobs_rows_bwd(const float* logits, const int32_t* targets, const 
 void router_topk_rows(const float* logits, int64_t tokens, int64_t experts, int64_t k,
                       bool renormalize, float* probs, int32_t* expert_ids, float* weights,
                       Device device, Stream stream);
+// Routing replay (ops/router.h router_replay_row): expert_ids given, probs and weights written; a
+// row with an id outside [0, experts) gets NaN weights.
+void router_replay_rows(const float* logits, const int32_t* expert_ids, int64_t tokens,
+                        int64_t experts, int64_t k, bool renormalize, float* probs, float* weights,
+                        Device device, Stream stream);
 void router_topk_rows_bwd(const float* probs, const int32_t* expert_ids, const float* dweights,
                           int64_t tokens, int64_t experts, int64_t k, bool renormalize,
                           float* dlogits, Device device, Stream stream);

@@ -186,6 +186,33 @@ RouterOut router_topk(const Tensor& logits_in, int64_t k, bool renormalize) {
   return r;
 }
 
+RouterOut router_replay(const Tensor& logits_in, const Tensor& expert_ids, bool renormalize) {
+  const char* op = "router_replay";
+  const Tensor logits = operand(logits_in, op, "logits"),
+               ids = index_operand(expert_ids, op, "expert_ids");
+  check(logits.dim() == 2 && ids.dim() == 2 && ids.rows() == logits.rows() && ids.cols() >= 1 &&
+            ids.cols() <= logits.cols() && logits.cols() <= (1 << 24),
+        fmt::format("{}: logits {} and expert_ids {} do not match (need [tokens, E] and "
+                    "[tokens, k] with 1 <= k <= E <= 2^24)",
+                    op, logits.describe(), ids.describe()));
+  const int64_t tokens = logits.rows(), experts = logits.cols(), k = ids.cols();
+  const Device dev = same_device(op, {{&logits, "logits"}, {&ids, "expert_ids"}});
+  RouterOut r{Tensor::empty(logits.dtype(), {tokens, experts}, dev), ids,
+              Tensor::empty(logits.dtype(), {tokens, k}, dev)};
+  if (dev.is_cuda()) {
+    LOCKSTEP_OPS_CUDA(op, cuda::router_replay_rows(logits.ptr<float>(), ids.ptr<int32_t>(), tokens,
+                                                   experts, k, renormalize, r.probs.ptr<float>(),
+                                                   r.weights.ptr<float>(), dev, Stream{}));
+    return r;
+  }
+  by_dtype(logits, [&](auto t) {
+    using T = decltype(t);
+    moe_router_replay_fwd_cpu<T>(logits.ptr<T>(), ids.ptr<int32_t>(), tokens, experts, k,
+                                 renormalize, r.probs.ptr<T>(), r.weights.ptr<T>());
+  });
+  return r;
+}
+
 Tensor router_topk_backward(const RouterOut& fwd, const Tensor& dweights_in, bool renormalize) {
   const char* op = "router_topk_backward";
   const Tensor probs = operand(fwd.probs, op, "probs"), dw = operand(dweights_in, op, "dweights"),

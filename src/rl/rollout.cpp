@@ -55,6 +55,7 @@ RolloutBatch rollout(model::Sampler& sampler, const Task& task, uint64_t task_se
   sc.seed = o.sample_seed;
   sc.eos = kEos;
   sc.max_batch = o.max_batch;
+  sc.record_routing = o.record_routing;
   sampler.set_config(sc);
   b.samples = sampler.generate(reqs);
   for (size_t i = 0; i < b.samples.size(); ++i) {
@@ -85,6 +86,7 @@ EvalResult evaluate_greedy(model::Sampler& sampler, const Task& task, uint64_t t
   sc.max_new = max_new;
   sc.eos = kEos;
   sc.max_batch = max_batch;
+  sc.record_routing = false;  // nothing to replay: no learner scores these
   sampler.set_config(sc);
   const std::vector<model::SampleResult> out = sampler.generate(reqs);
   int64_t len = 0;

@@ -23,10 +23,6 @@ void TrainOptions::validate() const {
   if (kv_cache != "bf16" && kv_cache != "fp8")
     throw std::invalid_argument(
         fmt::format("--kv-cache '{}' is not a KV cache format (known: bf16, fp8)", kv_cache));
-  if (routing_replay)
-    throw std::invalid_argument(
-        "--routing-replay is not yet supported: the learner cannot reuse the sampler's expert "
-        "choices in this build");
   if (reward_kind == RewardKind::kPrefix && format_bonus != 0.0f)
     throw std::invalid_argument(
         "--format-bonus applies to the exact reward only; give --reward exact or drop it");

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "lockstep/diag/mismatch.h"
 #include "lockstep/model/policy.h"
+#include "lockstep/model/sampler.h"
 #include "lockstep/ops/tensor_ops.h"
 #include "lockstep/recipe/registry.h"
 #include "lockstep/rl/rollout.h"
@@ -243,6 +245,7 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
     ro.format_bonus = o.format_bonus;
     ro.reward = reward_kind;
     ro.max_batch = o.sampler_batch;
+    ro.record_routing = o.routing_replay;
     const RolloutBatch rb =
         rollout(m.sampler, *m.task, o.seed, o.difficulty, uint64_t(m.step * P), ro);
     const double t_rollout = seconds_since(t0);
@@ -256,16 +259,30 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
     const PackedSequences all = pack_sequences(seqs);
     const int64_t n = int64_t(all.tokens.size()), T = int64_t(all.rows.size());
     const Tensor tokens = i32_tensor(all.tokens), targets = i32_tensor(all.targets);
-    const model::LearnerOutput out = m.learner->forward(tokens, all.cu_seqlens, targets);
+    // Routing replay: the learner, and the reference of the KL term, use the sampler's experts.
+    const model::ModelConfig& cfg = m.learner->weights().config;
+    std::optional<model::Routing> replay;
+    if (o.routing_replay) replay = model::replay_routing(cfg, rb.samples, all.cu_seqlens);
+    const model::Routing* rp = replay ? &*replay : nullptr;
+    const Tensor targets_dev = targets.to(o.device);
+    // log-probs of the targets under logits / temperature, at the response rows.
+    const auto response_logp = [&](Tensor logits) {
+      if (o.temperature != 1.0) logits = ops::scale(logits, 1.0 / o.temperature);
+      return gather(ops::token_logprobs(logits, targets_dev).logp, all.rows);
+    };
+    // The residual comparison: the learner's own routing (one more forward, no grad, before the
+    // forward whose saved state the backward uses), so metrics.jsonl shows the gap with and
+    // without replay.
+    std::vector<float> logp_no_replay;
+    if (replay) logp_no_replay = response_logp(m.learner->logits(tokens, all.cu_seqlens));
+    const model::LearnerOutput out = m.learner->forward(tokens, all.cu_seqlens, targets, rp);
     const std::vector<float> logp_old = gather(out.logp, all.rows);
     const std::vector<float> entropy = gather(out.entropy, all.rows);
     std::vector<float> logp_sampler;
     for (const model::SampleResult& s : rb.samples)
       logp_sampler.insert(logp_sampler.end(), s.logprobs.begin(), s.logprobs.end());
-    Tensor ref_logits = m.reference->forward(tokens, all.cu_seqlens, m.mode(), /*save=*/false);
-    if (o.temperature != 1.0) ref_logits = ops::scale(ref_logits, 1.0 / o.temperature);
     const std::vector<float> logp_ref =
-        gather(ops::token_logprobs(ref_logits, targets.to(o.device)).logp, all.rows);
+        response_logp(m.reference->forward(tokens, all.cu_seqlens, m.mode(), /*save=*/false, rp));
     const double t_logprob = seconds_since(t0);
 
     // 3. Objective, backward, AdamW: K minibatches of whole groups, in order.
@@ -291,8 +308,13 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
       } else {
         mb.packed = pack_sequences(std::span(seqs).subspan(size_t(r0), size_t(per)));
         pk = &mb.packed;
-        const model::LearnerOutput o2 = m.learner->forward(
-            i32_tensor(mb.packed.tokens), mb.packed.cu_seqlens, i32_tensor(mb.packed.targets));
+        std::optional<model::Routing> mb_replay;
+        if (o.routing_replay)
+          mb_replay = model::replay_routing(
+              cfg, std::span(rb.samples).subspan(size_t(r0), size_t(per)), mb.packed.cu_seqlens);
+        const model::LearnerOutput o2 =
+            m.learner->forward(i32_tensor(mb.packed.tokens), mb.packed.cu_seqlens,
+                               i32_tensor(mb.packed.targets), mb_replay ? &*mb_replay : nullptr);
         logp_new = gather(o2.logp, mb.packed.rows);
       }
       ObjectiveInputs in{pk->offsets, logp_new, mb.logp_old, mb.logp_sampler,
@@ -330,9 +352,20 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
     {
       std::vector<float> delta(static_cast<size_t>(T));
       for (size_t t = 0; t < delta.size(); ++t) delta[t] = logp_old[t] - logp_sampler[t];
-      diag::add_mismatch_metrics(
-          diag::mismatch_stats(all.offsets, delta, std::vector<uint8_t>(delta.size(), 1), adv),
-          row);
+      const std::vector<uint8_t> valid(delta.size(), 1);
+      diag::add_mismatch_metrics(diag::mismatch_stats(all.offsets, delta, valid, adv), row);
+      // With routing replay the keys above are the gap the objective sees (replayed experts);
+      // these are the gap of the learner's own routing. Null without replay.
+      const auto num = [](double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); };
+      diag::MismatchStats nr;
+      if (replay) {
+        for (size_t t = 0; t < delta.size(); ++t) delta[t] = logp_no_replay[t] - logp_sampler[t];
+        nr = diag::mismatch_stats(all.offsets, delta, valid, adv);
+      }
+      row["no_replay_mean_gap"] = num(nr.mean_delta);
+      row["no_replay_mean_abs_gap"] = num(nr.mean_abs_delta);
+      row["no_replay_max_abs_gap"] = num(nr.max_abs_delta);
+      row["no_replay_q05_gap"] = num(nr.q05_delta);
     }
     add_update_stats(row, us, m.guard);
     row["tokens"] = n;

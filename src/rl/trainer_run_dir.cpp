@@ -192,6 +192,7 @@ std::unique_ptr<Trainer> Trainer::create(const fs::path& dir, const TrainOptions
                                          RunMetaExtras meta) {
   options.validate();
   check_task_model(init.config, max_sequence_length(options), "model");
+  if (options.routing_replay) model::require_moe_for_replay(init.config, "--routing-replay");
   check_new_run_dir(dir);
   check_device_memory(init, options.device);
   auto m = std::make_unique<Impl>();

@@ -10,6 +10,7 @@
 // sanity bound that a wrong kernel (a lost key tile, a wrong expert, a transposed operand) exceeds
 // by orders of magnitude, not a precision claim.
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -408,6 +409,65 @@ void checkpoint_cases() {
   });
 }
 
+// Routing replay on the GPU: a recording sampler (decode steps call by call) gives the tokens and
+// log-prob bits of the graph sampler; under one contract in deterministic mode the GPU learner's
+// own experts are the recording, row for row; and a learner of another recipe with replay uses
+// exactly the recorded experts.
+void replay_cases() {
+  const std::string name = "model routing replay moe";
+  run_case(name, [&]() -> std::string {
+    const uint64_t seed = case_seed(name);
+    const ModelConfig c = gpu_tiny_config(true);
+    const ModelWeights w = test::tiny_weights(c, seed, 0.1f);
+    const char* rn = "nvfp4_per_token";
+    SamplerConfig sc;
+    sc.max_new = 7;
+    sc.seed = seed;
+    sc.max_batch = 3;
+    sc.device = gpu();
+    Sampler graphs(sc);
+    sc.record_routing = true;
+    Sampler recording(sc);
+    for (Sampler* s : {&graphs, &recording})
+      s->load_policy(export_policy(w, model_recipe(rn), 0), 0, rn);
+    const std::vector<SampleRequest> reqs = model_requests(c, seed, 6);
+    const std::vector<SampleResult> a = graphs.generate(reqs), res = recording.generate(reqs);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      if (a[i].tokens != res[i].tokens)
+        return "recording vs graph sampler: tokens of request " + std::to_string(i) + " differ";
+      if (std::string e = same_model_bits(a[i].logprobs, res[i].logprobs,
+                                          "recording vs graph sampler " + std::to_string(i));
+          !e.empty())
+        return e;
+    }
+    const ModelBatch p = pack_samples(reqs, res);
+    const Routing replay = replay_routing(c, res, p.cu);
+    auto ids = [](const std::vector<int32_t>& v) { return test::ids_tensor(v); };
+    auto same = [&](const Routing& got, const char* what) -> std::string {
+      for (size_t l = 0; l < replay.layers.size(); ++l) {
+        if (!replay.layers[l].defined()) continue;
+        const Tensor g = got.layers[l].to(Device::cpu()).contiguous();
+        if (g.nbytes() != replay.layers[l].nbytes() ||
+            std::memcmp(g.raw(), replay.layers[l].raw(), g.nbytes()) != 0)
+          return std::string(what) + ": the experts of layer " + std::to_string(l) +
+                 " differ from the sampler's recording";
+      }
+      return "";
+    };
+    LearnerConfig lc;
+    lc.mode = ExecMode::kDeterministic;
+    lc.device = gpu();
+    Learner same_recipe(w, model_recipe(rn), lc);
+    Routing own;
+    same_recipe.forward(ids(p.ids), p.cu, ids(p.targets), nullptr, &own);
+    if (std::string e = same(own, "deterministic learner, own routing"); !e.empty()) return e;
+    Learner bf16(w, model_recipe("bf16"), lc);
+    Routing used;
+    bf16.forward(ids(p.ids), p.cu, ids(p.targets), &replay, &used);
+    return same(used, "bf16 learner with replay");
+  });
+}
+
 }  // namespace
 
 void test_model() {
@@ -417,6 +477,7 @@ void test_model() {
   cpu_gpu_cases();
   cpu_gpu_grad_cases();
   checkpoint_cases();
+  replay_cases();
 }
 
 }  // namespace lockstep::gpu_test

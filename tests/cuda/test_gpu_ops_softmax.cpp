@@ -209,7 +209,18 @@ void router_cases() {
           const ops::RouterOut ed{to_gpu(e.probs), to_gpu(e.expert_ids), to_gpu(e.weights)};
           const Tensor dwd = to_gpu(dw);
           const auto [d0, d1] = twice([&] { return ops::router_topk_backward(ed, dwd, renorm); });
-          return err + same3(dl, d0, d1, "dlogits");
+          err += same3(dl, d0, d1, "dlogits");
+          // Routing replay of the same experts in reverse slot order (another renormalising sum).
+          std::vector<int32_t> rev(e.expert_ids.ptr<int32_t>(),
+                                   e.expert_ids.ptr<int32_t>() + e.expert_ids.numel());
+          for (int64_t r = 0; r < c.rows; ++r)
+            std::reverse(rev.begin() + r * c.k, rev.begin() + (r + 1) * c.k);
+          const Tensor ids = Tensor::from_vector<int32_t>(rev, {c.rows, c.k}, DType::kI32);
+          const ops::RouterOut re = ops::router_replay(x, ids, renorm);
+          const Tensor idsd = to_gpu(ids);
+          const auto [r0, r1] = twice([&] { return ops::router_replay(xd, idsd, renorm); });
+          return err + same3(re.probs, r0.probs, r1.probs, "replay probs") +
+                 same3(re.weights, r0.weights, r1.weights, "replay weights");
         });
       }
 }

@@ -222,7 +222,6 @@ class MismatchLab(unittest.TestCase):
                        "fprop": {"activation": {"format": "fp6"}}}, f)
         for extra, needle in ((["--sampler-recipe", "nvfp5"], "--sampler-recipe nvfp5"),
                               (["--sampler-recipe", bad_recipe], "fp6"),
-                              (["--routing-replay"], "--routing-replay is not yet supported"),
                               (["--kv-cache", "int4"], "--kv-cache 'int4'"),
                               (["--guard", "tis+triage"], "TIS + gate + repair"),
                               (["--gate-segment", "0"], "--gate-segment '0'"),

@@ -24,6 +24,7 @@ struct RunData {
   // run_meta.json "sampler_recipe" {"name", "kv_cache"}: "" if absent (the sampler shared the
   // learner's recipe)
   std::string sampler_recipe, kv_cache;
+  bool routing_replay = false;       // run_meta.json "options" routing_replay
   std::optional<uint64_t> seed;      // run_meta.json "options" "seed"
   std::vector<MetricsRow> rows;      // metrics.jsonl, complete lines in file order
   bool truncated_last_line = false;  // metrics.jsonl ended with a partial line (ignored)

@@ -28,6 +28,10 @@ struct AlignOptions {
   // Rescore with another recipe than the sampler's (e.g. a bf16 learner behind a quantized
   // sampler, the usual setup without a shared contract); unset: the sampler's recipe.
   std::optional<Recipe> learner_recipe;
+  // Routing replay (docs/rl.md "Routing replay"): the sampler records its experts and the learner
+  // rescores with them; the learner's own routing is scored too (AlignResult's no-replay fields).
+  // A model without MoE layers is refused.
+  bool routing_replay = false;
 };
 
 // delta = learner log-prob - sampler log-prob over tokens.
@@ -39,8 +43,14 @@ struct GapStats {
 GapStats gap_stats(const std::vector<double>& delta);
 
 struct AlignResult {
-  std::vector<double> delta;  // per generated token, sequences in order
+  std::vector<double> delta;  // per generated token, sequences in order (replayed experts when
+                              // routing_replay is on)
   GapStats stats;
+  // With routing_replay: the same tokens under the learner's own routing, and the share of
+  // (scored row, MoE layer) pairs whose experts (in slot order) differ from the sampler's.
+  std::vector<double> delta_no_replay;
+  GapStats stats_no_replay;
+  double routing_mismatch = 0;
 };
 
 AlignResult align(const ModelWeights& weights, const Recipe& recipe, const AlignOptions& opt);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lockstep/model/config.h"
@@ -85,6 +86,16 @@ class KvCache {
   Device device_;
 };
 
+// The experts the MoE layers sent each token to (routing replay, docs/rl.md "Routing replay"): per
+// decoder layer an I32 [tokens, top_k] tensor, rows in the order of the forward's tokens,
+// undefined for a dense layer.
+struct Routing {
+  std::vector<Tensor> layers;
+};
+// Throws std::invalid_argument unless the config has a MoE layer: a dense model routes nothing, so
+// routing replay has nothing to record or reuse. `what` names the caller (a flag, an API).
+void require_moe_for_replay(const ModelConfig& c, std::string_view what);
+
 class Decoder {
  public:
   explicit Decoder(DecoderWeights w);
@@ -97,8 +108,12 @@ class Decoder {
 
   // Packed forward: ids I32 [n] (host), cu_seqlens [b + 1] (0 .. n, every sequence at most
   // max_position_embeddings long). Returns logits [n, V] (F32, or F64). save: keep what the
-  // backward needs.
-  Tensor forward(const Tensor& ids, std::span<const int64_t> cu_seqlens, ExecMode mode, bool save);
+  // backward needs. replay: each MoE layer uses these experts ([n, top_k] per layer, host or the
+  // decoder's device) instead of its own top-k, weighted by its own router probabilities of them
+  // (so the router still gets gradients); a model without MoE layers refuses it. record: receives
+  // the experts every MoE layer used.
+  Tensor forward(const Tensor& ids, std::span<const int64_t> cu_seqlens, ExecMode mode, bool save,
+                 const Routing* replay = nullptr, Routing* record = nullptr);
   // dlogits [n, V] -> gradients added into DecoderWeights::grads.
   void backward(const Tensor& dlogits);
 
@@ -106,15 +121,16 @@ class Decoder {
   // position positions[r] of the sequence in cache slot slots[r] (rows of one slot in ascending
   // positions, every earlier position of that slot already in the cache or among earlier rows).
   // Positions and slots are checked on the host and copied to the device once per call. Returns
-  // logits [rows, V] on the decoder's device.
+  // logits [rows, V] on the decoder's device. record: receives the experts every MoE layer chose
+  // for each row (on the decoder's device).
   Tensor forward_cached(const Tensor& ids, std::span<const int64_t> positions,
-                        std::span<const int64_t> slots, KvCache& cache);
+                        std::span<const int64_t> slots, KvCache& cache, Routing* record = nullptr);
   // The same with ids, positions and slots already on the decoder's device (I32 [rows] each), as
   // a captured decode step keeps them: nothing is read or checked on the host, so the caller
   // guarantees what the host overload checks (ids in the vocabulary, positions and slots inside
   // the cache).
   Tensor forward_cached_device(const Tensor& ids, const Tensor& positions, const Tensor& slots,
-                               KvCache& cache);
+                               KvCache& cache, Routing* record = nullptr);
   Device device() const;
   // The GEMM order of every layer: kDeterministic the batch-invariant kernels, kFast the fastest
   // (forward() sets it from its argument; the sampler sets it once).

@@ -51,11 +51,16 @@ class Learner {
   Learner(const Learner&) = delete;
   Learner& operator=(const Learner&) = delete;
 
-  // tokens, targets: I32 [n]; cu_seqlens: [b + 1]. Keeps what backward() needs.
+  // tokens, targets: I32 [n]; cu_seqlens: [b + 1]. Keeps what backward() needs. replay: routing
+  // replay, the experts each MoE layer uses (e.g. the sampler's, replay_routing in sampler.h),
+  // weighted by the learner's own router probabilities, so the router is still trained; refused
+  // for a model without MoE layers. record: receives the experts every MoE layer used.
   LearnerOutput forward(const Tensor& tokens, std::span<const int64_t> cu_seqlens,
-                        const Tensor& targets);
-  // The logits [n, V] of a packed batch (no log-probs, nothing kept).
-  Tensor logits(const Tensor& tokens, std::span<const int64_t> cu_seqlens);
+                        const Tensor& targets, const Routing* replay = nullptr,
+                        Routing* record = nullptr);
+  // The logits [n, V] of a packed batch (no log-probs, nothing kept); replay as in forward().
+  Tensor logits(const Tensor& tokens, std::span<const int64_t> cu_seqlens,
+                const Routing* replay = nullptr);
   // Gradients of sum_t dlogp[t] logp[t] + dentropy[t] entropy[t] added into grads(); either
   // may be undefined (zero); host or device tensors.
   void backward(const Tensor& dlogp, const Tensor& dentropy);

@@ -36,6 +36,11 @@ struct SamplerConfig {
   // fastest kernel for each shape (on a GPU the decode kernel for <= 16 rows, cuBLAS for bf16
   // weights), as the fast learner picks them. The CPU runs one kernel in both.
   ExecMode mode = ExecMode::kDeterministic;
+  // Routing replay (docs/rl.md "Routing replay"): record the experts every MoE layer chose for
+  // every position the sampler runs (SampleResult::routing). Decode steps then run call by call,
+  // never from a CUDA graph (a graph's outputs are the step's fixed buffers; the experts are
+  // per-call tensors). generate() refuses it for a model without MoE layers.
+  bool record_routing = false;
 };
 
 // What the sampler's decode steps ran as, summed over its generate calls.
@@ -55,7 +60,21 @@ struct SampleResult {
   std::vector<int32_t> tokens;  // generated tokens
   std::vector<float> logprobs;  // the sampler's log-prob of each generated token
   bool eos = false;             // stopped at the eos token
+  // With SamplerConfig::record_routing: the experts of every position the sampler ran, which are
+  // the prompt and every generated token but the last (exactly the learner's input rows of
+  // prompt + tokens[:-1]), I32 [positions, moe_layers, top_k] row-major, MoE layers in ascending
+  // order, each position's slots in the router's slot order. Empty otherwise.
+  std::vector<int32_t> routing;
 };
+
+// The learner's routing replay input (Decoder::forward) for a packed batch of recorded samples:
+// sample i occupies rows [cu_seqlens[i], cu_seqlens[i + 1]); its recorded positions fill its first
+// rows, and a row past them (the last generated token when the packing includes it: the sampler
+// never ran it, no scored log-prob reads its output, so its gradient is zero) takes experts
+// 0 .. top_k - 1. Throws std::invalid_argument for a model without MoE layers, a sample without a
+// recording, or one recorded for more positions than its rows.
+Routing replay_routing(const ModelConfig& c, std::span<const SampleResult> samples,
+                       std::span<const int64_t> cu_seqlens);
 
 class Sampler {
  public:

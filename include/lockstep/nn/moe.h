@@ -34,10 +34,15 @@ class MoeBlock {
   MoeBlock(Linear router, GroupedLinear fc1, GroupedLinear fc2, MoeOptions opt,
            std::optional<SharedExpert> shared = std::nullopt);
 
-  // xn: [T, H] (normalized hidden states) -> [T, H].
-  Tensor forward(const Tensor& xn, bool save);
+  // xn: [T, H] (normalized hidden states) -> [T, H]. replay: I32 [T, k] expert ids on xn's device
+  // (routing replay: these experts instead of the router's top-k, weighted by the router's own
+  // probabilities of them, ops::router_replay) or undefined (top-k). expert_ids: when not null,
+  // receives the I32 [T, k] experts this call used.
+  Tensor forward(const Tensor& xn, bool save, const Tensor& replay = Tensor(),
+                 Tensor* expert_ids = nullptr);
   Tensor backward(const Tensor& dout);
 
+  int64_t top_k() const { return opt_.top_k; }
   void weights_changed();
   void set_grad_seed(uint64_t seed);
   void set_gemm_order(GemmOrder order);

@@ -67,6 +67,29 @@ LOCKSTEP_HD void router_topk_row(const X& ex, const T* logits, int64_t E, int64_
     for (int64_t s = 0; s < k; ++s) weights[s] = weights[s] / sum;
 }
 
+// Routing replay: the experts of a token are given (ids [k], chosen by another forward, e.g. the
+// sampler's) and the router supplies only their weights: probs as above, weights_s = p[ids_s], or
+// with renormalisation p[ids_s] / W, W = sum_s p[ids_s] in slot order 0..k-1 from 0. Each weight is
+// the expression router_topk_row gives the same expert in the same slot, so ids equal to
+// router_topk_row's selection give its weights bit for bit. The backward is router_topk_row_bwd
+// with these ids. A token without a distribution, or with an id outside [0, E), gets NaN weights.
+template <class X, class T>
+LOCKSTEP_HD void router_replay_row(const X& ex, const T* logits, const int32_t* ids, int64_t E,
+                                   int64_t k, bool renormalize, T* probs, T* weights) {
+  const RowStats<T> st = softmax_stats<T>(ex, E, [&](int64_t e) { return logits[e]; });
+  ex.for_each(E, [&](int64_t e) { probs[e] = softmax_value(logits[e], st); });
+  bool ok = st.s >= T(1);  // as router_topk_row: S >= 1 whenever the row has a distribution
+  for (int64_t s = 0; s < k; ++s) ok = ok && ids[s] >= 0 && ids[s] < E;
+  T sum = 0;
+  for (int64_t s = 0; s < k; ++s) {
+    const T p = ok ? softmax_value(logits[ids[s]], st) : std::numeric_limits<T>::quiet_NaN();
+    sum = sum + p;
+    if (ex.leader()) weights[s] = p;
+  }
+  if (renormalize && ex.leader())
+    for (int64_t s = 0; s < k; ++s) weights[s] = weights[s] / sum;
+}
+
 // One token: probs [E], ids / dweights [k] from the forward; dlogits [E] overwritten.
 template <class X, class T>
 LOCKSTEP_HD void router_topk_row_bwd(const X& ex, const T* probs, const int32_t* ids,
@@ -99,6 +122,12 @@ LOCKSTEP_HD void router_topk_row_bwd(const X& ex, const T* probs, const int32_t*
 template <class T>
 void moe_router_topk_fwd_cpu(const T* logits, int64_t tokens, int64_t experts, int64_t k,
                              bool renormalize, T* probs, int32_t* expert_ids, T* weights);
+
+// expert_ids: [tokens, k] given experts (in [0, experts): std::out_of_range otherwise); probs:
+// [tokens, experts] and weights [tokens, k] written as router_replay_row defines them.
+template <class T>
+void moe_router_replay_fwd_cpu(const T* logits, const int32_t* expert_ids, int64_t tokens,
+                               int64_t experts, int64_t k, bool renormalize, T* probs, T* weights);
 
 // probs, expert_ids: forward results (ids in [0, experts): std::out_of_range otherwise); dweights:
 // [tokens, k]; dlogits: [tokens, experts].

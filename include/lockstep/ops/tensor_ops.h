@@ -124,6 +124,12 @@ struct RouterOut {
 };
 // ops/router.h, 32 lanes. logits: [tokens, E], 1 <= k <= E.
 RouterOut router_topk(const Tensor& logits, int64_t k, bool renormalize);
+// Routing replay: the experts are given (expert_ids I32 [tokens, k] on the logits' device, e.g.
+// what the sampler chose) and the router supplies their weights from its own probabilities
+// (ops/router.h router_replay_row; expert_ids of the result is the given tensor). Ids equal to
+// router_topk's give its probs and weights bit for bit; router_topk_backward differentiates either.
+// Host ids are checked (std::out_of_range); a device id outside [0, E) gives NaN weights.
+RouterOut router_replay(const Tensor& logits, const Tensor& expert_ids, bool renormalize);
 // Expert ids on the host are checked; on the device an id outside [0, E) gives a NaN row.
 Tensor router_topk_backward(const RouterOut& fwd, const Tensor& dweights, bool renormalize);
 

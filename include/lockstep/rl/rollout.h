@@ -43,6 +43,7 @@ struct RolloutOptions {
   float format_bonus = 0.0f;  // reward_with_format's bonus (0: exact-match reward only)
   RewardKind reward = RewardKind::kExact;  // task_reward's kind
   int64_t max_batch = 128;                 // sequences the sampler decodes together
+  bool record_routing = false;  // keep each sample's experts (SampleResult::routing) for replay
 };
 
 // The samples of one batch: prompt p's G samples are samples[p * G .. p * G + G - 1] (request
