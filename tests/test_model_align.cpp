@@ -1,7 +1,8 @@
 // `align` in deterministic mode on the built-in presets: learner log-probs equal the sampler's
 // exactly (max |gap| = 0) for every recipe whose ops are row-local, with sequences scored alone
 // and in batches of mixed prompt lengths; fast mode reports finite gaps, far below those of a
-// learner that does not share the sampler's contract.
+// learner that does not share the sampler's contract. With an FP8 sampler cache the deterministic
+// gap is exactly 0 when the learner rounds K / V like the cache, and not otherwise.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -78,6 +79,31 @@ TEST(ModelAlign, FastModeGapIsFarBelowThatOfALearnerWithoutTheContract) {
       ASSERT_GT(shared.stats.tokens, 0) << what;
       EXPECT_GT(mismatched.stats.mean_abs, 0.0) << what;
       EXPECT_LE(shared.stats.mean_abs, 0.1 * mismatched.stats.mean_abs) << what;
+    }
+  }
+}
+
+TEST(ModelAlign, DeterministicGapWithAnFp8CacheIsZeroExactlyWhenTheLearnerMatchesIt) {
+  for (const char* preset_name : {"tiny-dense", "tiny-moe"}) {
+    const ModelWeights w = init_weights(preset(preset_name), test::test_seed());
+    for (const char* rn : {"bf16", "nvfp4_per_token"}) {
+      AlignOptions o;
+      o.mode = ExecMode::kDeterministic;
+      o.kv = KvDtype::kFp8E4M3;
+      o.batch = 5;
+      o.max_new = 6;
+      o.max_prompt = 9;
+      o.seed = test::test_seed();
+      const Recipe recipe = builtin_recipe_or_throw(rn, "test").recipe;
+      const AlignResult bf16_learner = align(w, recipe, o);
+      o.learner_kv_match = true;
+      const AlignResult matched = align(w, recipe, o);
+      const std::string what =
+          std::string(preset_name) + " " + rn + " (seed " + std::to_string(test::test_seed()) + ")";
+      ASSERT_GT(matched.stats.tokens, 0) << what;
+      EXPECT_GT(bf16_learner.stats.mean_abs, 0.0) << what;
+      EXPECT_EQ(matched.stats.max_abs, 0.0) << what;
+      for (double d : matched.delta) ASSERT_EQ(d, 0.0) << what;
     }
   }
 }

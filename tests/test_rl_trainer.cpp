@@ -54,6 +54,7 @@ TEST(RlTrainOptions, JsonRoundTripAndValidation) {
   o.reward = "prefix";
   o.eval_split = "validation";
   o.kv_cache = "fp8";
+  o.learner_kv = "match";
   o.sampler_recipe = lockstep::builtin_recipe_or_throw("w4a16_nvfp4", "test").recipe;
   o.seed = 1ull << 60;
   o.lr = 1.25e-4;
@@ -95,6 +96,9 @@ TEST(RlTrainOptions, JsonRoundTripAndValidation) {
   b.prompts = 6;
   b.minibatches = 4;
   EXPECT_NE(message(b).find("multiple of --minibatches"), std::string::npos);
+  b = {};
+  b.learner_kv = "fp8";
+  EXPECT_NE(message(b).find("--learner-kv 'fp8'"), std::string::npos);
   b = {};
   b.temperature = 0.0;
   EXPECT_NE(message(b).find("--temperature"), std::string::npos);

@@ -294,7 +294,7 @@ struct AlignArgs {
   SelectionInputs recipe;
   std::string learner_recipe, sampler_recipe;
   model::AlignOptions opt;
-  std::string kv = "bf16";
+  std::string kv = "bf16", learner_kv = "bf16";
   std::string device = "auto";
   bool deterministic = false, json = false, dry_run = false;
 };
@@ -305,6 +305,9 @@ void run_align(AlignArgs a) {
   Recipe recipe = sel.recipe;
   a.opt.mode = a.deterministic ? model::ExecMode::kDeterministic : model::ExecMode::kFast;
   a.opt.kv = kv_from_name(a.kv);
+  if (a.learner_kv != "bf16" && a.learner_kv != "match")
+    throw UsageError(fmt::format("--learner-kv '{}': choose bf16 or match", a.learner_kv));
+  a.opt.learner_kv_match = a.learner_kv == "match";
   if (!a.learner_recipe.empty() && !a.sampler_recipe.empty())
     throw UsageError(
         "give either --sampler-recipe (the learner uses --recipe) or --learner-recipe (the "
@@ -358,6 +361,7 @@ void run_align(AlignArgs a) {
            {"batch", a.opt.batch},
            {"alone", a.opt.alone},
            {"kv_cache", a.kv},
+           {"learner_kv", a.learner_kv},
            {"learner_recipe", a.learner_recipe.empty() ? recipe.name : a.learner_recipe},
            {"sampler_recipe", recipe.name},
            {"routing_replay", a.opt.routing_replay},
@@ -370,12 +374,13 @@ void run_align(AlignArgs a) {
     return;
   }
   fmt::print(
-      "recipe {}{} ({}, batch {}{}, kv {}): {} tokens, mean |gap| {:.3e}, max |gap| {:.3e}, q05 "
+      "recipe {}{} ({}, batch {}{}, kv {}{}): {} tokens, mean |gap| {:.3e}, max |gap| {:.3e}, q05 "
       "gap {:.3e}\n",
       a.learner_recipe.empty() ? recipe.name : "learner " + a.learner_recipe,
       a.learner_recipe.empty() ? "" : ", sampler " + recipe.name,
       a.deterministic ? "deterministic" : "fast", a.opt.batch, a.opt.alone ? " scored alone" : "",
-      a.kv, g.tokens, g.mean_abs, g.max_abs, g.q05);
+      a.kv, a.opt.learner_kv_match && a.kv != "bf16" ? ", learner kv matched" : "", g.tokens,
+      g.mean_abs, g.max_abs, g.q05);
   if (a.opt.routing_replay)
     fmt::print(
         "  the gap above is with routing replay (the sampler's experts); the learner's own "
@@ -460,7 +465,11 @@ void register_model_commands(CLI::App& app) {
     add_real_option(*c, "--temperature", a->opt.temperature, 0.0, 100.0, true,
                     "sampling temperature, finite and > 0");
     add_unsigned_option(*c, "--seed", a->opt.seed, UINT64_MAX, "seed of prompts and sampling");
-    c->add_option("--kv-cache", a->kv, "bf16 or fp8 (fp8 differs by construction)");
+    c->add_option("--kv-cache", a->kv,
+                  "bf16 or fp8 (fp8 differs by construction unless --learner-kv match)");
+    c->add_option("--learner-kv", a->learner_kv,
+                  "the learner's K / V rounding: bf16, or match (round like the sampler's cache)")
+        ->capture_default_str();
     c->add_option(
         "--learner-recipe", a->learner_recipe,
         "rescore with this built-in recipe instead (e.g. bf16 behind a quantized sampler)");

@@ -77,6 +77,10 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
   cmd.add_option("--kv-cache", o.kv_cache,
                  "the sampler's KV cache: bf16, or fp8 (E4M3 with per-head scales)")
       ->capture_default_str();
+  cmd.add_option("--learner-kv", o.learner_kv,
+                 "the learner's K / V rounding: bf16, or match (round like the sampler's cache, "
+                 "so --kv-cache fp8 adds no gap)")
+      ->capture_default_str();
   cmd.add_flag("--routing-replay", o.routing_replay,
                "the learner reuses the sampler's expert choices (MoE models)");
   cmd.add_option("--reward", o.reward,

@@ -60,7 +60,8 @@ std::string run_label(const RunData& r, const std::string& name) {
     parts.push_back(r.sampler_recipe.empty()
                         ? r.recipe
                         : fmt::format("learner {}, sampler {}", r.recipe, r.sampler_recipe));
-  if (!r.kv_cache.empty() && r.kv_cache != "bf16") parts.push_back("kv " + r.kv_cache);
+  if (!r.kv_cache.empty() && r.kv_cache != "bf16")
+    parts.push_back("kv " + r.kv_cache + (r.learner_kv == r.kv_cache ? " (learner matches)" : ""));
   if (r.routing_replay) parts.push_back("routing replay");
   if (!r.guard.empty()) parts.push_back("guard " + r.guard);
   std::string joined;

@@ -65,6 +65,8 @@ void read_meta(const std::filesystem::path& file, RunData& run) {
       run.sampler_recipe = (*sr)["name"].get<std::string>();
     if (sr->contains("kv_cache") && (*sr)["kv_cache"].is_string())
       run.kv_cache = (*sr)["kv_cache"].get<std::string>();
+    if (sr->contains("learner_kv") && (*sr)["learner_kv"].is_string())
+      run.learner_kv = (*sr)["learner_kv"].get<std::string>();
   }
   if (const auto o = meta.find("options"); o != meta.end() && o->is_object()) {
     if (const auto sd = o->find("seed"); sd != o->end() && sd->is_number_unsigned())

@@ -51,6 +51,7 @@ AlignResult align(const ModelWeights& w, const Recipe& recipe, const AlignOption
   lc.mode = o.mode;
   lc.temperature = o.temperature;
   lc.device = o.device;
+  lc.kv = o.learner_kv_match ? o.kv : KvDtype::kBf16;
   Learner learner(w, o.learner_recipe ? *o.learner_recipe : recipe, lc);
   SamplerConfig sc;
   sc.temperature = o.temperature;

@@ -48,6 +48,7 @@ struct Learner::Impl {
     dw.tensors = w.tensors;  // views: the optimizer updates them in place
     dw.grads = grads;
     dec = std::make_unique<Decoder>(std::move(dw));
+    dec->set_kv_dtype(cfg.kv);
   }
 };
 
@@ -184,6 +185,7 @@ Json learner_settings_json(const LearnerConfig& c) {
   j["temperature"] = c.temperature;
   j["seed"] = c.seed;
   j["dtype"] = std::string(dtype_name(c.dtype));
+  j["kv"] = c.kv == KvDtype::kFp8E4M3 ? "fp8" : "bf16";
   Json ov = Json::array();
   for (const CodeOverride& o : c.code_overrides)
     ov.push_back({{"pattern", o.pattern}, {"spec", o.spec ? to_json(*o.spec) : Json(nullptr)}});
@@ -203,6 +205,12 @@ LearnerConfig learner_settings_from_json(const Json& j, const std::string& where
   c.temperature = j.at("temperature").get<double>();
   c.seed = j.at("seed").get<uint64_t>();
   c.dtype = j.at("dtype").get<std::string>() == dtype_name(DType::kF64) ? DType::kF64 : DType::kF32;
+  // A checkpoint without "kv" rounds K / V to bf16.
+  const std::string kv = j.value("kv", std::string("bf16"));
+  if (kv != "bf16" && kv != "fp8")
+    throw std::invalid_argument(
+        fmt::format("{}: learner 'kv' is '{}' (known: bf16, fp8)", where, kv));
+  c.kv = kv == "fp8" ? KvDtype::kFp8E4M3 : KvDtype::kBf16;
   for (const Json& o : j.at("code_overrides")) {
     CodeOverride co;
     co.pattern = o.at("pattern").get<std::string>();

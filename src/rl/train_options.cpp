@@ -23,6 +23,9 @@ void TrainOptions::validate() const {
   if (kv_cache != "bf16" && kv_cache != "fp8")
     throw std::invalid_argument(
         fmt::format("--kv-cache '{}' is not a KV cache format (known: bf16, fp8)", kv_cache));
+  if (learner_kv != "bf16" && learner_kv != "match")
+    throw std::invalid_argument(fmt::format(
+        "--learner-kv '{}' is not a learner K / V rounding (known: bf16, match)", learner_kv));
   if (reward_kind == RewardKind::kPrefix && format_bonus != 0.0f)
     throw std::invalid_argument(
         "--format-bonus applies to the exact reward only; give --reward exact or drop it");
@@ -134,6 +137,7 @@ Json options_to_json(const TrainOptions& o) {
           {"sampler_batch", o.sampler_batch},
           {"sampler_recipe", o.sampler_recipe ? to_json(*o.sampler_recipe) : Json(nullptr)},
           {"kv_cache", o.kv_cache},
+          {"learner_kv", o.learner_kv},
           {"routing_replay", o.routing_replay}};
 }
 
@@ -197,6 +201,7 @@ TrainOptions options_from_json(const Json& j, const std::string& where) {
   get_opt("reward", o.reward);
   get_opt("eval_split", o.eval_split);
   get_opt("kv_cache", o.kv_cache);
+  get_opt("learner_kv", o.learner_kv);
   get_opt("routing_replay", o.routing_replay);
   if (j.contains("sampler_recipe") && !j.at("sampler_recipe").is_null()) {
     try {

@@ -26,6 +26,8 @@ model::LearnerConfig learner_config(const TrainOptions& o) {
   c.temperature = o.temperature;
   c.seed = o.seed;
   c.device = o.device;
+  c.kv = o.learner_kv == "match" && o.kv_cache == "fp8" ? model::KvDtype::kFp8E4M3
+                                                        : model::KvDtype::kBf16;
   return c;
 }
 
@@ -234,7 +236,8 @@ std::unique_ptr<Trainer> Trainer::create(const fs::path& dir, const TrainOptions
       {"name", options.sampler_recipe ? options.sampler_recipe->name : sel.recipe.name},
       {"shared_contract",
        !options.sampler_recipe || to_json(*options.sampler_recipe) == to_json(sel.recipe)},
-      {"kv_cache", options.kv_cache}};
+      {"kv_cache", options.kv_cache},
+      {"learner_kv", learner_config(options).kv == model::KvDtype::kFp8E4M3 ? "fp8" : "bf16"}};
   // How many evaluation problems have an equivalent (the same canonical form) among the run's
   // training prompts: 0 by construction of the split, measured here.
   const int64_t overlap = count_prompt_overlap(
@@ -326,10 +329,11 @@ std::unique_ptr<Trainer> Trainer::resume(const fs::path& dir, Device device) {
   const model::LearnerConfig want = learner_config(m->opt), &got = m->learner->config();
   if (got.adamw.lr != want.adamw.lr || got.mode != want.mode ||
       got.temperature != want.temperature || got.seed != want.seed ||
-      got.max_grad_norm != want.max_grad_norm || got.adamw.weight_decay != want.adamw.weight_decay)
+      got.max_grad_norm != want.max_grad_norm ||
+      got.adamw.weight_decay != want.adamw.weight_decay || got.kv != want.kv)
     throw std::invalid_argument(fmt::format(
         "--resume: the learner settings in {} (lr, mode, temperature, seed, clipping, weight "
-        "decay) differ from the run's options",
+        "decay, K / V rounding) differ from the run's options",
         (ck / "learner.json").string()));
   m->reference = reference_decoder(ref, m->recipe, device);
   m->step = step;

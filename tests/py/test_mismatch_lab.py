@@ -122,6 +122,31 @@ class MismatchLab(unittest.TestCase):
         meta = load_json(os.path.join(d, "run_meta.json"))
         self.assertTrue(meta["sampler_recipe"]["shared_contract"])
 
+    def test_fp8_cache_with_a_matching_learner_has_no_gap(self):
+        # With an FP8 sampler cache and --deterministic, the learner that rounds K / V like the
+        # cache scores exactly what the sampler scored; the learner that reads bf16 K / V does not.
+        runs = {}
+        for learner_kv in ("match", "bf16"):
+            d = self.path("kv-" + learner_kv)
+            run("train", "--model", self.model, "--out", d, *RUN,
+                "--recipe", "nvfp4_per_token", "--deterministic", "--kv-cache", "fp8",
+                "--learner-kv", learner_kv)
+            runs[learner_kv] = rows(d)[1:]
+            meta = load_json(os.path.join(d, "run_meta.json"))
+            self.assertEqual(meta["options"]["learner_kv"], learner_kv)
+            self.assertEqual(meta["sampler_recipe"]["kv_cache"], "fp8")
+            self.assertEqual(meta["sampler_recipe"]["learner_kv"],
+                             "fp8" if learner_kv == "match" else "bf16")
+        for r in runs["match"]:
+            self.assertEqual(r["max_abs_gap"], 0.0)
+        self.assertGreater(runs["bf16"][0]["mean_abs_gap"], 0.0)
+        for learner_kv, want_zero in (("match", True), ("bf16", False)):
+            j = json.loads(run("align", "--model", self.model, "--recipe", "nvfp4_per_token",
+                               "--deterministic", "--kv-cache", "fp8", "--learner-kv",
+                               learner_kv, "--batch", "4", "--max-new", "4", "--json").stdout)
+            self.assertEqual(j["learner_kv"], learner_kv)
+            self.assertEqual(j["max_abs_gap"] == 0.0, want_zero, j)
+
     def test_minibatches_one_version_per_step_and_resume(self):
         d = self.path("mb")
         args = ["train", "--model", self.model, "--out", d, *RUN[:1], "12", *RUN[2:],
@@ -223,6 +248,7 @@ class MismatchLab(unittest.TestCase):
         for extra, needle in ((["--sampler-recipe", "nvfp5"], "--sampler-recipe nvfp5"),
                               (["--sampler-recipe", bad_recipe], "fp6"),
                               (["--kv-cache", "int4"], "--kv-cache 'int4'"),
+                              (["--learner-kv", "fp8"], "--learner-kv 'fp8'"),
                               (["--guard", "tis+triage"], "TIS + gate + repair"),
                               (["--gate-segment", "0"], "--gate-segment '0'"),
                               (["--eval-split", "train"], "unknown evaluation split 'train'"),

@@ -21,9 +21,9 @@ struct RunData {
   std::string recipe;  // run_meta.json "recipe" (its "name" when an object); "" if absent
   std::string guard;   // run_meta.json "guard"; "" if absent
   std::optional<bool> deterministic;  // run_meta.json "deterministic"
-  // run_meta.json "sampler_recipe" {"name", "kv_cache"}: "" if absent (the sampler shared the
-  // learner's recipe)
-  std::string sampler_recipe, kv_cache;
+  // run_meta.json "sampler_recipe" {"name", "kv_cache", "learner_kv"}: "" if absent (the sampler
+  // shared the learner's recipe; the learner rounded K / V to bf16)
+  std::string sampler_recipe, kv_cache, learner_kv;
   bool routing_replay = false;       // run_meta.json "options" routing_replay
   std::optional<uint64_t> seed;      // run_meta.json "options" "seed"
   std::vector<MetricsRow> rows;      // metrics.jsonl, complete lines in file order

@@ -21,9 +21,10 @@ struct AlignOptions {
   int64_t min_prompt = 1;  // prompt lengths drawn uniformly in [min_prompt, max_prompt]
   int64_t max_prompt = 8;
   double temperature = 1.0;
-  uint64_t seed = 0;   // prompts and sampling
-  bool alone = false;  // sampler and learner see one sequence at a time
-  KvDtype kv = KvDtype::kBf16;
+  uint64_t seed = 0;              // prompts and sampling
+  bool alone = false;             // sampler and learner see one sequence at a time
+  KvDtype kv = KvDtype::kBf16;    // the sampler's cache
+  bool learner_kv_match = false;  // the learner rounds K / V like the cache (else to bf16)
   Device device = Device::cpu();  // where the learner and the sampler run
   // Rescore with another recipe than the sampler's (e.g. a bf16 learner behind a quantized
   // sampler, the usual setup without a shared contract); unset: the sampler's recipe.

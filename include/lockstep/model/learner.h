@@ -25,6 +25,10 @@ struct LearnerConfig {
   double temperature = 1.0;   // log-probs of logits / temperature (as the sampler samples)
   uint64_t seed = 0;          // Philox seed of stochastic rounding (mixed with the step)
   DType dtype = DType::kF32;  // F64: the gradient-check path (f32 pass-through recipes)
+  // How attention rounds K and V: a sampler with an FP8 cache attends to E4M3 codes, so a learner
+  // that must score what that sampler scored rounds K / V the same way (ops/kv_cache.h; the
+  // backward passes gradients straight through the rounding).
+  KvDtype kv = KvDtype::kBf16;
   // Where the masters, gradients, moments and every op run (F64 runs on the CPU only). Not part
   // of a checkpoint: a checkpoint written on one device loads on any other.
   Device device = Device::cpu();

@@ -57,7 +57,10 @@ struct TrainOptions {
   // reference policy and the optimizer use the run's recipe. Unset: one shared contract.
   std::optional<Recipe> sampler_recipe;
   std::string kv_cache = "bf16";  // the sampler's KV cache: bf16 or fp8 (E4M3, per-head scales)
-  bool routing_replay = false;    // the learner reuses the sampler's experts (MoE)
+  // The learner's K / V rounding: "bf16" (whatever the sampler's cache holds) or "match" (the
+  // rounding of the sampler's cache, so an fp8 cache is no source of learner-sampler gap).
+  std::string learner_kv = "bf16";
+  bool routing_replay = false;  // the learner reuses the sampler's experts (MoE)
 
   // Throws std::invalid_argument naming the option and the rule (unknown task or guard, a
   // difficulty outside the task's range, non-positive sizes, a --max-new that cannot hold the
