@@ -73,7 +73,7 @@ struct Sampler::Impl {
     }
     run_step(s, sc);
     ++stats.direct_steps;
-    if (!graphs_wanted() || !stats.graphs_off.empty()) return;
+    if (!stats.graphs_off.empty() || !graphs_wanted()) return;  // a refused capture is not retried
     try {
       s.graph.capture(cfg.device, stream->get(), [&] { run_step(s, sc); });
       ++stats.graph_captures;
