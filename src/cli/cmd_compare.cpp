@@ -50,7 +50,7 @@ void refuse_duplicates(const std::vector<std::string>& names, std::string_view f
 
 void run_compare(CompareCmd& c) {
   TrainArgs& a = c.a;
-  a.opt.device = device_flag(a.device);
+  resolve_run_device(a, "--pretrain-");
   if (c.recipes.empty() || c.guards.empty()) throw UsageError("--recipes and --guards need a name");
   refuse_duplicates(c.recipes, "--recipes");
   refuse_duplicates(c.guards, "--guards");

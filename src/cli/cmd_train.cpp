@@ -100,7 +100,7 @@ void run_train(TrainCmd& c) {
   if (!c.resume.empty()) return run_resume(c);
   check_gpus(c.gpus, c.async_rollout, query_devices());
   TrainArgs& a = c.a;
-  a.opt.device = device_flag(a.device);
+  resolve_run_device(a, "--pretrain-");
   // Every input and output is checked before anything is written (and before the warm start).
   validate_train_options(a.opt);
   a.recipe.read_environment();
@@ -162,6 +162,7 @@ struct PretrainCmd {
 
 void run_pretrain(PretrainCmd& c) {
   TrainArgs& a = c.a;
+  resolve_run_device(a, "--");
   validate_train_options(a.opt);
   check_output_folder("-o", c.out);
   try {
@@ -187,9 +188,9 @@ void run_pretrain(PretrainCmd& c) {
                                  po.difficulty));
   if (dry_run(a.dry_run, bf16,
               fmt::format("at most {} supervised steps of {} examples (task {}, difficulty "
-                          "{}){} from {}, written to {}",
+                          "{}){} from {} on {}, written to {}",
                           po.steps, po.batch, po.task, po.difficulty, target_text(po), source.where,
-                          c.out)))
+                          po.device.str(), c.out)))
     return;
   const std::string init_source = source.init_source;
   const model::ModelWeights init = std::move(source.weights);
@@ -276,7 +277,10 @@ void register_train_commands(CLI::App& app) {
   pc->add_option("--task", p->a.opt.task, "task (add, sort, reverse, count)")
       ->capture_default_str();
   add_integer_option(*pc, "--difficulty", p->a.opt.difficulty, 0, 1000, "task difficulty");
-  pc->add_option("--preset", p->a.preset, "built-in model config (random weights, --seed)")
+  pc->add_option("--preset", p->a.preset,
+                 fmt::format("built-in model config (random weights, --seed); on a GPU the "
+                             "default is {}, with --lr {:g} and --eval-prompts {}",
+                             GpuMainJob::kPreset, GpuMainJob::kWarmLr, GpuMainJob::kEvalPrompts))
       ->capture_default_str();
   pc->add_option("--model", p->a.model_dir, "start from this model directory instead");
   add_warm_start_options(*pc, p->a.warm, "--");
@@ -294,6 +298,7 @@ void register_train_commands(CLI::App& app) {
                               "tokens per held-out answer at most");
   add_integer_option<int64_t>(*pc, "--log-every", p->a.log_every, 1, 1'000'000'000,
                               "plain progress line every N steps");
+  add_device_option(*pc, p->a.device);
   pc->add_flag("--json", p->a.json, "print a JSON summary");
   pc->add_flag("--dry-run", p->a.dry_run,
                "check every input and output, print what would run; write nothing");

@@ -25,7 +25,11 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
   add_integer_option(cmd, "--difficulty", o.difficulty, 0, 1000,
                      "task difficulty (add: digits per operand)");
   cmd.add_option("--preset", a.preset,
-                 "built-in model config (random weights, then the warm start)")
+                 fmt::format("built-in model config (random weights, then the warm start); on a "
+                             "GPU the default is {}, with --lr {:g}, --pretrain-lr {:g}, "
+                             "--eval-prompts {}",
+                             GpuMainJob::kPreset, GpuMainJob::kLr, GpuMainJob::kWarmLr,
+                             GpuMainJob::kEvalPrompts))
       ->capture_default_str();
   cmd.add_option("--model", a.model_dir,
                  "start from this model directory (config.json + weights) or a run's checkpoint "
@@ -134,6 +138,20 @@ void add_warm_start_options(CLI::App& cmd, rl::PretrainOptions& o, const std::st
                               "validation prompts of each warm-start evaluation");
 }
 
+void resolve_run_device(TrainArgs& a, const std::string& warm_prefix) {
+  a.opt.device = device_flag(a.device);
+  if (!a.opt.device.is_cuda() || !a.cmd) return;
+  auto given = [&](const std::string& flag) {
+    const CLI::Option* op = a.cmd->get_option_no_throw(flag);
+    return op && op->count() > 0;
+  };
+  if (!a.model_dir.empty() || given("--preset")) return;
+  a.preset = GpuMainJob::kPreset;
+  if (!given("--lr") && warm_prefix != "--") a.opt.lr = GpuMainJob::kLr;
+  if (!given(warm_prefix + "lr")) a.warm.lr = GpuMainJob::kWarmLr;
+  if (!given("--eval-prompts")) a.opt.eval_prompts = GpuMainJob::kEvalPrompts;
+}
+
 void validate_train_options(const rl::TrainOptions& o) {
   try {
     o.validate();
@@ -144,10 +162,9 @@ void validate_train_options(const rl::TrainOptions& o) {
 
 rl::PretrainOptions pretrain_options(const TrainArgs& a) {
   rl::PretrainOptions p = a.warm;
-  // The warm start runs on the CPU whatever --device says: its cache entry is keyed without the
-  // device, so it must be the same bits everywhere, and its outcome is fragile (docs/model.md, "On
-  // the GPU"): another summation order can land it in a failed start.
-  p.device = Device::cpu();
+  // The warm start runs on the run's device; its cache entry names the device kind
+  // (rl::warm_start_device), since another summation order gives other bits.
+  p.device = a.opt.device;
   p.task = a.opt.task;
   p.difficulty = a.opt.difficulty;
   p.seed = a.opt.seed;

@@ -45,6 +45,20 @@ void add_train_options(CLI::App& cmd, TrainArgs& a);
 // --target-prompts).
 void add_warm_start_options(CLI::App& cmd, rl::PretrainOptions& o, const std::string& prefix);
 
+// The GPU main job's settings: on a GPU, a run given neither --preset nor --model trains this
+// preset, and each of these replaces the CPU main job's default unless its flag was given.
+struct GpuMainJob {
+  static constexpr const char* kPreset = "gpu-moe";
+  static constexpr double kLr = 1e-4;           // RL (AdamW)
+  static constexpr double kWarmLr = 1e-3;       // the warm start's peak
+  static constexpr int64_t kEvalPrompts = 512;  // held-out prompts at each evaluation
+};
+
+// Resolves --device into a.opt.device (UsageError when it cannot run here) and, on a GPU, applies
+// GpuMainJob. `warm_prefix` is how the command names its warm-start flags ("--pretrain-" on train
+// and compare, "--" on pretrain).
+void resolve_run_device(TrainArgs& a, const std::string& warm_prefix);
+
 // TrainOptions::validate as a UsageError.
 void validate_train_options(const rl::TrainOptions& o);
 

@@ -88,21 +88,25 @@ const Recipe& Trainer::Impl::sampler_recipe() const {
   return opt.sampler_recipe ? *opt.sampler_recipe : recipe;
 }
 
-std::pair<double, double> Trainer::Impl::sync_policy() {
+double Trainer::Impl::sync_policy() {
   // The policy version is the number of completed RL steps: one new version per step, however
   // many optimizer steps (minibatches) it took.
   const int64_t v = step;
   const Recipe& srec = sampler_recipe();
-  Clock::time_point t0 = Clock::now();
+  const Clock::time_point t0 = Clock::now();
   sampler.load_policy(model::export_policy(learner->weights(), srec, v), v, srec.name);
-  const double t_sync = seconds_since(t0);
-  t0 = Clock::now();
+  return seconds_since(t0);
+}
+
+double Trainer::Impl::sync_bf16() {
+  const int64_t v = step;
+  const Clock::time_point t0 = Clock::now();
   model::ExportOptions eo;
   eo.force_bf16 = true;
-  model::PolicyVersion b = model::export_policy(learner->weights(), srec, v, eo);
+  model::PolicyVersion b = model::export_policy(learner->weights(), sampler_recipe(), v, eo);
   const std::string bname = b.recipe.name;
   bf16_sampler.load_policy(std::move(b), v, bname);
-  return {t_sync, seconds_since(t0)};
+  return seconds_since(t0);
 }
 
 namespace {
@@ -192,6 +196,8 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
                                          o.max_new, o.sampler_batch, eval_split);
     add_eval(row, e);
     if (with_bf16) {
+      // The bf16 reading is exported only for the evaluations that read it.
+      if (bf16_differs) row["time_sync_bf16_s"] = m.sync_bf16();
       const double acc_bf16 =
           bf16_differs ? evaluate_greedy(m.bf16_sampler, *m.task, o.seed, o.difficulty,
                                          o.eval_prompts, o.max_new, o.sampler_batch, eval_split)
@@ -206,7 +212,7 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
 
   // The sampler gets the checkpoint's version; row 0 (the initial evaluation) unless it exists.
   {
-    const auto [t_sync, t_bf16] = m.sync_policy();
+    const double t_sync = m.sync_policy();
     const diag::MetricsFile mf = diag::read_metrics(m.metrics->path());
     for (const diag::MetricsRow& r : mf.rows)
       if (r.value("step", int64_t(-1)) == 0) {
@@ -220,7 +226,6 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
       row["step"] = 0;
       row["policy_version"] = m.step;
       row["time_sync_s"] = t_sync;
-      row["time_sync_bf16_s"] = t_bf16;
       if (o.eval_prompts > 0)
         res.start_eval_accuracy = eval(row, /*with_bf16=*/true, &res.start_eval_accuracy_bf16);
       emit(row);
@@ -331,7 +336,7 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
     // 4. The converter exports version k with the sampler's recipe; the sampler verifies and
     // loads it.
     m.step = k;
-    const auto [t_sync, t_bf16] = m.sync_policy();
+    const double t_sync = m.sync_policy();
 
     // 5. Diagnostics of the batch.
     int64_t equal_groups = 0;  // groups whose G rewards are all equal (no gradient)
@@ -380,7 +385,6 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
     row["time_logprob_s"] = t_logprob;
     row["time_train_s"] = t_train;
     row["time_sync_s"] = t_sync;
-    row["time_sync_bf16_s"] = t_bf16;
     const double t_all = seconds_since(t_step);
     row["time_step_s"] = t_all;
     row["tokens_per_s"] = double(n) / t_all;

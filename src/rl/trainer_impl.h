@@ -49,9 +49,12 @@ struct Trainer::Impl {
   }
   // The recipe the sampler runs (options' sampler_recipe, else the learner's).
   const Recipe& sampler_recipe() const;
-  // Exports the learner's weights as policy version `step` with the sampler's recipe, loads it
-  // into the sampler (and the bf16 export into bf16_sampler); returns the two times in seconds.
-  std::pair<double, double> sync_policy();
+  // Exports the learner's weights as policy version `step` with the sampler's recipe and loads it
+  // into the sampler; returns the time in seconds.
+  double sync_policy();
+  // The same version exported in bf16 into bf16_sampler (the evaluations that read the policy
+  // through bf16); returns the time in seconds.
+  double sync_bf16();
   // RUN_DIR/checkpoint for the current step (temporary folder, fsync, atomic exchange).
   void save_checkpoint();
   // The rows, report and run_meta results at the end of run().

@@ -177,10 +177,22 @@ PretrainResult pretrain(const model::ModelWeights& init, const PretrainOptions& 
   return res;
 }
 
+std::string warm_start_device(Device d) {
+  if (d.is_cpu()) return "cpu";
+  const DeviceReport r = query_devices();
+  for (const GpuInfo& g : r.gpus)
+    if (g.index == d.index)
+      return fmt::format("cuda {} sm_{}{} ({} SMs)", g.name, g.cc_major, g.cc_minor, g.sm_count);
+  return d.str();
+}
+
 Json warm_start_key(const model::ModelConfig& config, const std::string& init_source,
                     uint64_t init_seed, const PretrainOptions& o) {
   Json k;
-  k["procedure"] = "lockstep.warm_start/3";
+  k["procedure"] = "lockstep.warm_start/4";
+  // Another device sums in another order, so its warm start has other bits (and, near the loss
+  // plateau, another outcome): each device kind has its own entry.
+  k["device"] = warm_start_device(o.device);
   k["contract"] = kContractVersion;
   k["config"] = model::config_to_json(config);
   k["init_source"] = init_source;

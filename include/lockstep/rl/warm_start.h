@@ -21,7 +21,7 @@ namespace lockstep::rl {
 constexpr uint64_t kPretrainIndexBase = uint64_t(1) << 40;
 
 struct PretrainOptions {
-  Device device = Device::cpu();  // where the warm start runs (not part of the cache key)
+  Device device = Device::cpu();  // where the warm start runs (warm_start_device is in the key)
   std::string task = "add";
   int difficulty = 2;
   // Examples cycle through difficulties min_difficulty .. difficulty (example index modulo the
@@ -106,10 +106,15 @@ PretrainResult pretrain(const model::ModelWeights& init, const PretrainOptions& 
 void check_task_model(const model::ModelConfig& config, int64_t min_context,
                       const std::string& where);
 
+// What the warm-start cache key says about the device: "cpu", or the GPU's name, compute
+// capability and SM count ("cuda NVIDIA H200 sm_90 (132 SMs)"): kernels, and so bits, follow them.
+std::string warm_start_device(Device d);
+
 // The cache key: everything the warm start's weights depend on (the model config, where the
 // initial weights came from and their seed, task, difficulty, seed, steps, batch, the schedule,
 // weight decay, clipping, the targeted stop and its evaluation, the warm-start recipe's content,
-// the contract version and this procedure's version). The held-out evaluation is not part of it.
+// the contract version, this procedure's version and warm_start_device). The held-out evaluation is
+// not part of it.
 Json warm_start_key(const model::ModelConfig& config, const std::string& init_source,
                     uint64_t init_seed, const PretrainOptions& options);
 // 16 lowercase hex digits: FNV-1a 64 of key.dump().
