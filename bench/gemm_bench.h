@@ -9,14 +9,15 @@
 namespace lockstep::bench {
 
 struct GemmBenchRow {
-  std::string section;        // "decode", "moe-decode", "dense", "grouped"
+  std::string section;        // "decode", "moe-decode", "small-m", "dense", "grouped"
   std::string name;           // "nvfp4 w4a16 14336x4096 M=1"
   double us = 0;              // median time per call
   double bytes = 0;           // packed weight bytes (data + scales) that must be read
   double gbps = 0;            // bytes / time
   double ratio_copy = 0;      // gbps / device copy bandwidth (decode); 0 when not applicable
   double tflops = 0;          // 2 M N K / time
-  double baseline_us = 0;     // cuBLAS bf16 (or per-expert loop) on the same shape, same run
+  double baseline_us = 0;     // cuBLAS bf16 (or per-expert loop; small-m: the kernel named in
+                              // the row) on the same shape, same run
   double ratio_baseline = 0;  // baseline_us / us (> 1: faster than bf16)
   double target = 0;          // target for the ratio that matters (0: none)
   bool target_is_copy = false;

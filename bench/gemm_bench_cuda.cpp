@@ -267,6 +267,65 @@ void moe_decode_row(GemmBenchResult& res, Cublas& cb, cudaStream_t s, bool quick
   res.rows.push_back(r);
 }
 
+// Small M: the small-M wgmma kernel (64 x 32 tiles) against the 128 x 128 in-loop wgmma kernel
+// (the batch-invariant choice for these shapes without it) and the decode kernel (fast order), at
+// M = 1 and 16 on the decode shapes of a small MoE (hidden 512) and a larger model, dense and
+// grouped over 32 experts with one active. Two rows per case: the small-M time with the in-loop
+// time as its baseline, and again with the decode time (ratio > 1: small-M is faster). Calls
+// back to back (kDecodeBatch per sample), two W copies in rotation.
+void small_m_rows(GemmBenchResult& res, const Tensor& act, cudaStream_t s, bool quick, int iters,
+                  const std::function<bool(const std::string&, const std::string&)>& want) {
+  struct Case {
+    int64_t n, k, experts;
+  };
+  std::vector<Case> cases = {{1536, 512, 1}, {768, 512, 32}, {4096, 2048, 1}, {2048, 4096, 1}};
+  if (quick) cases = {{1536, 512, 1}, {768, 512, 32}};
+  if (!cuda::wgmma_available(64)) return;
+  for (const Case& c : cases)
+    for (Format f : {Format::kNvfp4, Format::kFp8})
+      for (int64_t m : {int64_t(1), int64_t(16)}) {
+        const std::string label =
+            fmt::format("{} w{}a16 {}x{}{} M={}", fmt_name(f), f == Format::kNvfp4 ? "4" : "8", c.n,
+                        c.k, c.experts > 1 ? " grouped 32 experts, 1 active" : "", m);
+        const std::string vs_inloop = label + " small_m vs cuda_wgmma_inloop",
+                          vs_decode = label + " small_m vs cuda_decode";
+        if (!want("small-m", vs_inloop) && !want("small-m", vs_decode)) continue;
+        PackedW w[2];
+        for (int i = 0; i < 2; ++i) make_packed(w[i], f, c.experts * c.n, c.k, 700 + i);
+        std::vector<int64_t> off(size_t(c.experts + 1), 0);
+        for (int64_t e = 0; e < c.experts; ++e)  // the active expert: the middle one
+          off[size_t(e + 1)] = off[size_t(e)] + (e == c.experts / 2 ? m : 0);
+        const DeviceGroupTable t = group_table(off, c.n, s);
+        GemmOperandView a;
+        a.format = Format::kBf16, a.rows = m, a.cols = c.k, a.data = act.raw();
+        Tensor out = Tensor::empty(DType::kF32, {m, c.n}, kDev);
+        GemmOutView ov;
+        ov.d_f32 = out.ptr<float>();
+        auto time = [&](GemmVariant v, GemmOrder order) {
+          return median_time_us(
+              [&](int i) { call_qgemm(a, w[i % 2].view, c.n, t, {}, ov, v, order, s); }, iters, s,
+              kDecodeBatch);
+        };
+        const double small = time(GemmVariant::kWgmmaSmallM, GemmOrder::kBatchInvariant);
+        const double inloop = time(GemmVariant::kWgmmaInloop, GemmOrder::kBatchInvariant);
+        const double decode = time(GemmVariant::kDecode, GemmOrder::kFast);
+        for (const auto& [name, base] :
+             {std::pair{vs_inloop, inloop}, std::pair{vs_decode, decode}}) {
+          GemmBenchRow r;
+          r.section = "small-m";
+          r.name = name;
+          r.us = small;
+          r.bytes = w[0].bytes / double(c.experts);  // the active expert's weights
+          r.gbps = r.bytes / r.us * 1e-3;
+          r.ratio_copy = r.gbps / res.copy_gbps;
+          r.tflops = 2.0 * double(m) * double(c.n) * double(c.k) / r.us * 1e-6;
+          r.baseline_us = base;
+          r.ratio_baseline = base / small;
+          res.rows.push_back(r);
+        }
+      }
+}
+
 // Copy bandwidth: 1 GiB device-to-device, (read + write) / time.
 double copy_gbps(cudaStream_t s, int iters) {
   const size_t bytes = size_t(1) << 30;
@@ -320,6 +379,7 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
   decode_rows(res, act, cb, s, quick, iters, want);
   if (want("moe-decode", "moe nvfp4 48 layers x 8 experts"))
     moe_decode_row(res, cb, s, quick, iters);
+  small_m_rows(res, act, s, quick, iters, want);
 
   // ---- large M: dense and grouped; the deterministic kernels and the fast path vs cuBLAS bf16
   // (dense: one call; grouped: the faster of a per-expert loop in a graph and one strided batched

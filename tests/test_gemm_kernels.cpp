@@ -30,6 +30,8 @@ TEST(GemmKernels, EveryVariantBelongsToOneKernelAndIsReachableByName) {
     EXPECT_EQ(requested_variant(cfg, "t"), v) << name;
   }
   EXPECT_EQ(gemm_kernel_of(GemmVariant::kWgmmaWreg256), GemmKernel::kCudaWgmma);
+  EXPECT_EQ(gemm_kernel_of(GemmVariant::kWgmmaSmallM), GemmKernel::kCudaWgmma);
+  EXPECT_EQ(gemm_variant_name(GemmVariant::kWgmmaSmallM), "cuda_wgmma_small_m");
   EXPECT_EQ(gemm_kernel_of(GemmVariant::kDecodeBlockSplit), GemmKernel::kCudaDecode);
   EXPECT_EQ(gemm_variant_of(GemmKernel::kCudaWgmma), GemmVariant::kWgmma);
 }

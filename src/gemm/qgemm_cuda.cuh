@@ -307,8 +307,8 @@ inline float* tile_grid_checks(const char* kernel, int bm, const DeviceGroupTabl
 
 // The Hopper wgmma kernel (qgemm_wgmma_cuda.cu): usable when the GPU is sm_90 and K % 64 == 0.
 bool wgmma_supported(int64_t k);
-// Runs one of the three wgmma kernels: `route` kWgmma chooses by format and rows per group;
-// kWgmmaInloop / Staged / Wreg128 / Wreg256 ask for one, which runs wherever its operands
+// Runs one of the four wgmma kernels: `route` kWgmma chooses by format and rows per group;
+// kWgmmaInloop / Staged / Wreg128 / Wreg256 / SmallM ask for one, which runs wherever its operands
 // allow it (else the choice falls back as for kWgmma: every variant gives the same bits).
 // Returns the variant that ran.
 GemmVariant launch_wgmma(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
@@ -336,6 +336,16 @@ int wreg_wgmma_tile(const GemmOperandView& a, const GemmOperandView& w,
 void launch_wgmma_wreg(int tile, const GemmOperandView& a, const GemmOperandView& w, int64_t n,
                        const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
                        Scratch& scratch, cudaStream_t stream);
+
+// The small-M wgmma kernel (qgemm_wgmma_smallm_cuda.cu): 64 x 32 tiles, one warpgroup, the chain
+// of the other wgmma kernels (bit-identical output, tested). It takes any M (64-row tiles);
+// launch_wgmma runs it when asked for, or, choosing itself, when smallm_wgmma_preferred: at most
+// kSmallMMaxRows rows per group (the rule is in the .cu).
+constexpr int64_t kSmallMMaxRows = 64;
+bool smallm_wgmma_preferred(const DeviceGroupTable& groups, int64_t n);
+void launch_wgmma_smallm(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
+                         const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
+                         Scratch& scratch, cudaStream_t stream);
 
 // bf16 inner values of `op` [rows, K] written to `scratch` (the data pointer itself for bf16
 // operands): the tiles' exact decode, one pass (qgemm_cublas_cuda.cu).

@@ -167,6 +167,7 @@ GemmVariant qgemm_device(const GemmOperandView& a, const GemmOperandView& w, int
     case GemmVariant::kWgmmaStaged:
     case GemmVariant::kWgmmaWreg128:
     case GemmVariant::kWgmmaWreg256:
+    case GemmVariant::kWgmmaSmallM:
       return gemm_detail::launch_wgmma(a, w, n, groups, ep, out, scratch, k, stream);
     case GemmVariant::kCublas:
       gemm_detail::launch_cublas(a, w, n, groups, ep, out, scratch, stream);

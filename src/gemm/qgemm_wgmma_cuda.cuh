@@ -1,6 +1,7 @@
-// Hopper (sm_90a) wgmma primitives and the accumulator epilogue shared by the two wgmma GEMM
-// kernels (qgemm_wgmma_cuda.cu: operands dequantized inside the main loop; qgemm_wgmma_tma_cuda.cu:
-// bf16 operands through TMA). Internal to src/gemm.
+// Hopper (sm_90a) wgmma primitives and the accumulator epilogue shared by the wgmma GEMM kernels
+// (qgemm_wgmma_cuda.cu and qgemm_wgmma_smallm_cuda.cu: operands dequantized inside the main loop;
+// qgemm_wgmma_tma_cuda.cu and qgemm_wgmma_wreg_cuda.cu: bf16 operands through TMA). Internal to
+// src/gemm.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap and its enums (types only: the encoder comes from the runtime)
@@ -266,6 +267,26 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t da, ui
         "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
         "+f"(d[63])
+      : "l"(da), "l"(db), "r"(accumulate));
+#else
+  (void)d, (void)da, (void)db, (void)accumulate;
+  __trap();
+#endif
+}
+
+// wgmma.m64n32k16 with the operand layouts and accumulate flag of wgmma_m64n128k16 (the small-M
+// kernel's narrower W tiles).
+__device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], uint64_t da, uint64_t db,
+                                                int accumulate) {
+#if defined(LOCKSTEP_WGMMA)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+      "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15])
       : "l"(da), "l"(db), "r"(accumulate));
 #else
   (void)d, (void)da, (void)db, (void)accumulate;

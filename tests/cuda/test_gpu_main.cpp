@@ -28,6 +28,7 @@ void test_colwise();
 void test_fused();
 void test_gemm();
 void test_gemm_grouped();
+void test_gemm_small_m();
 void test_backward();
 void test_chain();
 void test_ops_basic();
@@ -47,6 +48,7 @@ namespace {
 
 constexpr const char* kOps =
     "quantize|dequantize|grouped|joint|hadamard|colwise|permute|swiglu|codec|gemm|gemm_grouped|"
+    "gemm_small_m|"
     "backward|chain|rmsnorm|rope|embedding|adamw|grad_norm|elementwise|softmax|log_softmax|"
     "token_logprobs|router|sample"
     "|attention|attention_prefill|attention_backward|kv_cache|attention_cached|model|dist";
@@ -61,7 +63,7 @@ int usage(const char* argv0, int rc) {
       "cuda_decode_block_split,\n"
       "            cuda_wgmma, cuda_wgmma_inloop, cuda_wgmma_staged, cuda_wgmma_wreg128, "
       "cuda_wgmma_wreg256,\n"
-      "            cuda_cublas); cases that kernel cannot take are skipped\n"
+      "            cuda_wgmma_small_m, cuda_cublas); cases that kernel cannot take are skipped\n"
       "  example: LOCKSTEP_TEST_SEED=7 %s --op colwise --format nvfp4 --only '96x256'\n",
       argv0, kOps, argv0);
   return rc;
@@ -145,6 +147,7 @@ int main(int argc, char** argv) {
     test_fused();
     test_gemm();
     test_gemm_grouped();
+    test_gemm_small_m();
     test_backward();
     test_chain();
     test_ops_basic();
