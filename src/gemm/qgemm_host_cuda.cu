@@ -139,7 +139,6 @@ GemmVariant qgemm_device(const GemmOperandView& a, const GemmOperandView& w, int
     throw GemmError(cat("qgemm cuda: A has K = ", a.cols, " but W has K = ", w.cols));
   if (ep.swiglu && n % 2 != 0)
     throw GemmError(cat("qgemm cuda: swiglu needs an even N (got ", n, ")"));
-  if (!out.d_f32 == !out.d_bf16) throw GemmError("qgemm cuda: give exactly one of d_f32 / d_bf16");
   const GemmVariant k = choose_kernel(kernel, order, a, w, groups);
   const bool chunked = a.chunk_scale || w.chunk_scale;
   if (chunked && k != GemmVariant::kTiled)
@@ -147,6 +146,10 @@ GemmVariant qgemm_device(const GemmOperandView& a, const GemmOperandView& w, int
         "qgemm cuda: fp8 block scaling (1x128 / 128x128: per-128 k chunk scales) runs only on the "
         "tiled kernel, not ",
         gemm_variant_name(k)));
+  // An empty output (no rows in any group, or N = 0) has nothing to write, and its buffer may be
+  // null.
+  if (groups.total_rows == 0 || n == 0) return k;
+  if (!out.d_f32 == !out.d_bf16) throw GemmError("qgemm cuda: give exactly one of d_f32 / d_bf16");
   if (a.cols == 0) {  // every accumulator is +0: the epilogue alone
     if (groups.total_rows > 0 && n > 0) {
       float* raw = scratch.get<float>(size_t(groups.total_rows) * size_t(n));
