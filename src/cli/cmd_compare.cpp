@@ -172,13 +172,14 @@ void run_compare(CompareCmd& c) {
   for (const fs::path& d : dirs) summaries.push_back(diag::summarize_run(diag::load_run(d)));
   const std::vector<diag::GroupSummary> groups = diag::compare_groups(summaries);
   const std::string md = fmt::format(
+      "Every run: sampler KV cache {}, learner K / V {}{}, {} steps of {} x {} samples, on {}.\n\n"
       "Per configuration ({} seed{}: mean ± sample sd over seeds; accuracies on the {} part):\n\n"
       "{}\nPer run:\n\n{}",
-      seeds.size(), seeds.size() == 1 ? "" : "s", a.opt.eval_split,
-      diag::compare_groups_markdown(groups), diag::compare_markdown(summaries));
+      a.opt.kv_cache, a.opt.learner_kv, a.opt.routing_replay ? ", routing replay" : "", a.opt.steps,
+      a.opt.prompts, a.opt.group, a.opt.device.str(), seeds.size(), seeds.size() == 1 ? "" : "s",
+      a.opt.eval_split, diag::compare_groups_markdown(groups), diag::compare_markdown(summaries));
   write_file_atomic((out / "summary.md").string(), md);
   const Json summary_json{{"groups", diag::compare_groups_json(groups)},
-                          {"groups", diag::compare_groups_json(groups)},
                           {"runs", diag::compare_json(summaries)}};
   write_file_atomic((out / "summary.json").string(), summary_json.dump(2) + "\n");
   diag::ReportOptions ro;

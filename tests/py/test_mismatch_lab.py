@@ -220,6 +220,7 @@ class MismatchLab(unittest.TestCase):
             md = f.read()
         self.assertIn("±", md)
         self.assertIn("| bf16 | fp8_per_tensor | triage |", md)
+        self.assertIn("sampler KV cache bf16, learner K / V bf16", md)
         self.assertIn("seed1", json.loads(r.stdout)["runs"][-1]["run"])
         r = run("compare", "--model", self.model, "--seeds", "1,1", "--out", self.path("cmp2"),
                 check=False)
