@@ -90,7 +90,9 @@ TEST(Digest64, WordBoundariesTailsAndTheParallelLoop) {
   EXPECT_NE(dig(z), dig(b));
   std::vector<uint8_t> swapped = b;
   std::swap_ranges(swapped.begin(), swapped.begin() + 8, swapped.begin() + 8);
-  if (swapped != b) EXPECT_NE(dig(swapped), dig(b));
+  if (swapped != b) {
+    EXPECT_NE(dig(swapped), dig(b));
+  }
   std::set<uint64_t> seen{dig(b)};
   for (size_t i : {size_t(0), size_t(7), size_t(8), size_t(500), size_t(1000)}) {
     std::vector<uint8_t> f = b;

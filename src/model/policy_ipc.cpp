@@ -22,9 +22,10 @@
 #endif
 
 namespace lockstep::model {
-namespace {
+namespace ipc_detail {
 
-// A file descriptor closed with its owner.
+// A file descriptor closed with its owner (outside the anonymous namespace: the sender's Impl holds
+// one).
 class Fd {
  public:
   Fd() = default;
@@ -42,6 +43,11 @@ class Fd {
  private:
   int fd_ = -1;
 };
+
+}  // namespace ipc_detail
+using ipc_detail::Fd;
+
+namespace {
 
 void write_all(int fd, const void* p, size_t n) {
   const auto* b = static_cast<const char*>(p);
