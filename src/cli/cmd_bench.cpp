@@ -141,6 +141,7 @@ void register_bench_commands(CLI::App& app) {
   register_bench_gemm_command(*bench);    // bench gemm (cmd_bench_gemm.cpp)
   register_bench_header_command(*bench);  // bench safetensors-header (cmd_bench_header.cpp)
   register_bench_model_command(*bench);   // bench model (cmd_bench_model.cpp)
+  register_bench_sync_command(*bench);    // bench sync (cmd_bench_sync.cpp)
 }
 
 }  // namespace lockstep::cli

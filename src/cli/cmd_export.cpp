@@ -168,6 +168,7 @@ void run_export(ExportArgs& a) {
   }
   opt.metadata["lockstep.policy_version"] = std::to_string(p.version);
   opt.metadata["lockstep.checksum"] = fmt::format("{:016x}", p.checksum);
+  opt.metadata["lockstep.checksum_version"] = std::to_string(model::kPolicyChecksumVersion);
   const convert::ExportResult r =
       convert::export_policy_dir(p, source_config, tokenizer_dir, a.output, opt);
   export_report(a, r, p.recipe.name, p.version, export_seconds_since(t0));

@@ -138,11 +138,13 @@ void register_gemm_command(CLI::App& app);            // gemm
 void register_report_command(CLI::App& app);          // report
 void register_model_commands(CLI::App& app);          // forward, sample, align
 void register_bench_model_command(CLI::App& bench);   // bench model (under `bench`)
+void register_bench_sync_command(CLI::App& bench);    // bench sync (under `bench`)
 void register_init_commands(CLI::App& app);           // init, presets
 void register_train_commands(CLI::App& app);          // train, pretrain
 void register_compare_command(CLI::App& app);         // compare
 void register_export_commands(CLI::App& app);         // export, convert
 void register_verify_command(CLI::App& app);          // verify
+void register_serve_weights_commands(CLI::App& app);  // serve-weights, receive-weights
 // `lockstep inspect MODEL_DIR` (src/cli/cmd_inspect_model.cpp).
 void inspect_model_dir(const std::string& dir, bool json);
 

@@ -96,6 +96,7 @@ int main(int argc, char** argv) {
   register_compare_command(app);
   register_export_commands(app);
   register_verify_command(app);
+  register_serve_weights_commands(app);
   // CLI11 reports a misspelt command as "A subcommand is required"; name it instead. The root
   // app takes only flags (--help, --version), so its first other argument is the command.
   for (int i = 1; i < argc; ++i) {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <optional>
 
+#include "lockstep/model/policy_wire.h"
 #include "lockstep/recipe/json.h"
 
 namespace lockstep::dist {
@@ -32,136 +33,28 @@ std::span<const std::byte> first_words(const Preamble& p) {
   return std::as_bytes(std::span(p).first(kPreambleWords - 1));
 }
 
-// Appends tensors to one payload and describes each in the header.
-struct PayloadWriter {
-  std::vector<std::byte> payload;
-  Json entry(const Tensor& t) {
-    if (!t.defined()) return nullptr;
-    const Tensor c = t.to(Device::cpu()).contiguous();
-    const size_t offset = payload.size();
-    const auto bytes = c.bytes();
-    payload.insert(payload.end(), bytes.begin(), bytes.end());
-    return Json{{"dtype", dtype_name(c.dtype())},
-                {"shape", c.shape()},
-                {"offset", offset},
-                {"nbytes", bytes.size()}};
-  }
-  Json qdata(const QData& d) {
-    if (!d.defined()) return nullptr;
-    return Json{{"scale_rows", d.scale_rows}, {"scale_cols", d.scale_cols},
-                {"data", entry(d.data)},      {"block_scale", entry(d.block_scale)},
-                {"amax", entry(d.amax)},      {"scale_inv", entry(d.scale_inv)}};
-  }
-};
-
-Json encode_header(const PolicyVersion& p, PayloadWriter& enc) {
-  Json j;
-  j["version"] = p.version;
-  j["checksum"] = p.checksum;
-  j["recipe"] = to_json(p.recipe);
-  j["config"] = model::config_to_json(p.config);
-  j["options"] = {{"force_bf16", p.options.force_bf16}, {"fuse_scales", p.options.fuse_scales}};
-  Json dense = Json::object();
-  for (const auto& [name, t] : p.dense) dense[name] = enc.entry(t);
-  j["dense"] = std::move(dense);
-  Json operands = Json::object();
-  for (const auto& [key, o] : p.operands) {
-    Json e{{"t", enc.entry(o.t)}, {"q", nullptr}};
-    if (o.quantized()) {
-      const QTensor& q = o.q;
-      // Enumerators as their numbers: sender and receivers are the same build.
-      e["q"] = {{"format", int(q.format)},
-                {"scaling", int(q.scaling)},
-                {"elem", int(q.elem)},
-                {"block2d", q.block2d},
-                {"hadamard", q.hadamard},
-                {"scale_layout", int(q.scale_layout)},
-                {"rows", q.rows},
-                {"cols", q.cols},
-                {"source_dtype", dtype_name(q.source_dtype)},
-                {"group_offsets", q.group_offsets},
-                {"rowwise", enc.qdata(q.rowwise)},
-                {"colwise", enc.qdata(q.colwise)}};
-    }
-    operands[key] = std::move(e);
-  }
-  j["operands"] = std::move(operands);
-  Json dims = Json::object();
-  for (const auto& [key, d] : p.dims) dims[key] = {d.first, d.second};
-  j["dims"] = std::move(dims);
-  return j;
+// The payload's bytes on the host, in layout order.
+std::vector<std::byte> host_payload(const model::PolicyPayload& p) {
+  std::vector<std::byte> out(p.payload_bytes);
+  for (size_t i = 0; i < p.parts.size(); ++i)
+    if (const size_t n = p.parts[i].nbytes())
+      copy_bytes(out.data() + p.offsets[i], Device::cpu(), p.parts[i].raw(), p.parts[i].device(),
+                 n);
+  return out;
 }
 
-// Reads tensors back out of a received payload; every range is checked against it.
-struct PayloadReader {
-  std::span<const std::byte> payload;
-  int64_t version;
-  DType dtype(const std::string& name) const {
-    const std::optional<DType> d = dtype_from_name(name);
-    if (!d)
-      throw PolicyError(
-          fmt::format("policy broadcast: version {}: unknown dtype '{}'", version, name));
-    return *d;
-  }
-  Tensor tensor(const Json& e) const {
-    if (e.is_null()) return {};
-    Tensor t(dtype(e.at("dtype").get<std::string>()), e.at("shape").get<std::vector<int64_t>>());
-    const auto offset = e.at("offset").get<size_t>();
-    const auto n = e.at("nbytes").get<size_t>();
-    if (n != t.nbytes() || offset > payload.size() || n > payload.size() - offset)
-      throw PolicyError(fmt::format(
-          "policy broadcast: version {}: tensor {} at bytes [{}, +{}) does not fit the {}-byte "
-          "payload",
-          version, t.describe(), offset, n, payload.size()));
-    if (n) std::memcpy(t.raw(), payload.data() + offset, n);
-    return t;
-  }
-  QData qdata(const Json& e) const {
-    QData d;
-    if (e.is_null()) return d;
-    d.scale_rows = e.at("scale_rows").get<int64_t>();
-    d.scale_cols = e.at("scale_cols").get<int64_t>();
-    d.data = tensor(e.at("data"));
-    d.block_scale = tensor(e.at("block_scale"));
-    d.amax = tensor(e.at("amax"));
-    d.scale_inv = tensor(e.at("scale_inv"));
-    return d;
-  }
-};
-
+// The version a header and its received payload describe, on the host.
 PolicyVersion decode_policy(const Json& j, std::span<const std::byte> payload) {
-  PolicyVersion p;
-  p.version = j.at("version").get<int64_t>();
-  p.checksum = j.at("checksum").get<uint64_t>();
-  const std::string where = fmt::format("policy broadcast version {}", p.version);
-  p.recipe = recipe_from_json(j.at("recipe"), where);
-  p.config = model::config_from_json(j.at("config"), where);
-  p.options.force_bf16 = j.at("options").at("force_bf16").get<bool>();
-  p.options.fuse_scales = j.at("options").at("fuse_scales").get<bool>();
-  const PayloadReader dec{payload, p.version};
-  for (const auto& [name, e] : j.at("dense").items()) p.dense[name] = dec.tensor(e);
-  for (const auto& [key, e] : j.at("operands").items()) {
-    nn::Operand o;
-    o.t = dec.tensor(e.at("t"));
-    if (const Json& q = e.at("q"); !q.is_null()) {
-      o.q.format = Format(q.at("format").get<int>());
-      o.q.scaling = Scaling(q.at("scaling").get<int>());
-      o.q.elem = ElemCodec(q.at("elem").get<int>());
-      o.q.block2d = q.at("block2d").get<bool>();
-      o.q.hadamard = q.at("hadamard").get<bool>();
-      o.q.scale_layout = ScaleLayout(q.at("scale_layout").get<int>());
-      o.q.rows = q.at("rows").get<int64_t>();
-      o.q.cols = q.at("cols").get<int64_t>();
-      o.q.source_dtype = dec.dtype(q.at("source_dtype").get<std::string>());
-      o.q.group_offsets = q.at("group_offsets").get<std::vector<int64_t>>();
-      o.q.rowwise = dec.qdata(q.at("rowwise"));
-      o.q.colwise = dec.qdata(q.at("colwise"));
-    }
-    p.operands[key] = std::move(o);
-  }
-  for (const auto& [key, d] : j.at("dims").items())
-    p.dims[key] = {d.at(0).get<int64_t>(), d.at(1).get<int64_t>()};
-  return p;
+  model::PolicySkeleton s = model::policy_from_header(j, Device::cpu());
+  if (s.payload.payload_bytes != payload.size())
+    throw PolicyError(
+        fmt::format("policy broadcast: version {}: the header describes {} payload "
+                    "bytes, {} arrived",
+                    s.policy.version, s.payload.payload_bytes, payload.size()));
+  for (size_t i = 0; i < s.payload.parts.size(); ++i)
+    if (const size_t n = s.payload.parts[i].nbytes())
+      std::memcpy(s.payload.parts[i].raw(), payload.data() + s.payload.offsets[i], n);
+  return std::move(s.policy);
 }
 
 // Broadcasts `bytes` (the root's, or room for them on the others) through a U8 tensor on the
@@ -173,8 +66,6 @@ Tensor send_bytes(Communicator& comm, int root, std::span<const std::byte> bytes
   comm.broadcast(wire, root);
   return wire.to(Device::cpu());
 }
-
-size_t bucket_count(size_t payload, size_t bucket) { return (payload + bucket - 1) / bucket; }
 
 }  // namespace
 
@@ -192,18 +83,20 @@ PolicyVersion broadcast_policy(Communicator& comm, const PolicyVersion* p, int64
     throw std::invalid_argument("broadcast_policy: the root rank has no policy version to send");
 
   // 1. The preamble: sizes every receiver needs to take part in the next broadcasts.
-  PayloadWriter enc;
+  std::vector<std::byte> payload_out;
   std::string header;
   Preamble pre{};
   if (sender) {
-    Json h = encode_header(*p, enc);
+    model::PolicyLayout layout = model::policy_layout(*p);
+    payload_out = host_payload(layout.payload);
+    Json& h = layout.header;
     h["bucket_fnv"] = Json::array();
-    for (size_t off = 0; off < enc.payload.size(); off += opt.bucket_bytes)
+    for (size_t off = 0; off < payload_out.size(); off += opt.bucket_bytes)
       h["bucket_fnv"].push_back(
-          fnv1a64(std::span(enc.payload)
-                      .subspan(off, std::min(opt.bucket_bytes, enc.payload.size() - off))));
+          fnv1a64(std::span(payload_out)
+                      .subspan(off, std::min(opt.bucket_bytes, payload_out.size() - off))));
     header = h.dump();
-    pre = {header.size(), fnv1a64(std::as_bytes(std::span(header))), enc.payload.size(),
+    pre = {header.size(), fnv1a64(std::as_bytes(std::span(header))), payload_out.size(),
            opt.bucket_bytes, 0};
     pre[kPreambleWords - 1] = fnv1a64(first_words(pre));
   }
@@ -216,7 +109,7 @@ PolicyVersion broadcast_policy(Communicator& comm, const PolicyVersion* p, int64
         "continue",
         comm.rank()));
   const size_t header_bytes = pre[0], payload_bytes = pre[2], bucket_bytes = pre[3];
-  const size_t buckets = bucket_count(payload_bytes, bucket_bytes);
+  const size_t buckets = model::bucket_count(payload_bytes, bucket_bytes);
   if (stats) *stats = {header_bytes, payload_bytes, int64_t(buckets)};
 
   // 2. The header, then every bucket, always all of them.
@@ -226,7 +119,7 @@ PolicyVersion broadcast_policy(Communicator& comm, const PolicyVersion* p, int64
   for (size_t b = 0; b < buckets; ++b) {
     const size_t off = b * bucket_bytes, n = std::min(bucket_bytes, payload_bytes - off);
     const Tensor in = send_bytes(
-        comm, root, sender ? std::span(enc.payload).subspan(off, n) : std::span<std::byte>(), n);
+        comm, root, sender ? std::span(payload_out).subspan(off, n) : std::span<std::byte>(), n);
     if (sender) continue;
     std::memcpy(payload.data() + off, in.raw(), n);
     got[b] = fnv1a64(std::span(payload).subspan(off, n));

@@ -7,37 +7,14 @@
 
 #include "lockstep/nn/grouped_linear.h"
 #include "lockstep/nn/linear.h"
+#include "lockstep/numerics/digest64.h"
 #include "lockstep/ops/layout.h"
 #include "lockstep/quant/given_amax.h"
 #include "lockstep/recipe/registry.h"
+#include "lockstep/tensor/digest.h"
 
 namespace lockstep::model {
 namespace {
-
-constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
-constexpr uint64_t kFnvPrime = 0x100000001b3ull;
-
-void fnv(uint64_t& h, const void* p, size_t n) {
-  const auto* b = static_cast<const unsigned char*>(p);
-  for (size_t i = 0; i < n; ++i) {
-    h ^= b[i];
-    h *= kFnvPrime;
-  }
-}
-void fnv_str(uint64_t& h, const std::string& s) {
-  const uint64_t n = s.size();
-  fnv(h, &n, sizeof n);
-  fnv(h, s.data(), s.size());
-}
-void fnv_tensor(uint64_t& h, const Tensor& t) {
-  if (!t.defined()) {
-    fnv_str(h, "-");
-    return;
-  }
-  const Tensor c = t.is_cpu() ? t.contiguous() : t.to(Device::cpu()).contiguous();
-  fnv_str(h, std::string(dtype_name(c.dtype())) + shape_string(c.shape()));
-  fnv(h, c.raw(), c.nbytes());
-}
 
 // NVFP4 per_tensor / per_group: the outer domains a caller's amax can stand for.
 bool takes_amax(const QuantSpec& w) {
@@ -69,26 +46,46 @@ size_t PolicyVersion::nbytes() const {
 }
 
 uint64_t policy_checksum(const PolicyVersion& p) {
-  uint64_t h = kFnvOffset;
-  fnv(h, &p.version, sizeof p.version);
-  fnv_str(h, to_json(p.recipe).dump());
-  fnv_str(h, config_to_json(p.config).dump());
-  const uint8_t fused = p.options.fuse_scales ? 1 : 0;
-  fnv(h, &fused, 1);
+  // The fields in order (docs/model.md, "The policy checksum"); a field is a value, or the digest
+  // of a tensor's bytes, computed for all tensors at once where they live (device tensors by a
+  // kernel: only their 8-byte sums come back to the host).
+  struct Field {
+    uint64_t value = 0;
+    int64_t tensor = -1;  // >= 0: the digest of tensors[tensor]
+  };
+  std::vector<Field> fields;
+  std::vector<Tensor> tensors;
+  auto text = [&](std::string_view s) { fields.push_back({bytes_digest64(s)}); };
+  auto tensor = [&](const Tensor& t) {
+    if (!t.defined()) {
+      text("-");
+      return;
+    }
+    text(std::string(dtype_name(t.dtype())) + shape_string(t.shape()));
+    fields.push_back({0, int64_t(tensors.size())});
+    tensors.push_back(t);
+  };
+  fields.push_back({uint64_t(p.version)});
+  text(to_json(p.recipe).dump());
+  text(config_to_json(p.config).dump());
+  fields.push_back({p.options.fuse_scales ? 1u : 0u});
   for (const auto& [name, t] : p.dense) {
-    fnv_str(h, name);
-    fnv_tensor(h, t);
+    text(name);
+    tensor(t);
   }
   for (const auto& [name, o] : p.operands) {
-    fnv_str(h, name);
+    text(name);
     if (!o.quantized()) {
-      fnv_tensor(h, o.t);
+      tensor(o.t);
       continue;
     }
     for (const QData* d : {&o.q.rowwise, &o.q.colwise})
-      for (const Tensor* t : {&d->data, &d->block_scale, &d->amax, &d->scale_inv})
-        fnv_tensor(h, *t);
+      for (const Tensor* t : {&d->data, &d->block_scale, &d->amax, &d->scale_inv}) tensor(*t);
   }
+  const std::vector<uint64_t> digests = tensor_digests64(tensors);
+  uint64_t h = num::kDigestSeed;
+  for (const Field& f : fields)
+    h = num::digest_absorb(h, f.tensor >= 0 ? digests[size_t(f.tensor)] : f.value);
   return h;
 }
 

@@ -39,6 +39,8 @@ void test_attention();
 void test_kv_cache();
 void test_model();
 void test_dist();
+void test_sync();
+int sync_ipc_receiver_main(const std::string& socket, const std::string& recipe, int count);
 }  // namespace lockstep::gpu_test
 
 using namespace lockstep;
@@ -51,7 +53,7 @@ constexpr const char* kOps =
     "gemm_small_m|"
     "backward|chain|rmsnorm|rope|embedding|adamw|grad_norm|elementwise|softmax|log_softmax|"
     "token_logprobs|router|sample"
-    "|attention|attention_prefill|attention_backward|kv_cache|attention_cached|model|dist";
+    "|attention|attention_prefill|attention_backward|kv_cache|attention_cached|model|dist|sync";
 
 int usage(const char* argv0, int rc) {
   std::printf(
@@ -79,6 +81,9 @@ uint64_t initial_seed() {
 int main(int argc, char** argv) {
   g_argv0 = argv[0];
   g_opt.seed = initial_seed();
+  // The receiving process of --op sync's CUDA IPC case (this program started again by itself).
+  if (argc == 5 && std::string(argv[1]) == "--sync-ipc-receiver")
+    return sync_ipc_receiver_main(argv[2], argv[3], std::atoi(argv[4]));
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -156,6 +161,7 @@ int main(int argc, char** argv) {
     test_kv_cache();
     test_model();
     test_dist();
+    test_sync();
   } catch (const std::exception& e) {
     std::printf("ERROR: %s\n", e.what());
     ++g_fail;

@@ -355,6 +355,7 @@ class Runs(unittest.TestCase):
         self.assertEqual(meta["lockstep.policy_version"], str(version))
         self.assertEqual(meta["lockstep.recipe"], "nvfp4_per_token_w_per_tensor")
         self.assertEqual(len(meta["lockstep.checksum"]), 16)
+        self.assertEqual(meta["lockstep.checksum_version"], "2")
         # Version 0 is the run's reference: the same bytes as exporting that model directly.
         v0, ref = FIX.out("run_v0"), FIX.out("run_ref")
         run("export", "--run", run_dir, "--version", "0", "--format", "modelopt-nvfp4",

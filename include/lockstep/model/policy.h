@@ -1,7 +1,7 @@
 // The converter: a policy version is the sampler's copy of the weights, every linear module's
 // weight prepared ONCE by the recipe's fprop weight spec (the bytes the learner's forward uses),
-// bf16 modules as BF16 tensors, norms and the embedding as F32; stamped with the version and an
-// FNV-1a 64 checksum over the version, the recipe's content, the config, the options and every
+// bf16 modules as BF16 tensors, norms and the embedding as F32; stamped with the version and a
+// 64-bit checksum over the version, the recipe's content, the config, the options and every
 // tensor's dtype, shape and bytes, so the sampler can refuse a version that does not match.
 // Conversion runs where the weights live (it calls the quantize ops on the tensors as they are);
 // an optimizer step may supply each weight's outer amax so NVFP4 reads the weight once.
@@ -90,10 +90,15 @@ class PolicyConverter {
   std::optional<int64_t> last_;
 };
 
-// FNV-1a 64 over the version, the recipe's full content (recipe JSON), the config
-// (config.json fields), fuse_scales, then every dense tensor and every operand part in name order
-// (name, dtype and shape, then the raw bytes; device tensors are read through a host copy).
+// The policy checksum (docs/model.md, "The policy checksum"): the version, the recipe's full
+// content (recipe JSON), the config (config.json fields), fuse_scales, then every dense tensor and
+// every operand part in name order (name, dtype and shape, the digest of the bytes), folded in
+// order with num::digest_absorb. Byte digests (tensor/digest.h) are computed where the tensors
+// live: for device tensors a kernel, and only 8 bytes per tensor reach the host.
 uint64_t policy_checksum(const PolicyVersion& p);
+// The number of that definition, written beside a stored checksum (export metadata
+// `lockstep.checksum_version`) so a reader knows which function produced it.
+inline constexpr int kPolicyChecksumVersion = 2;
 // The decoder weights of a policy version on `device` (dense tensors and operands copied there;
 // the CPU GEMM's packed copies are kept on the CPU only).
 DecoderWeights decoder_weights(const PolicyVersion& p, Device device = Device::cpu());
