@@ -27,9 +27,9 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
   cmd.add_option("--preset", a.preset,
                  fmt::format("built-in model config (random weights, then the warm start); on a "
                              "GPU the default is {}, with --lr {:g}, --pretrain-lr {:g}, "
-                             "--eval-prompts {}",
+                             "--eval-prompts {}, --checkpoint-every {}",
                              GpuMainJob::kPreset, GpuMainJob::kLr, GpuMainJob::kWarmLr,
-                             GpuMainJob::kEvalPrompts))
+                             GpuMainJob::kEvalPrompts, GpuMainJob::kCheckpointEvery))
       ->capture_default_str();
   cmd.add_option("--model", a.model_dir,
                  "start from this model directory (config.json + weights) or a run's checkpoint "
@@ -150,6 +150,8 @@ void resolve_run_device(TrainArgs& a, const std::string& warm_prefix) {
   if (!given("--lr") && warm_prefix != "--") a.opt.lr = GpuMainJob::kLr;
   if (!given(warm_prefix + "lr")) a.warm.lr = GpuMainJob::kWarmLr;
   if (!given("--eval-prompts")) a.opt.eval_prompts = GpuMainJob::kEvalPrompts;
+  if (a.cmd->get_option_no_throw("--checkpoint-every") && !given("--checkpoint-every"))
+    a.opt.checkpoint_every = GpuMainJob::kCheckpointEvery;
 }
 
 void validate_train_options(const rl::TrainOptions& o) {

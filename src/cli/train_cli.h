@@ -52,6 +52,9 @@ struct GpuMainJob {
   static constexpr double kLr = 1e-4;           // RL (AdamW)
   static constexpr double kWarmLr = 1e-3;       // the warm start's peak
   static constexpr int64_t kEvalPrompts = 512;  // held-out prompts at each evaluation
+  // A gpu-moe checkpoint (fp32 masters and AdamW moments, 1.9 GB, fsynced) takes about 2.7 s on
+  // the H200 machine's disk, 30x an RL step: every 50 steps, not the CPU job's 10.
+  static constexpr int64_t kCheckpointEvery = 50;
 };
 
 // Resolves --device into a.opt.device (UsageError when it cannot run here) and, on a GPU, applies
