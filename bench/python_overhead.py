@@ -14,6 +14,12 @@ import statistics
 import sys
 import time
 
+# numpy and torch before lockstep: with lockstep's extension loaded first, `import torch` aborted
+# ("free(): invalid pointer" inside torch's import) on the GPU machine's image (docs/python.md,
+# "Known problems"); numpy, lockstep, torch (the tests' order) works.
+import numpy  # noqa: F401
+import torch
+
 import lockstep
 from lockstep import _lockstep
 
@@ -30,8 +36,6 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--json")
     a = ap.parse_args()
-    import torch
-
     if a.device == "cuda" and not (torch.cuda.is_available() and lockstep.cuda_compiled):
         print("python_overhead: needs a CUDA device and a CUDA build of lockstep", file=sys.stderr)
         return 2

@@ -80,6 +80,49 @@ nb::object on_stream(const Tensor& t, uint64_t stream, const std::string& what, 
   return to_array(out);
 }
 
+// nn::GroupedLinear with any group sizes: a training forward needs each group's rows padded to
+// nn::group_row_multiple (the wgrad GEMM reduces over them; the MoE block pads its routed rows the
+// same way), so the handle moves each group's rows into a zero-padded buffer, runs the module
+// there, and moves the real rows of the result back; the backward does the same with dy and dx.
+// Zero rows add nothing to dW and change no block's scale, so the real rows' bits are those of a
+// caller that had padded itself.
+struct PaddedGroupedLinear : nn::GroupedLinear {
+  using nn::GroupedLinear::GroupedLinear;
+  std::vector<int64_t> from, to;  // the caller's offsets and the padded ones (empty: no padding)
+};
+
+// Rows of each group of x [R, C] (starting at from[g]) written at to[g] of a zero [to.back(), C]
+// buffer, min(group sizes) rows per group; ordered on the thread's current stream.
+Tensor move_groups(const Tensor& x, const std::vector<int64_t>& from,
+                   const std::vector<int64_t>& to) {
+  const Stream s = current_stream();
+  Tensor out = Tensor::empty(x.dtype(), {to.back(), x.cols()}, x.device(), s);
+  fill_bytes(out.raw(), out.device(), 0, out.nbytes(), s);
+  const size_t row = size_t(x.cols()) * dtype_size(x.dtype());
+  for (size_t g = 0; g + 1 < from.size(); ++g) {
+    const int64_t n = std::min(from[g + 1] - from[g], to[g + 1] - to[g]);
+    if (n > 0)
+      copy_bytes(static_cast<uint8_t*>(out.raw()) + size_t(to[g]) * row, out.device(),
+                 static_cast<const uint8_t*>(x.raw()) + size_t(from[g]) * row, x.device(),
+                 size_t(n) * row, s);
+  }
+  return out;
+}
+
+// The padded offsets of a training forward, or {} when the groups need none (or the offsets are
+// malformed: the module's own checks then name the problem).
+std::vector<int64_t> padded_offsets(const std::vector<int64_t>& from, int64_t groups, int64_t rows,
+                                    int64_t multiple) {
+  if (int64_t(from.size()) != groups + 1 || from.front() != 0 || from.back() != rows) return {};
+  std::vector<int64_t> to{0};
+  for (size_t g = 0; g + 1 < from.size(); ++g) {
+    const int64_t n = from[g + 1] - from[g];
+    if (n < 0) return {};
+    to.push_back(to.back() + (n + multiple - 1) / multiple * multiple);
+  }
+  return to == from ? std::vector<int64_t>{} : to;
+}
+
 nb::object operand_part(const nn::Operand& o) {
   if (o.quantized()) return nb::cast(o.q);
   return to_array(o.t);
@@ -141,11 +184,12 @@ void bind_nn(nb::module_& m) {
           "fprop_weight", [](nn::Linear& l) { return operand_part(l.fprop_weight()); },
           "The weight operand the forward reads (a QTensor, or a dense array for bf16 / f32)");
 
-  nb::class_<nn::GroupedLinear>(m, "GroupedLinear",
-                                "nn::GroupedLinear: one [N, K] weight per group (MoE experts)")
+  nb::class_<PaddedGroupedLinear>(m, "GroupedLinear",
+                                  "nn::GroupedLinear: one [N, K] weight per group (MoE experts); "
+                                  "any group sizes (training pads each group's rows)")
       .def(
           "__init__",
-          [](nn::GroupedLinear* self, const std::string& name, nb::handle weight, nb::handle grad,
+          [](PaddedGroupedLinear* self, const std::string& name, nb::handle weight, nb::handle grad,
              int64_t groups, const Recipe& recipe, const std::string& cls, int layer, int layers,
              uint32_t rng_stream) {
             Tensor w = weight_of(weight, name + ".weight");
@@ -153,39 +197,65 @@ void bind_nn(nb::module_& m) {
             if (groups < 1 || w.rows() % groups != 0)
               throw ArgError(fmt::format("{}: weight {} does not split into {} groups of rows",
                                          name, w.describe(), groups));
-            new (self) nn::GroupedLinear(name, w, g, groups,
-                                         module_spec(recipe, cls, layer, layers), rng_stream);
+            new (self) PaddedGroupedLinear(name, w, g, groups,
+                                           module_spec(recipe, cls, layer, layers), rng_stream);
           },
           nb::arg("name"), nb::arg("weight"), nb::arg("grad").none(), nb::arg("groups"),
           nb::arg("recipe"), nb::arg("module_class") = "", nb::arg("layer") = -1,
           nb::arg("layers") = 1, nb::arg("rng_stream") = 0)
       .def(
           "forward",
-          [](nn::GroupedLinear& l, nb::handle x, nb::handle offsets, bool save, uint64_t stream) {
+          [](PaddedGroupedLinear& l, nb::handle x, nb::handle offsets, bool save, uint64_t stream) {
             const Tensor t = activation(x, "grouped_linear.input");
             const Tensor offs = group_offsets(offsets, "grouped_linear.offsets");
-            return on_stream(t, stream, "grouped_linear.input",
-                             [&] { return l.forward(t, offs, save); });
+            return on_stream(t, stream, "grouped_linear.input", [&] {
+              l.from.clear();
+              l.to.clear();
+              if (save && t.dim() == 2 && offs.dim() == 1) {
+                const Tensor h = offs.device().is_cpu() ? offs : offs.to(Device::cpu());
+                const std::span<const int64_t> v = h.data<int64_t>();
+                std::vector<int64_t> from(v.begin(), v.end());
+                std::vector<int64_t> to =
+                    padded_offsets(from, l.groups(), t.rows(), nn::group_row_multiple(l.spec()));
+                if (!to.empty()) {
+                  const Tensor y = l.forward(
+                      move_groups(t, from, to),
+                      Tensor::from_vector<int64_t>(to, {int64_t(to.size())}, DType::kI64), true);
+                  l.from = std::move(from);
+                  l.to = std::move(to);
+                  return move_groups(y, l.to, l.from);
+                }
+              }
+              return l.forward(t, offs, save);
+            });
           },
           nb::arg("x"), nb::arg("offsets"), nb::arg("save") = true, nb::arg("stream") = 0)
       .def(
           "backward",
-          [](nn::GroupedLinear& l, nb::handle dy, uint64_t stream) {
+          [](PaddedGroupedLinear& l, nb::handle dy, uint64_t stream) {
             const Tensor t = activation(dy, "grouped_linear.grad_output");
-            return on_stream(t, stream, "grouped_linear.grad_output",
-                             [&] { return l.backward(t); });
+            return on_stream(t, stream, "grouped_linear.grad_output", [&] {
+              if (l.to.empty()) return l.backward(t);
+              if (t.rows() != l.from.back())
+                throw ArgError(
+                    fmt::format("grouped_linear.grad_output: {} has {} rows; the forward had {}",
+                                t.describe(), t.rows(), l.from.back()));
+              return move_groups(l.backward(move_groups(t, l.from, l.to)), l.to, l.from);
+            });
           },
           nb::arg("dy"), nb::arg("stream") = 0)
-      .def("set_grad_seed", &nn::GroupedLinear::set_grad_seed, nb::arg("seed"))
+      .def(
+          "set_grad_seed", [](PaddedGroupedLinear& l, uint64_t s) { l.set_grad_seed(s); },
+          nb::arg("seed"))
       .def(
           "set_gemm_order",
-          [](nn::GroupedLinear& l, const std::string& o) { l.set_gemm_order(parse_order(o)); },
+          [](PaddedGroupedLinear& l, const std::string& o) { l.set_gemm_order(parse_order(o)); },
           nb::arg("order"))
-      .def("saved_bytes", &nn::GroupedLinear::saved_bytes)
-      .def("clear_saved", &nn::GroupedLinear::clear_saved)
-      .def_prop_ro("groups", &nn::GroupedLinear::groups)
+      .def("saved_bytes", [](const PaddedGroupedLinear& l) { return l.saved_bytes(); })
+      .def("clear_saved", [](PaddedGroupedLinear& l) { l.clear_saved(); })
+      .def_prop_ro("groups", [](const PaddedGroupedLinear& l) { return l.groups(); })
       .def_prop_ro("spec_json_text",
-                   [](const nn::GroupedLinear& l) { return to_json(l.spec()).dump(); });
+                   [](const PaddedGroupedLinear& l) { return to_json(l.spec()).dump(); });
 }
 
 }  // namespace lockstep::py

@@ -15,7 +15,7 @@ import numpy as np
 
 import lockstep
 from lockstep import _lockstep
-from lockstep._modules import LinearCall
+from lockstep._modules import GroupedLinearCall, LinearCall
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "py"))
 from st_files import read_st  # noqa: E402
@@ -117,6 +117,35 @@ class LinearHandles(unittest.TestCase):
                 qw = lockstep.quantize(w, "nvfp4", spec["weight"]["scaling"],
                                        block2d=spec["weight"].get("block2d", False))
                 self.assertEqual(lockstep.qgemm(qa, qw).d.tobytes(), outs[0][0], name)
+
+    def test_grouped_any_split_equals_padded_groups(self):
+        """Group sizes that are not multiples of the wgrad GEMM's row multiple (32) train: the
+        handle pads each group with zero rows, so y, dx and dW equal a call whose caller padded
+        the groups itself."""
+        rng = np.random.default_rng(SEED)
+        splits, padded = [16, 0, 24], [32, 0, 32]
+        x = rng.standard_normal((40, 64)).astype(np.float32)
+        dy = rng.standard_normal((40, 32)).astype(np.float32)
+        w = rng.standard_normal((3 * 32, 64)).astype(np.float32)
+        xp, dyp = np.zeros((64, 64), np.float32), np.zeros((64, 32), np.float32)
+        xp[:16], xp[32:56] = x[:16], x[16:]
+        dyp[:16], dyp[32:56] = dy[:16], dy[16:]
+        for name in ("bf16", "nvfp4_per_token", "mxfp8", "fp8_block"):
+            r = lockstep.Recipe.from_name(name)
+            g, gp = np.zeros_like(w), np.zeros_like(w)
+            call = GroupedLinearCall("e", w, g, 3, r, grad_seed=4)
+            y = np.from_dlpack(call.forward(x, splits, True)).copy()
+            dx = np.from_dlpack(call.backward(dy)).copy()
+            ref = GroupedLinearCall("e", w, gp, 3, r, grad_seed=4)
+            yp = np.from_dlpack(ref.forward(xp, padded, True)).copy()
+            dxp = np.from_dlpack(ref.backward(dyp)).copy()
+            rows = np.r_[0:16, 32:56]
+            self.assertEqual(y.tobytes(), yp[rows].tobytes(), name)
+            self.assertEqual(dx.tobytes(), dxp[rows].tobytes(), name)
+            self.assertEqual(g.tobytes(), gp.tobytes(), name)
+            self.assertTrue(np.any(g != 0), name)
+            with self.assertRaises(lockstep.Error):
+                call.backward(dy[:39])
 
     def test_inference_handle_and_errors(self):
         r = lockstep.Recipe.from_name("nvfp4_per_token")
