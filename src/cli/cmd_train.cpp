@@ -20,8 +20,7 @@ namespace {
 
 struct TrainCmd {
   TrainArgs a;
-  GpuSplit gpus;
-  int async_rollout = 0;
+  ParallelArgs par;
   std::string out, resume;
   CLI::App* cmd = nullptr;
 };
@@ -70,10 +69,20 @@ void print_result(const rl::Trainer& t, const rl::TrainResult& r, const Json& wa
                shell_quote(t.run_dir().string()));
 }
 
+// ", 4 learner ranks (4 gradient slots)" and ", sampler on cuda:2" where they apply.
+std::string ranks_text(const rl::TrainOptions& o) {
+  std::string out;
+  if (o.learner_ranks > 1 || o.grad_slots > 1)
+    out += fmt::format(", {} learner rank{} ({} gradient slot{})", o.learner_ranks,
+                       o.learner_ranks > 1 ? "s" : "", o.grad_slots, o.grad_slots > 1 ? "s" : "");
+  if (o.sampler_device) out += fmt::format(", sampler on {}", o.sampler_device->str());
+  return out;
+}
+
 void run_resume(const TrainCmd& c) {
   // --resume takes every run option from RUN_DIR/run_meta.json.
-  static const std::set<std::string> allowed = {"--resume", "--json", "--log-every", "--device",
-                                                "--help"};
+  static const std::set<std::string> allowed = {
+      "--resume", "--json", "--log-every", "--device", "--gpus", "--learner-ranks", "--help"};
   for (const CLI::Option* op : c.cmd->get_options()) {
     if (op->count() == 0) continue;
     const std::string name = op->get_name();
@@ -83,14 +92,19 @@ void run_resume(const TrainCmd& c) {
       throw UsageError(fmt::format(
           "--resume continues a run with the options in its run_meta.json; drop {}", name));
   }
+  // The device and the rank count may change: the run's bits do not depend on them.
+  check_gpus(c.par, query_devices());
+  rl::TrainOptions placed;
+  placed.device = device_flag(c.a.device);
+  apply_parallel(c.par, placed);
   std::unique_ptr<rl::Trainer> t;
   try {
-    t = rl::Trainer::resume(c.resume, device_flag(c.a.device));
+    t = rl::Trainer::resume(c.resume, {placed.device, placed.learner_ranks, placed.sampler_device});
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  fmt::print(stderr, "lockstep train: resuming {} at step {} of {} on {}\n", c.resume, t->step(),
-             t->options().steps, t->options().device.str());
+  fmt::print(stderr, "lockstep train: resuming {} at step {} of {} on {}{}\n", c.resume, t->step(),
+             t->options().steps, t->options().device.str(), ranks_text(t->options()));
   const rl::TrainResult r = run_with_progress(*t, c.a.log_every);
   print_result(*t, r, Json(nullptr), c.a.json);
   if (!r.finished) std::exit(130);
@@ -98,9 +112,10 @@ void run_resume(const TrainCmd& c) {
 
 void run_train(TrainCmd& c) {
   if (!c.resume.empty()) return run_resume(c);
-  check_gpus(c.gpus, c.async_rollout, query_devices());
+  check_gpus(c.par, query_devices());
   TrainArgs& a = c.a;
   resolve_run_device(a, "--pretrain-");
+  apply_parallel(c.par, a.opt);
   // Every input and output is checked before anything is written (and before the warm start).
   validate_train_options(a.opt);
   a.recipe.read_environment();
@@ -126,11 +141,11 @@ void run_train(TrainCmd& c) {
   const std::string plan = fmt::format(
       "{} (model {}, task {} difficulty {}, recipe {}{}, guard {}{}{}, {} steps of {} x {} "
       "samples, "
-      "on {})",
+      "on {}{})",
       dir.string(), source.where, a.opt.task, a.opt.difficulty, sel.recipe.name,
       a.opt.sampler_recipe ? ", sampler recipe " + a.opt.sampler_recipe->name : "", a.opt.guard,
       a.opt.deterministic ? ", deterministic" : "", a.opt.routing_replay ? ", routing replay" : "",
-      a.opt.steps, a.opt.prompts, a.opt.group, a.opt.device.str());
+      a.opt.steps, a.opt.prompts, a.opt.group, a.opt.device.str(), ranks_text(a.opt));
   if (dry_run(a.dry_run, sel,
               fmt::format("{}, then the RL run {}", describe_warm_start(source, a), plan)))
     return;
@@ -260,7 +275,7 @@ void register_train_commands(CLI::App& app) {
                   "none, tis, triage (TIS + gate + repair) or triage-gate (the gate alone)")
       ->capture_default_str();
   add_train_options(*cmd, c->a);
-  add_gpus_options(*cmd, c->gpus, c->async_rollout);
+  add_gpus_options(*cmd, c->par);
   cmd->callback([c] { run_train(*c); });
 
   auto p = std::make_shared<PretrainCmd>();

@@ -51,6 +51,11 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
                   "global gradient-norm clip (0: none)");
   add_integer_option<int64_t>(cmd, "--minibatches", o.minibatches, 1, 1'000'000,
                               "optimizer steps per batch (later ones see ratio != 1)");
+  add_integer_option<int64_t>(
+      cmd, "--grad-slots", o.grad_slots, 1, 1'000'000,
+      "gradient slots M per minibatch: its responses cut into M fixed parts, one backward each, "
+      "summed in a fixed pairwise tree (a power of two; with N learner ranks a multiple of N). "
+      "The same M gives the same bits on 1, 2, 4, ... ranks; 1: one backward per minibatch");
   add_real_option(cmd, "--kl-coef", o.kl_coef, 0.0, 1e3, false,
                   "k3 KL to the initial policy (always logged)");
   add_real_option(cmd, "--tis-cap", o.tis_cap, 0.0, 1e6, true,

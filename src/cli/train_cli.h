@@ -110,14 +110,26 @@ struct GpuSplit {
   int learners = 1;
   int samplers = 0;
 };
+// Where `train` places its learner ranks and sampler: --gpus, --learner-ranks, --async-rollout.
+struct ParallelArgs {
+  GpuSplit gpus;
+  int learner_ranks = 1;  // --learner-ranks: CPU threads over the fake transport
+  int async_rollout = 0;
+  // Whether --gpus uses more than one GPU (learner ranks on cuda:0..L-1, the sampler on cuda:L).
+  bool multi_gpu() const { return gpus.learners + gpus.samplers > 1; }
+};
 // "L:S" (L >= 1, S >= 0) or "N" (= N:0); UsageError naming the flag otherwise.
 GpuSplit parse_gpus(const std::string& text);
-// Adds --gpus and --async-rollout (0 or 1) to `train`.
-void add_gpus_options(CLI::App& cmd, GpuSplit& gpus, int& async_rollout);
+// Adds --gpus, --learner-ranks and --async-rollout (0 or 1) to `train`.
+void add_gpus_options(CLI::App& cmd, ParallelArgs& p);
 // Before any work (UsageError, exit 2): more GPUs than `found` has (naming how many it found and
-// why none, when none), then anything beyond one GPU and --async-rollout 1, which are not
-// implemented. 1:0 (the default) passes: the single-device run on --device.
-void check_gpus(const GpuSplit& g, int async_rollout, const DeviceReport& found);
+// why none, when none), more than one sampler GPU, several learner GPUs without NCCL, a rank
+// count that is not a power of two, --gpus with --learner-ranks, --async-rollout 1 (not
+// implemented). 1:0 (the default) passes: the single-device run on --device.
+void check_gpus(const ParallelArgs& p, const DeviceReport& found);
+// After --device is resolved into o.device: sets o.learner_ranks and o.sampler_device, refusing a
+// --device that contradicts --gpus and --learner-ranks on a GPU (UsageError).
+void apply_parallel(const ParallelArgs& p, rl::TrainOptions& o);
 
 // "runs/20261201-171500-add-nvfp4_per_token-tis" (a suffix -2, -3, ... when it exists).
 std::filesystem::path default_run_dir(const std::filesystem::path& parent, const std::string& name);

@@ -162,6 +162,40 @@ void Learner::zero_grad() {
   for (auto& [name, g] : impl_->grads) g.fill_bytes(0);
 }
 
+int64_t Learner::gradient_numel() const {
+  int64_t n = 0;
+  for (const auto& [name, g] : impl_->grads) n += g.numel();
+  return n;
+}
+
+Tensor Learner::gradient_flat() const {
+  const Impl& m = *impl_;
+  if (m.cfg.dtype != DType::kF32)
+    throw std::logic_error("learner: gradient_flat needs an F32 learner");
+  Tensor flat = Tensor::empty(DType::kF32, {gradient_numel()}, m.cfg.device);
+  int64_t off = 0;
+  for (const auto& [name, g] : m.grads) {
+    flat.slice_rows(off, off + g.numel()).copy_from(g.contiguous().view({g.numel()}));
+    off += g.numel();
+  }
+  return flat;
+}
+
+void Learner::set_gradient_flat(const Tensor& flat) {
+  Impl& m = *impl_;
+  if (!flat.defined() || flat.dtype() != DType::kF32 || flat.numel() != gradient_numel() ||
+      !flat.is_contiguous())
+    throw std::invalid_argument(fmt::format(
+        "learner: set_gradient_flat needs a contiguous F32 tensor of {} elements, got {}",
+        gradient_numel(), flat.defined() ? flat.describe() : std::string("an undefined tensor")));
+  const Tensor src = flat.view({flat.numel()});
+  int64_t off = 0;
+  for (auto& [name, g] : m.grads) {
+    g.copy_from(src.slice_rows(off, off + g.numel()).view(g.shape()));
+    off += g.numel();
+  }
+}
+
 const ModelWeights& Learner::weights() const { return impl_->w; }
 const std::map<std::string, Tensor>& Learner::weight_amax() const { return impl_->amax; }
 const std::map<std::string, Tensor>& Learner::grads() const { return impl_->grads; }

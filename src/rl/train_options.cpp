@@ -57,6 +57,26 @@ void TrainOptions::validate() const {
     throw std::invalid_argument(fmt::format(
         "--prompts {} must be a multiple of --minibatches {} (each minibatch holds whole groups)",
         prompts, minibatches));
+  if (grad_slots < 1 || (grad_slots & (grad_slots - 1)) != 0)
+    throw std::invalid_argument(fmt::format(
+        "--grad-slots {} must be a power of two (the slot gradients are added in a pairwise "
+        "tree): 1, 2, 4, ...",
+        grad_slots));
+  if (grad_slots > prompts / minibatches * group)
+    throw std::invalid_argument(
+        fmt::format("--grad-slots {} is more than the {} sequences of a minibatch (--prompts {} / "
+                    "--minibatches {} x --group {}): a slot would be empty",
+                    grad_slots, prompts / minibatches * group, prompts, minibatches, group));
+  if (learner_ranks < 1 || (learner_ranks & (learner_ranks - 1)) != 0)
+    throw std::invalid_argument(
+        fmt::format("{} learner ranks: the rank count must be a power of two (each rank's slots "
+                    "are one subtree of the fixed reduction tree)",
+                    learner_ranks));
+  if (grad_slots % learner_ranks != 0)
+    throw std::invalid_argument(fmt::format(
+        "--grad-slots {} is not a multiple of the {} learner ranks: every rank computes "
+        "grad_slots / ranks slots (give --grad-slots {} or more)",
+        grad_slots, learner_ranks, learner_ranks));
   auto finite_in = [](double v, double lo, double hi, bool lo_open, const char* flag) {
     if (!std::isfinite(v) || v > hi || (lo_open ? v <= lo : v < lo))
       throw std::invalid_argument(
@@ -113,6 +133,7 @@ Json options_to_json(const TrainOptions& o) {
           {"weight_decay", o.weight_decay},
           {"max_grad_norm", o.max_grad_norm},
           {"minibatches", o.minibatches},
+          {"grad_slots", o.grad_slots},
           {"kl_coef", o.kl_coef},
           {"tis_cap", o.tis_cap},
           {"repair_enabled", o.repair.enabled},
@@ -203,6 +224,7 @@ TrainOptions options_from_json(const Json& j, const std::string& where) {
   get_opt("kv_cache", o.kv_cache);
   get_opt("learner_kv", o.learner_kv);
   get_opt("routing_replay", o.routing_replay);
+  get_opt("grad_slots", o.grad_slots);
   if (j.contains("sampler_recipe") && !j.at("sampler_recipe").is_null()) {
     try {
       o.sampler_recipe = recipe_from_json(j.at("sampler_recipe"), where + ": sampler_recipe");

@@ -23,31 +23,11 @@ namespace {
 using detail::Clock;
 using detail::seconds_since;
 
-Tensor i32_tensor(const std::vector<int32_t>& v) {
-  return Tensor::from_vector<int32_t>(v, {int64_t(v.size())}, DType::kI32);
-}
-
-// values[rows[t]] for every t.
-std::vector<float> gather(const Tensor& values_in, std::span<const int64_t> rows) {
-  const Tensor values = values_in.to(Device::cpu());
-  const std::span<const float> v = values.data<float>();
-  std::vector<float> out(rows.size());
-  for (size_t t = 0; t < rows.size(); ++t) out[t] = v[size_t(rows[t])];
-  return out;
-}
-
 double mean_of(std::span<const float> v) {
   double s = 0.0;
   for (float x : v) s += double(x);
   return v.empty() ? std::numeric_limits<double>::quiet_NaN() : s / double(v.size());
 }
-
-// One minibatch: responses [r0, r1) of the rollout (whole groups), with their own packing.
-struct Minibatch {
-  PackedSequences packed;
-  std::vector<float> logp_old, logp_sampler, logp_ref, adv;
-  std::vector<uint8_t> mask;
-};
 
 // Stats summed over minibatches, reported as means (ratio extremes as min / max); the guard
 // statistics are merged (objectives.h accumulate), so they are what the objective applied over
@@ -94,7 +74,7 @@ double Trainer::Impl::sync_policy() {
   const int64_t v = step;
   const Recipe& srec = sampler_recipe();
   const Clock::time_point t0 = Clock::now();
-  sampler.load_policy(model::export_policy(learner->weights(), srec, v), v, srec.name);
+  sampler.load_policy(model::export_policy(learner().weights(), srec, v), v, srec.name);
   return seconds_since(t0);
 }
 
@@ -103,7 +83,7 @@ double Trainer::Impl::sync_bf16() {
   const Clock::time_point t0 = Clock::now();
   model::ExportOptions eo;
   eo.force_bf16 = true;
-  model::PolicyVersion b = model::export_policy(learner->weights(), sampler_recipe(), v, eo);
+  model::PolicyVersion b = model::export_policy(learner().weights(), sampler_recipe(), v, eo);
   const std::string bname = b.recipe.name;
   bf16_sampler.load_policy(std::move(b), v, bname);
   return seconds_since(t0);
@@ -169,11 +149,11 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
   {
     model::SamplerConfig sc = m.sampler.config();
     sc.kv = o.kv_cache == "fp8" ? model::KvDtype::kFp8E4M3 : model::KvDtype::kBf16;
-    sc.device = o.device;
+    sc.device = o.sampler_device.value_or(o.device);
     sc.mode = o.deterministic ? model::ExecMode::kDeterministic : model::ExecMode::kFast;
     m.sampler.set_config(sc);
     model::SamplerConfig bc = m.bf16_sampler.config();
-    bc.device = o.device;
+    bc.device = sc.device;
     bc.mode = sc.mode;
     m.bf16_sampler.set_config(bc);
   }
@@ -256,81 +236,60 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
     const double t_rollout = seconds_since(t0);
     const std::vector<float> adv = grpo_advantages(rb.rewards, G);
 
-    // 2. Learner log-probs of the sampled tokens (old, detached), entropy, reference log-probs.
+    // 2. Learner log-probs of the sampled tokens (old, detached), entropy, reference log-probs:
+    // one forward per gradient slot, on the rank that owns the slot.
     t0 = Clock::now();
     std::vector<SequenceView> seqs;
     for (size_t i = 0; i < rb.samples.size(); ++i)
       seqs.push_back({rb.examples[i / size_t(G)].prompt, rb.samples[i].tokens});
     const PackedSequences all = pack_sequences(seqs);
     const int64_t n = int64_t(all.tokens.size()), T = int64_t(all.rows.size());
-    const Tensor tokens = i32_tensor(all.tokens), targets = i32_tensor(all.targets);
-    // Routing replay: the learner, and the reference of the KL term, use the sampler's experts.
-    const model::ModelConfig& cfg = m.learner->weights().config;
-    std::optional<model::Routing> replay;
-    if (o.routing_replay) replay = model::replay_routing(cfg, rb.samples, all.cu_seqlens);
-    const model::Routing* rp = replay ? &*replay : nullptr;
-    const Tensor targets_dev = targets.to(o.device);
-    // log-probs of the targets under logits / temperature, at the response rows.
-    const auto response_logp = [&](Tensor logits) {
-      if (o.temperature != 1.0) logits = ops::scale(logits, 1.0 / o.temperature);
-      return gather(ops::token_logprobs(logits, targets_dev).logp, all.rows);
-    };
-    // The residual comparison: the learner's own routing (one more forward, no grad, before the
-    // forward whose saved state the backward uses), so metrics.jsonl shows the gap with and
-    // without replay.
-    std::vector<float> logp_no_replay;
-    if (replay) logp_no_replay = response_logp(m.learner->logits(tokens, all.cu_seqlens));
-    const model::LearnerOutput out = m.learner->forward(tokens, all.cu_seqlens, targets, rp);
-    const std::vector<float> logp_old = gather(out.logp, all.rows);
-    const std::vector<float> entropy = gather(out.entropy, all.rows);
+    // Routing replay: the learner, and the reference of the KL term, use the sampler's experts;
+    // the learner's own routing gives the residual comparison (logp_no_replay), so metrics.jsonl
+    // shows the gap with and without replay.
+    const bool replay = o.routing_replay;
+    detail::StepBatch batch;
+    batch.seqs = seqs;
+    batch.samples = rb.samples;
+    batch.all = &all;
+    batch.routing_replay = replay;
+    batch.temperature = o.temperature;
+    batch.mode = m.mode();
+    const detail::StepLogprobs lp = m.ranks->logprobs(batch);
+    const std::vector<float>&logp_old = lp.logp_old, &entropy = lp.entropy, &logp_ref = lp.logp_ref,
+          &logp_no_replay = lp.logp_no_replay;
     std::vector<float> logp_sampler;
     for (const model::SampleResult& s : rb.samples)
       logp_sampler.insert(logp_sampler.end(), s.logprobs.begin(), s.logprobs.end());
-    const std::vector<float> logp_ref =
-        response_logp(m.reference->forward(tokens, all.cu_seqlens, m.mode(), /*save=*/false, rp));
     const double t_logprob = seconds_since(t0);
 
-    // 3. Objective, backward, AdamW: K minibatches of whole groups, in order.
+    // 3. Objective, backward, AdamW: K minibatches of whole groups, in order, each an AdamW step
+    // on every learner rank over the sum of its M gradient slots.
     t0 = Clock::now();
     UpdateStats us;
     const int64_t per = P / K * G;  // responses per minibatch
-    for (int64_t c = 0; c < K; ++c) {
+    std::vector<ObjectiveStats> objective_stats(static_cast<size_t>(K));
+    // Every rank evaluates the objective of minibatch c on the same inputs (a pure function), so
+    // every rank backpropagates the same per-token gradient; rank 0 keeps the statistics.
+    const detail::ObjectiveFn objective = [&](int rank, int64_t c,
+                                              std::span<const float> logp_new) {
       const int64_t r0 = c * per, r1 = r0 + per;
       const int64_t t0i = all.offsets[size_t(r0)], t1i = all.offsets[size_t(r1)];
-      Minibatch mb;
       auto slice = [&](const std::vector<float>& v) {
-        return std::vector<float>(v.begin() + t0i, v.begin() + t1i);
+        return std::span<const float>(v).subspan(size_t(t0i), size_t(t1i - t0i));
       };
-      mb.logp_old = slice(logp_old);
-      mb.logp_sampler = slice(logp_sampler);
-      mb.logp_ref = slice(logp_ref);
-      mb.mask.assign(size_t(t1i - t0i), 1);
-      mb.adv.assign(adv.begin() + r0, adv.begin() + r1);
-      std::vector<float> logp_new;
-      const PackedSequences* pk = &all;
-      if (K == 1) {
-        logp_new = logp_old;  // the same parameters: the forward above serves the backward
-      } else {
-        mb.packed = pack_sequences(std::span(seqs).subspan(size_t(r0), size_t(per)));
-        pk = &mb.packed;
-        std::optional<model::Routing> mb_replay;
-        if (o.routing_replay)
-          mb_replay = model::replay_routing(
-              cfg, std::span(rb.samples).subspan(size_t(r0), size_t(per)), mb.packed.cu_seqlens);
-        const model::LearnerOutput o2 =
-            m.learner->forward(i32_tensor(mb.packed.tokens), mb.packed.cu_seqlens,
-                               i32_tensor(mb.packed.targets), mb_replay ? &*mb_replay : nullptr);
-        logp_new = gather(o2.logp, mb.packed.rows);
-      }
-      ObjectiveInputs in{pk->offsets, logp_new, mb.logp_old, mb.logp_sampler,
-                         mb.logp_ref, mb.mask,  mb.adv};
-      const ObjectiveResult r = compute_objective(in, ocfg);
-      std::vector<float> dlogp(pk->tokens.size(), 0.0f);
-      for (size_t t = 0; t < pk->rows.size(); ++t) dlogp[size_t(pk->rows[t])] = r.grad_logp_new[t];
-      m.learner->backward(Tensor::from_vector<float>(dlogp, {int64_t(dlogp.size())}, DType::kF32),
-                          Tensor());
-      us.add(r.stats, m.learner->step());
-    }
+      std::vector<int64_t> offsets(all.offsets.begin() + r0, all.offsets.begin() + r1 + 1);
+      for (int64_t& x : offsets) x -= t0i;
+      const std::vector<uint8_t> mask(size_t(t1i - t0i), 1);
+      const std::span<const float> a = std::span(adv).subspan(size_t(r0), size_t(per));
+      ObjectiveInputs in{offsets, logp_new, slice(logp_old), slice(logp_sampler), slice(logp_ref),
+                         mask,    a};
+      ObjectiveResult r = compute_objective(in, ocfg);
+      if (rank == 0) objective_stats[size_t(c)] = r.stats;
+      return std::move(r.grad_logp_new);
+    };
+    const std::vector<model::StepStats> steps = m.ranks->update(batch, K, logp_old, objective);
+    for (int64_t c = 0; c < K; ++c) us.add(objective_stats[size_t(c)], steps[size_t(c)]);
     const double t_train = seconds_since(t0);
 
     // 4. The converter exports version k with the sampler's recipe; the sampler verifies and
@@ -347,7 +306,7 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
       equal_groups += same;
     }
     row["policy_version"] = m.step;
-    row["optimizer_steps"] = m.learner->version();
+    row["optimizer_steps"] = m.learner().version();
     row["reward_mean"] = mean_of(rb.rewards);
     row["accuracy"] = double(rb.correct) / double(rb.samples.size());
     row["truncated_frac"] = double(rb.truncated) / double(rb.samples.size());

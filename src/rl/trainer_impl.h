@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "dir_util.h"
+#include "learner_ranks.h"
 #include "lockstep/diag/metrics.h"
 #include "lockstep/model/learner.h"
 #include "lockstep/model/sampler.h"
@@ -31,15 +32,17 @@ struct Trainer::Impl {
   Recipe recipe;
   Guard guard = Guard::kNone;
   const Task* task = nullptr;
-  std::unique_ptr<model::Learner> learner;
-  std::unique_ptr<model::Decoder> reference;  // the initial policy, for the KL term
-  model::Sampler sampler;                     // the policy the rollouts and evals use
-  model::Sampler bf16_sampler;                // receives the bf16 export timed beside it
+  // The learner's replicas (rank 0's exports and checkpoints), each with the initial policy for
+  // the KL term: one rank, or N data-parallel ranks (TrainOptions::learner_ranks).
+  std::unique_ptr<detail::LearnerRanks> ranks;
+  model::Sampler sampler;       // the policy the rollouts and evals use
+  model::Sampler bf16_sampler;  // receives the bf16 export timed beside it
   std::optional<diag::MetricsWriter> metrics;
   int64_t step = 0;               // completed RL steps = the policy version the sampler holds
   double elapsed_before_s = 0.0;  // wall time of the run before this process (from checkpoint)
   std::chrono::steady_clock::time_point started;
 
+  model::Learner& learner() { return ranks->lead(); }
   model::ExecMode mode() const {
     return opt.deterministic ? model::ExecMode::kDeterministic : model::ExecMode::kFast;
   }
@@ -63,5 +66,12 @@ struct Trainer::Impl {
 
 // The learner settings of a run (the checkpoint's learner.json must match them on resume).
 model::LearnerConfig learner_config(const TrainOptions& o);
+
+// The devices of the learner ranks: o.learner_ranks times the CPU, or consecutive GPUs from
+// o.device.
+std::vector<Device> learner_devices(const TrainOptions& o);
+// The rank group of those devices: one rank on the calling thread, fake-transport threads on the
+// CPU, or NCCL ranks on the GPUs.
+std::unique_ptr<dist::RankGroup> learner_group(const TrainOptions& o);
 
 }  // namespace lockstep::rl

@@ -31,6 +31,20 @@ model::LearnerConfig learner_config(const TrainOptions& o) {
   return c;
 }
 
+std::vector<Device> learner_devices(const TrainOptions& o) {
+  std::vector<Device> d;
+  for (int r = 0; r < o.learner_ranks; ++r)
+    d.push_back(o.device.is_cpu() ? Device::cpu() : Device::cuda(o.device.index + r));
+  return d;
+}
+
+std::unique_ptr<dist::RankGroup> learner_group(const TrainOptions& o) {
+  if (o.learner_ranks == 1) return dist::make_solo_rank_group(o.device);
+  if (o.device.is_cpu()) return dist::make_fake_rank_group(o.learner_ranks);
+  const std::vector<Device> devices = learner_devices(o);
+  return dist::make_nccl_rank_group(devices);
+}
+
 namespace {
 
 Json read_json_file(const fs::path& p, const std::string& what) {
@@ -196,15 +210,24 @@ std::unique_ptr<Trainer> Trainer::create(const fs::path& dir, const TrainOptions
   check_task_model(init.config, max_sequence_length(options), "model");
   if (options.routing_replay) model::require_moe_for_replay(init.config, "--routing-replay");
   check_new_run_dir(dir);
-  check_device_memory(init, options.device);
+  for (const Device& d : learner_devices(options)) check_device_memory(init, d);
   auto m = std::make_unique<Impl>();
   m->dir = dir;
   m->opt = options;
   m->recipe = sel.recipe;
   m->guard = parse_guard(options.guard);
   m->task = &find_task(options.task);
-  m->learner = std::make_unique<model::Learner>(init, sel.recipe, learner_config(options));
-  m->reference = reference_decoder(init, sel.recipe, options.device);
+  {
+    std::vector<detail::LearnerReplica> replicas;
+    for (const Device& d : learner_devices(options)) {
+      model::LearnerConfig lc = learner_config(options);
+      lc.device = d;
+      replicas.push_back({std::make_unique<model::Learner>(init, sel.recipe, lc),
+                          reference_decoder(init, sel.recipe, d)});
+    }
+    m->ranks = std::make_unique<detail::LearnerRanks>(std::move(replicas), learner_group(options),
+                                                      options.grad_slots);
+  }
   if (options.sampler_recipe) {
     // The converter must be able to export this model with the sampler's recipe (block sizes
     // against the model's shapes): checked before the folder exists.
@@ -249,12 +272,16 @@ std::unique_ptr<Trainer> Trainer::create(const fs::path& dir, const TrainOptions
                         {"eval_split", options.eval_split},
                         {"eval_prompts_seen_in_training", overlap}};
   meta.extra["options"] = options_to_json(options);
+  // The ranks this run started with (a resume may use another count: the bits do not change).
+  meta.extra["learner_ranks"] = options.learner_ranks;
+  meta.extra["learner_group"] = m->ranks->group().describe();
   meta.extra["model_config"] = model::config_to_json(init.config);
   write_run_meta(dir / run_files::kRunMeta, sel, meta);
   return std::unique_ptr<Trainer>(new Trainer(std::move(m)));
 }
 
-std::unique_ptr<Trainer> Trainer::resume(const fs::path& dir, Device device) {
+std::unique_ptr<Trainer> Trainer::resume(const fs::path& dir, const ResumePlacement& where) {
+  const Device device = where.device;
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     throw std::invalid_argument(fmt::format("--resume: '{}' is not a folder", dir.string()));
@@ -325,8 +352,13 @@ std::unique_ptr<Trainer> Trainer::resume(const fs::path& dir, Device device) {
         "--resume: {} is missing (the checkpoint is at step {})", metrics_path.string(), step));
   if (step > 0) check_kept_rows(metrics_path, step);
   m->opt.device = device;
-  m->learner = model::Learner::load_checkpoint(ck.string(), device);
-  const model::LearnerConfig want = learner_config(m->opt), &got = m->learner->config();
+  m->opt.learner_ranks = where.learner_ranks;
+  m->opt.sampler_device = where.sampler_device;
+  m->opt.validate();  // the rank count against the run's --grad-slots
+  std::vector<detail::LearnerReplica> replicas;
+  for (const Device& d : learner_devices(m->opt))
+    replicas.push_back({model::Learner::load_checkpoint(ck.string(), d), nullptr});
+  const model::LearnerConfig want = learner_config(m->opt), &got = replicas[0].learner->config();
   if (got.adamw.lr != want.adamw.lr || got.mode != want.mode ||
       got.temperature != want.temperature || got.seed != want.seed ||
       got.max_grad_norm != want.max_grad_norm ||
@@ -335,7 +367,10 @@ std::unique_ptr<Trainer> Trainer::resume(const fs::path& dir, Device device) {
         "--resume: the learner settings in {} (lr, mode, temperature, seed, clipping, weight "
         "decay, K / V rounding) differ from the run's options",
         (ck / "learner.json").string()));
-  m->reference = reference_decoder(ref, m->recipe, device);
+  for (detail::LearnerReplica& rep : replicas)
+    rep.reference = reference_decoder(ref, m->recipe, rep.learner->config().device);
+  m->ranks = std::make_unique<detail::LearnerRanks>(std::move(replicas), learner_group(m->opt),
+                                                    m->opt.grad_slots);
   m->step = step;
   m->elapsed_before_s = state.value("elapsed_s", 0.0);
 
@@ -351,12 +386,18 @@ void Trainer::Impl::save_checkpoint() {
   // The rows up to this step reach the disk before the checkpoint that says they exist, so a
   // crash never leaves a checkpoint ahead of its rows.
   if (metrics) detail::fsync_file(metrics->path());
+  // Replicas that drifted apart would make the checkpoint (rank 0's) a lie about the others.
+  ranks->check_replicas();
   const fs::path tmp = detail::make_temp_dir(dir, run_files::kCheckpoint);
   try {
-    learner->save_checkpoint(tmp.string());
-    const Json state = {{"format", "lockstep.trainer.v1"}, {"step", step},
-                        {"policy_version", step},          {"optimizer_steps", learner->version()},
-                        {"elapsed_s", elapsed_s()},        {"options", options_to_json(opt)}};
+    learner().save_checkpoint(tmp.string());
+    const Json state = {{"format", "lockstep.trainer.v1"},
+                        {"step", step},
+                        {"policy_version", step},
+                        {"optimizer_steps", learner().version()},
+                        {"elapsed_s", elapsed_s()},
+                        {"options", options_to_json(opt)},
+                        {"learner_ranks", opt.learner_ranks}};
     write_file_atomic((tmp / run_files::kTrainerState).string(), state.dump(2) + "\n");
     detail::fsync_dir_tree(tmp);
     detail::replace_dir(tmp, dir / run_files::kCheckpoint);

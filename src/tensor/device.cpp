@@ -89,6 +89,19 @@ Device select_device(std::string_view choice) {
   return *d;
 }
 
+void set_thread_device(Device d) {
+  if (d.is_cpu()) return;
+#if defined(LOCKSTEP_HAVE_CUDA)
+  if (const cudaError_t err = cudaSetDevice(d.index); err != cudaSuccess) {
+    cudaGetLastError();
+    throw std::runtime_error(
+        fmt::format("cudaSetDevice({}): {}", d.str(), cudaGetErrorString(err)));
+  }
+#else
+  require_device(d);  // throws: built without CUDA
+#endif
+}
+
 std::pair<size_t, size_t> device_memory(Device d) {
   if (d.is_cpu()) return {0, 0};
 #if defined(LOCKSTEP_HAVE_CUDA)

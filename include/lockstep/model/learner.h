@@ -74,6 +74,14 @@ class Learner {
   // a checkpoint records the current one. std::invalid_argument unless lr is finite and >= 0.
   void set_lr(double lr);
   void zero_grad();
+  // The gradients as one F32 vector [gradient_numel()] on the learner's device, the tensors of
+  // grads() laid end to end in name order: what a data-parallel learner reduces over its
+  // gradient slots (one backward from zero gradients per slot). F32 learners only.
+  Tensor gradient_flat() const;
+  // Replaces every gradient by its part of `flat` (F32 [gradient_numel()], any device): the
+  // reduced gradient that step() then clips and applies.
+  void set_gradient_flat(const Tensor& flat);
+  int64_t gradient_numel() const;
   // The masters were changed in place outside step() (a gradient check, a loaded state): rebuild
   // the weight operands the decoder made from them.
   void weights_changed();

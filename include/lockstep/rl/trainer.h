@@ -26,6 +26,14 @@ struct TrainOptions {
   // Where the learner, the samplers and the reference run. Not part of the run's identity (not
   // stored in "options"): a checkpoint continues on any device (--resume --device).
   Device device = Device::cpu();
+  // Data-parallel learner ranks, each a full replica (not part of the run's identity either: the
+  // bits do not depend on it, so --resume may change it). 1, or a power of two dividing
+  // grad_slots. On the CPU the ranks are threads over the fake transport; on a GPU rank r runs on
+  // cuda:(device.index + r) over NCCL. docs/multi-gpu.md.
+  int learner_ranks = 1;
+  // Where the sampler (and the bf16 evaluation sampler) runs when not on `device`: its own GPU
+  // (--gpus L:1). Not part of the run's identity.
+  std::optional<Device> sampler_device;
   std::string task = "add";
   int difficulty = 2;
   std::string guard = "tis";   // none, tis, triage (TIS + gate + repair), triage-gate
@@ -41,7 +49,12 @@ struct TrainOptions {
   double weight_decay = 0.0;
   double max_grad_norm = 1.0;
   int64_t minibatches = 1;  // optimizer steps per RL step (prompts % minibatches == 0)
-  double kl_coef = 0.0;     // k3 KL to the initial policy (always logged)
+  // Gradient slots M: each minibatch's responses cut into M contiguous fixed parts, each slot's
+  // gradient taken alone (one backward, the minibatch's normalisation) and the M summed in one
+  // fixed pairwise tree (dist::tree_sum). A power of two, at most the responses of a minibatch; 1
+  // is one backward over the whole minibatch. Fixing M fixes the bits whatever learner_ranks.
+  int64_t grad_slots = 1;
+  double kl_coef = 0.0;  // k3 KL to the initial policy (always logged)
   double tis_cap = 2.0;
   GateOptions gate;              // TRIAGE gate (segment, thresholds, weights)
   RepairOptions repair;          // TRIAGE repair (segment, margin, scale, weight)
@@ -92,6 +105,13 @@ struct TrainResult {
   std::filesystem::path report;  // RUN_DIR/report.html
 };
 
+// Where a resumed run continues (TrainOptions' fields of the same names).
+struct ResumePlacement {
+  Device device = Device::cpu();
+  int learner_ranks = 1;
+  std::optional<Device> sampler_device;
+};
+
 // Run folder layout:
 //   run_meta.json   options, recipe, model, warm start, provenance; results at the end
 //   metrics.jsonl   one row per step (row 0: the initial evaluation)
@@ -106,10 +126,12 @@ class Trainer {
   static std::unique_ptr<Trainer> create(const std::filesystem::path& run_dir,
                                          const TrainOptions& options, const SelectedRecipe& recipe,
                                          const model::ModelWeights& init, RunMetaExtras meta);
-  // Continues run_dir from its checkpoint. Throws std::invalid_argument (nothing changed) when
-  // the folder is not a run, or its checkpoint belongs to another model, recipe or options.
+  // Continues run_dir from its checkpoint on `where` (any device and rank count: the run's bits
+  // do not depend on them). Throws std::invalid_argument (nothing changed) when the folder is not
+  // a run, its checkpoint belongs to another model, recipe or options, or the rank count does not
+  // divide the run's --grad-slots.
   static std::unique_ptr<Trainer> resume(const std::filesystem::path& run_dir,
-                                         Device device = Device::cpu());
+                                         const ResumePlacement& where = {});
 
   ~Trainer();
   Trainer(const Trainer&) = delete;

@@ -87,4 +87,9 @@ Device select_device(std::string_view choice);
 // Free and total bytes of a CUDA device's memory (cudaMemGetInfo); {0, 0} for the CPU.
 std::pair<size_t, size_t> device_memory(Device d);
 
+// Makes `d` the calling thread's current CUDA device (cudaSetDevice), where kernels on the legacy
+// default stream run: a thread that works on one GPU (a data-parallel rank) calls it first. No-op
+// for the CPU; std::runtime_error naming the device when it cannot be selected.
+void set_thread_device(Device d);
+
 }  // namespace lockstep
