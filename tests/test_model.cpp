@@ -262,6 +262,47 @@ TEST(ModelSampler, CpuStepsRunCallByCall) {
   EXPECT_FALSE(g.defined());
 }
 
+// A sampler keeps its rope table across versions of one config (DecoderWeights::rope): tokens and
+// log-probs equal a fresh sampler's after versions of other recipes and
+// of other weights; a decoder handed another config's table refuses it by name.
+TEST(ModelSampler, NewVersionsKeepTheRopeTableAndTheBits) {
+  TinyOptions o;
+  o.moe = true;
+  const ModelConfig c = tiny_config(o);
+  const ModelWeights w0 = tiny_weights(c, test_seed() + 11), w1 = tiny_weights(c, test_seed() + 12);
+  std::vector<SampleRequest> reqs;
+  for (uint32_t i = 0; i < 3; ++i)
+    reqs.push_back({random_ids(3 + i, c.vocab_size, test_seed(), 300 + i), i});
+  const SamplerConfig sc{.max_new = 6, .seed = test_seed(), .max_batch = 3};
+  Sampler kept(sc);
+  int64_t v = 0;
+  for (const ModelWeights* w : {&w0, &w1})
+    for (const char* rn : {"bf16", "nvfp4_per_token", "mxfp8"}) {
+      const PolicyVersion p = export_policy(*w, recipe(rn), v);
+      kept.load_policy(p, v, rn);
+      Sampler fresh(sc);
+      fresh.load_policy(p, v, rn);
+      const std::vector<SampleResult> a = kept.generate(reqs), b = fresh.generate(reqs);
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        EXPECT_EQ(a[i].tokens, b[i].tokens) << rn << " version " << v << " request " << i;
+        expect_same_model_bits(a[i].logprobs, b[i].logprobs, std::string(rn) + " logprobs");
+      }
+      ++v;
+    }
+  ModelConfig c2 = c;
+  c2.max_position_embeddings = c.max_position_embeddings * 2;
+  const PolicyVersion p2 = export_policy(tiny_weights(c2, test_seed() + 13), recipe("bf16"), 0);
+  DecoderWeights dw = decoder_weights(p2, Device::cpu());
+  dw.rope =
+      Decoder(decoder_weights(export_policy(w0, recipe("bf16"), 0), Device::cpu())).rope_table();
+  try {
+    Decoder d(std::move(dw));
+    ADD_FAILURE() << "a rope table of another config was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("rope table"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ModelPolicy, RefusesWrongVersionRecipeOrChecksum) {
   const ModelConfig c = tiny_config();
   const ModelWeights w = tiny_weights(c, test_seed() + 4);

@@ -299,24 +299,34 @@ TEST(RlTriageStats, MinibatchStatsMergeIntoTheWholeBatch) {
   std::mt19937_64 g(seed);
   std::uniform_real_distribution<double> u(0, 1);
   const int R = 12;
-  std::vector<int64_t> lens;
-  for (int i = 0; i < R; ++i) lens.push_back(1 + int64_t(u(g) * 300));
-  const std::vector<int64_t> off = offsets_of(lens);
-  std::vector<double> old, smp, adv;
-  std::vector<uint8_t> mask;
-  for (int i = 0; i < R; ++i) adv.push_back(i % 3 == 0 ? 0.0 : u(g) < 0.5 ? -1.0 : 1.0);
-  for (int64_t t = 0; t < off.back(); ++t) {
-    old.push_back(-3 * u(g));
-    const double gap = u(g) < 0.05 ? -8 * u(g) - 4 : (u(g) < 0.5 ? -2.5 : 1.5) * u(g);
-    smp.push_back(old.back() - gap);
-    mask.push_back(u(g) < 0.95);
-  }
   ObjectiveConfig cfg;
   cfg.guard = Guard::kTriage;
-  const auto whole = compute_objective<double>({off, old, old, smp, {}, mask, adv}, cfg);
-  ASSERT_GT(whole.stats.gate.gated_tokens, 0) << "seed " << seed;
-  ASSERT_GT(whole.stats.repair.active_segments, 0) << "seed " << seed;
-  ASSERT_GT(whole.stats.tis.clipped, 0) << "seed " << seed;
+  // A random batch of 12 responses; drawn again (from the same generator) until TIS clips, the
+  // gate gates and the repair acts somewhere, so that every statistic below is non-trivial.
+  std::vector<int64_t> off;
+  std::vector<double> old, smp, adv;
+  std::vector<uint8_t> mask;
+  ObjectiveResultT<double> whole;
+  int draws = 0;
+  for (; draws < 100; ++draws) {
+    std::vector<int64_t> lens;
+    for (int i = 0; i < R; ++i) lens.push_back(1 + int64_t(u(g) * 300));
+    off = offsets_of(lens);
+    old.clear(), smp.clear(), adv.clear(), mask.clear();
+    for (int i = 0; i < R; ++i) adv.push_back(i % 3 == 0 ? 0.0 : u(g) < 0.5 ? -1.0 : 1.0);
+    for (int64_t t = 0; t < off.back(); ++t) {
+      old.push_back(-3 * u(g));
+      const double gap = u(g) < 0.05 ? -8 * u(g) - 4 : (u(g) < 0.5 ? -2.5 : 1.5) * u(g);
+      smp.push_back(old.back() - gap);
+      mask.push_back(u(g) < 0.95);
+    }
+    whole = compute_objective<double>({off, old, old, smp, {}, mask, adv}, cfg);
+    if (whole.stats.gate.gated_tokens > 0 && whole.stats.repair.active_segments > 0 &&
+        whole.stats.tis.clipped > 0)
+      break;
+  }
+  ASSERT_LT(draws, 100) << "no batch in 100 draws made TIS, the gate and the repair all act; seed "
+                        << seed;
   for (int K : {2, 3, 4, 6}) {
     TisStats tis;
     TriageGateStats gate;

@@ -71,9 +71,20 @@ Decoder::Impl::Impl(DecoderWeights w) : c(w.config), plan(std::move(w.plan)) {
   D = c.head_dim;
   dtype = tensor("final_norm").dtype();
   dev = tensor("final_norm").device();
-  rope = ops::rope_table(c.max_position_embeddings, D, c.rope_theta, dtype);
-  rope.cos = rope.cos.to(dev);
-  rope.sin = rope.sin.to(dev);
+  if (w.rope.cos.defined()) {
+    if (w.rope.max_pos != c.max_position_embeddings || w.rope.head_dim != D ||
+        w.rope.device() != dev || w.rope.cos.dtype() != dtype)
+      throw std::invalid_argument(fmt::format(
+          "decoder: the given rope table ({} positions x {} on {}, {}) is not this config's ({} x "
+          "{} on {}, {})",
+          w.rope.max_pos, w.rope.head_dim, w.rope.device().str(), dtype_name(w.rope.cos.dtype()),
+          c.max_position_embeddings, D, dev.str(), dtype_name(dtype)));
+    rope = std::move(w.rope);
+  } else {
+    rope = ops::rope_table(c.max_position_embeddings, D, c.rope_theta, dtype);
+    rope.cos = rope.cos.to(dev);
+    rope.sin = rope.sin.to(dev);
+  }
   uint32_t stream = 1;
   auto linear = [&](const LinearSite& s) {
     const LinearSpec spec = site_spec(plan, s);
@@ -158,6 +169,7 @@ Decoder::Decoder(DecoderWeights w) : impl_(std::make_unique<Impl>(std::move(w)))
 Decoder::~Decoder() = default;
 const ModelConfig& Decoder::config() const { return impl_->c; }
 DType Decoder::dtype() const { return impl_->dtype; }
+const ops::RopeTable& Decoder::rope_table() const { return impl_->rope; }
 
 void require_moe_for_replay(const ModelConfig& c, std::string_view what) {
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)

@@ -193,8 +193,15 @@ void Sampler::load_policy(PolicyVersion p, int64_t expected_version,
         "sampler: policy version {} checksum {:016x} does not verify (the bytes hash to {:016x})",
         p.version, p.checksum, sum));
   impl_->drop_steps();
+  DecoderWeights w = decoder_weights(p, impl_->cfg.device);
+  // The rope table depends on the config and dtype alone: a new version of the same model keeps
+  // it (an 8192-position table is 0.5M sines and cosines on the host, then a copy to the device).
+  const auto norm = w.tensors.find("final_norm");
+  if (impl_->dec && impl_->policy && impl_->policy->config == p.config && norm != w.tensors.end() &&
+      norm->second.dtype() == impl_->dec->dtype())
+    w.rope = impl_->dec->rope_table();
   impl_->dec.reset();  // the old version's device memory first
-  impl_->dec = std::make_unique<Decoder>(decoder_weights(p, impl_->cfg.device));
+  impl_->dec = std::make_unique<Decoder>(std::move(w));
   impl_->dec->set_mode(impl_->cfg.mode);
   impl_->policy = std::move(p);
 }

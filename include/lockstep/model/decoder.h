@@ -40,6 +40,10 @@ struct DecoderWeights {
   std::map<std::string, nn::Operand> operands;
   // [out, in] of each module given by an operand (per expert for grouped modules).
   std::map<std::string, std::pair<int64_t, int64_t>> operand_dims;
+  // A rope table already built for this config, dtype and device (Decoder::rope_table of a
+  // decoder of the same config), used instead of building one; empty: the decoder builds it (on
+  // the host in float64: max_position_embeddings x head_dim / 2 sines and cosines, then copied).
+  ops::RopeTable rope;
 };
 
 // The recipe module class of a linear weight by lockstep name ("layers.3.qkv" -> kQkv; a dense
@@ -105,6 +109,9 @@ class Decoder {
 
   const ModelConfig& config() const;
   DType dtype() const;
+  // The rope table (on the decoder's device): a next decoder of the same config takes it through
+  // DecoderWeights::rope (the sampler does on every policy version).
+  const ops::RopeTable& rope_table() const;
 
   // Packed forward: ids I32 [n] (host), cu_seqlens [b + 1] (0 .. n, every sequence at most
   // max_position_embeddings long). Returns logits [n, V] (F32, or F64). save: keep what the
