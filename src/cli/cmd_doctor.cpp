@@ -10,6 +10,7 @@
 #include "lockstep/recipe/registry.h"
 #include "lockstep/recipe/selection.h"
 #include "lockstep/tensor/device.h"
+#include "train_cli.h"
 
 namespace lockstep::cli {
 namespace {
@@ -133,7 +134,11 @@ void run_doctor(DoctorArgs& a) {
       "device: the model commands (train, compare, forward, sample, align, bench model) run on {} "
       "(--device auto){}\n",
       auto_device,
-      auto_device == "cpu" ? "" : "; the warm start of train / pretrain runs on the CPU");
+      auto_device == "cpu"
+          ? ""
+          : fmt::format("; train, pretrain and compare without --preset or --model train the {} "
+                        "preset there, warm start included",
+                        GpuMainJob::kPreset));
 }
 
 }  // namespace
