@@ -91,13 +91,17 @@ struct PaddedGroupedLinear : nn::GroupedLinear {
   std::vector<int64_t> from, to;  // the caller's offsets and the padded ones (empty: no padding)
 };
 
-// Rows of each group of x [R, C] (starting at from[g]) written at to[g] of a zero [to.back(), C]
-// buffer, min(group sizes) rows per group; ordered on the thread's current stream.
+// Rows of each group of x [R, C] (starting at from[g]) written at to[g] of a [to.back(), C]
+// buffer, min(group sizes) rows per group, the rows past them zero; ordered on the thread's
+// current stream.
 Tensor move_groups(const Tensor& x, const std::vector<int64_t>& from,
                    const std::vector<int64_t>& to) {
   const Stream s = current_stream();
   Tensor out = Tensor::empty(x.dtype(), {to.back(), x.cols()}, x.device(), s);
-  fill_bytes(out.raw(), out.device(), 0, out.nbytes(), s);
+  bool padded = false;  // a destination group longer than its source: zero rows to write
+  for (size_t g = 0; g + 1 < from.size(); ++g)
+    padded = padded || to[g + 1] - to[g] > from[g + 1] - from[g];
+  if (padded) fill_bytes(out.raw(), out.device(), 0, out.nbytes(), s);
   const size_t row = size_t(x.cols()) * dtype_size(x.dtype());
   for (size_t g = 0; g + 1 < from.size(); ++g) {
     const int64_t n = std::min(from[g + 1] - from[g], to[g + 1] - to[g]);

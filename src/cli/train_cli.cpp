@@ -152,11 +152,12 @@ void resolve_run_device(TrainArgs& a, const std::string& warm_prefix) {
   };
   if (!a.model_dir.empty() || given("--preset")) return;
   a.preset = GpuMainJob::kPreset;
-  if (!given("--lr") && warm_prefix != "--") a.opt.lr = GpuMainJob::kLr;
+  // pretrain names its warm-start lr --lr and has no RL lr or checkpoints: the RL settings it
+  // does not read are harmless there.
+  if (!given("--lr")) a.opt.lr = GpuMainJob::kLr;
   if (!given(warm_prefix + "lr")) a.warm.lr = GpuMainJob::kWarmLr;
   if (!given("--eval-prompts")) a.opt.eval_prompts = GpuMainJob::kEvalPrompts;
-  if (a.cmd->get_option_no_throw("--checkpoint-every") && !given("--checkpoint-every"))
-    a.opt.checkpoint_every = GpuMainJob::kCheckpointEvery;
+  if (!given("--checkpoint-every")) a.opt.checkpoint_every = GpuMainJob::kCheckpointEvery;
 }
 
 void validate_train_options(const rl::TrainOptions& o) {
