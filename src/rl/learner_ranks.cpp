@@ -219,7 +219,9 @@ std::vector<model::StepStats> LearnerRanks::update(const StepBatch& b, int64_t m
                         "{} tokens",
                         r, grad.size(), t_count));
       // One backward per slot from zero gradients; the last forward's slot first, so its saved
-      // state is used before another forward replaces it.
+      // state is used before another forward replaces it. One rank with one slot: its gradient
+      // is the step's (the tree over one slot is that slot), so it stays where the backward put it.
+      const bool direct = n == 1 && M == 1;
       std::vector<Tensor> slot_grads(size_t(s_hi - s_lo));
       L.zero_grad();
       for (int64_t s = s_hi - 1; s >= s_lo; --s) {
@@ -235,10 +237,11 @@ std::vector<model::StepStats> LearnerRanks::update(const StepBatch& b, int64_t m
           dlogp[size_t(sb.packed.rows[t])] = grad[size_t(t0) + t];
         L.backward(Tensor::from_vector<float>(dlogp, {int64_t(dlogp.size())}, DType::kF32),
                    Tensor());
+        if (direct) continue;
         slot_grads[size_t(s - s_lo)] = L.gradient_flat();
         L.zero_grad();
       }
-      L.set_gradient_flat(dist::reduce_gradients(comm, slot_grads));
+      if (!direct) L.set_gradient_flat(dist::reduce_gradients(comm, slot_grads));
       const model::StepStats st = L.step();
       if (r == 0) stats.push_back(st);
     }
