@@ -114,7 +114,9 @@ def load_hf(path, dtype):
     except TypeError:
         kw["dtype"] = kw.pop("torch_dtype")
         m = AutoModelForCausalLM.from_pretrained(path, **kw)
-    return m.eval()
+    # compressed-tensors decompresses into bf16 whatever dtype the model was asked for: a float32
+    # reading casts those (exact) bf16 weights up, so every op runs in float32.
+    return m.to(dtype).eval()
 
 
 def decompressed_weight(model, prefix):

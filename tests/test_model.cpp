@@ -388,3 +388,58 @@ TEST(ModelErrors, BadInputIsRefusedWithAMessage) {
   const std::vector<SampleRequest> empty{{{}, 0}};
   EXPECT_NE(msg([&] { s.generate(empty); }).find("empty"), std::string::npos);
 }
+
+TEST(ModelLearner, StepAmaxPerConverterDomainExportsTheSameBytesAsReadingTheWeights) {
+  // nvfp4_per_tensor on every linear layer scales each expert's weight apart (per_group) and each
+  // other weight as one tensor: the learner's AdamW step computes those amax values as it writes
+  // the masters, and the export that takes them equals the export that reads the masters.
+  TinyOptions o;
+  o.moe = true;
+  const ModelConfig c = tiny_config(o);
+  Recipe sampler_recipe = recipe("nvfp4_per_tensor");
+  sampler_recipe.name = "test_nvfp4_per_tensor_all_linear";
+  sampler_recipe.coverage.scope = CoverageScope::kAllLinear;
+  sampler_recipe.coverage.last_fraction_bf16 = 0.0;
+  const std::map<std::string, int64_t> counts = weight_amax_domain_counts(c, sampler_recipe);
+  ASSERT_FALSE(counts.empty());
+  bool per_expert = false;
+  for (const auto& [name, d] : counts) per_expert = per_expert || d == c.num_experts;
+  EXPECT_TRUE(per_expert) << "no expert weight with one domain per expert";
+  EXPECT_TRUE(weight_amax_domain_counts(c, recipe("nvfp4_per_token")).empty());  // per_row
+  EXPECT_TRUE(weight_amax_domain_counts(c, recipe("bf16")).empty());
+
+  const Batch b = make_batch({7, 5}, c.vocab_size, 90);
+  LearnerConfig lc;
+  lc.adamw.lr = 1e-2;
+  Learner l(tiny_weights(c, test_seed() + 31), recipe("bf16"), lc);
+  l.set_weight_amax_domains(counts);
+  EXPECT_TRUE(l.weight_amax().empty());
+  Tensor ones(DType::kF32, {int64_t(b.ids.size())});
+  for (int64_t i = 0; i < ones.numel(); ++i) ones.ptr<float>()[i] = 1.0f;
+  for (int s = 0; s < 2; ++s) {
+    l.forward(ids_tensor(b.ids), b.cu, ids_tensor(b.targets));
+    l.backward(ones, Tensor());
+    l.step();
+  }
+  const WeightAmax amax = usable_weight_amax(l.weight_amax(), c, sampler_recipe);
+  ASSERT_EQ(amax.size(), counts.size());
+  for (const auto& [name, d] : counts) EXPECT_EQ(amax.at(name).numel(), d) << name;
+  const PolicyVersion read = export_policy(l.weights(), sampler_recipe, 2);
+  const PolicyVersion given = export_policy(l.weights(), sampler_recipe, 2, {}, &amax);
+  EXPECT_EQ(given.checksum, read.checksum);
+  // A wrong value is used, not re-read: the same check can fail.
+  WeightAmax wrong = amax;
+  Tensor twice = wrong.begin()->second.clone();
+  for (int64_t i = 0; i < twice.numel(); ++i) twice.ptr<float>()[i] *= 2.0f;
+  wrong.begin()->second = twice;
+  EXPECT_NE(export_policy(l.weights(), sampler_recipe, 2, {}, &wrong).checksum, read.checksum);
+  // An amax for another domain count is not usable under this recipe.
+  EXPECT_TRUE(
+      usable_weight_amax(l.weight_amax(), c, recipe("nvfp4_per_token_w_per_tensor")).size() <=
+      amax.size());
+  // Masters changed outside step(): no amax until the next step.
+  l.weights_changed();
+  EXPECT_TRUE(l.weight_amax().empty());
+  EXPECT_THROW(l.set_weight_amax_domains({{"no_such_weight", 1}}), std::invalid_argument);
+  EXPECT_THROW(l.set_weight_amax_domains({{counts.begin()->first, 0}}), std::invalid_argument);
+}

@@ -170,3 +170,34 @@ TEST(OpsGradNorm, ChunkedFloat64SumAndClipping) {
   EXPECT_TRUE(std::isinf(clip_grad_norm_cpu<float>(mut, 1.0)));
   EXPECT_EQ(grads[1], clipped[1]);
 }
+
+TEST(OpsAdamW, AmaxPerDomainIsEachEqualPartsAmaxAndLeavesTheUpdateAsIs) {
+  SeedTrace seed;
+  std::mt19937_64 g(seed.value);
+  const int64_t n = 3 * 40000;
+  const AdamWConfig cfg{1e-3, 0.9, 0.95, 1e-8, 0.0};
+  auto p0 = ops_test::uniform<float>(size_t(n), g);
+  p0[size_t(n / 3 + 5)] = -7.5f;  // the second domain's amax, negative
+  const auto grad = ops_test::uniform<float>(size_t(n), g);
+  auto run = [&](int64_t domains, std::vector<float>& amax) {
+    auto p = p0;
+    std::vector<float> m(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+    amax.assign(size_t(domains), -1.0f);
+    adamw_step_cpu<float>(p.data(), grad.data(), m.data(), v.data(), n, cfg, 1, 1.0f, amax.data(),
+                          domains);
+    return p;
+  };
+  std::vector<float> one, three;
+  const auto p1 = run(1, one), p3 = run(3, three);
+  EXPECT_TRUE(ops_test::same_bits(p1, p3));
+  for (int64_t d = 0; d < 3; ++d) {
+    float want = 0.0f;
+    for (int64_t i = d * n / 3; i < (d + 1) * n / 3; ++i)
+      want = std::max(want, std::fabs(p3[size_t(i)]));
+    EXPECT_EQ(three[size_t(d)], want) << "domain " << d;
+  }
+  EXPECT_EQ(one[0], std::max({three[0], three[1], three[2]}));
+  EXPECT_GT(three[1], 7.0f);
+  std::vector<float> bad;
+  EXPECT_THROW(run(7, bad), std::invalid_argument);  // 7 does not divide n
+}

@@ -3,6 +3,10 @@
 // Sampler::load_policy (checksum verified where the bytes live, decoder weights in place), timed
 // per recipe with the ratio to bf16 and the targets (NVFP4 <= 0.5x, MXFP8 and FP8 block
 // <= 0.75x). Warm-up versions are excluded; each figure is the median of --reps versions.
+// A recipe whose weights take an outer amax (NVFP4 per_tensor / per_group) is timed as the trainer
+// runs it: the amax of each weight (per expert where the recipe says so) comes from the AdamW step
+// that wrote it (an update with lr 0 here, untimed, leaving the masters as they are), so the export
+// reads each master once; the export that reads the masters for their amax is timed beside it.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,6 +15,7 @@
 #include "commands.h"
 #include "lockstep/model/policy.h"
 #include "lockstep/model/sampler.h"
+#include "lockstep/ops/tensor_ops.h"
 #include "lockstep/recipe/registry.h"
 #include "lockstep/tensor/storage.h"
 
@@ -19,7 +24,8 @@ namespace {
 
 struct BenchSyncArgs {
   std::vector<std::string> presets{"gpu-moe", "qwen3-30b-a3b-4l"};
-  std::vector<std::string> recipes{"bf16", "nvfp4_per_token", "mxfp8", "fp8_block"};
+  std::vector<std::string> recipes{"bf16", "nvfp4_per_token", "nvfp4_per_tensor", "mxfp8",
+                                   "fp8_block"};
   int reps = 7, warmup = 2;
   std::string device = "auto";
   bool json = false;
@@ -28,6 +34,7 @@ struct BenchSyncArgs {
 struct SyncRow {
   std::string preset, recipe;
   double total_ms = 0, export_ms = 0, load_ms = 0;  // medians
+  double export_read_amax_ms = 0;  // the export reading the amax (recipes that take one; else 0)
   double policy_mb = 0, master_mb = 0;
   double d2h_per_version = 0;  // device-to-host copies per version (0 on the CPU)
 };
@@ -69,31 +76,57 @@ void run_bench_sync(const BenchSyncArgs& a) {
     synchronize(dev);
     for (const std::string& rname : a.recipes) {
       const Recipe& recipe = builtin_recipe_or_throw(rname, "--recipe").recipe;
+      // The optimizer's amax: one AdamW update with lr 0 (masters unchanged) per weight that takes
+      // one, with the converter's domain count.
+      model::WeightAmax amax;
+      for (const auto& [name, domains] : model::weight_amax_domain_counts(cfg, recipe)) {
+        Tensor& p = w.tensors.at(name);
+        Tensor g = Tensor(DType::kF32, p.shape(), dev), m1 = g.clone(), v1 = g.clone();
+        ops::AdamWConfig zero;
+        zero.lr = 0.0;
+        zero.weight_decay = 0.0;
+        ops::adamw_step(p, g, m1, v1, zero, 1, 1.0, &amax[name], domains);
+      }
+      synchronize(dev);
+      const model::WeightAmax* given = amax.empty() ? nullptr : &amax;
       model::SamplerConfig sc;
       sc.device = dev;
       model::Sampler sampler(sc);
-      std::vector<double> total, exp, load;
+      std::vector<double> total, exp, load, read;
       SyncRow r{pname, rname};
       r.master_mb = master * 1e-6;
       const int64_t d2h0 = device_to_host_copies();
       for (int i = 0; i < a.warmup + a.reps; ++i) {
         const int64_t v = ++version;
         const auto t0 = std::chrono::steady_clock::now();
-        model::PolicyVersion p = model::export_policy(w, recipe, v);
+        model::PolicyVersion p = model::export_policy(w, recipe, v, {}, given);
         synchronize(dev);
         const double t_exp = ms_since(t0);
+        if (given) {
+          const auto tr = std::chrono::steady_clock::now();
+          model::PolicyVersion q = model::export_policy(w, recipe, v);
+          synchronize(dev);
+          if (i >= a.warmup) read.push_back(ms_since(tr));
+          if (q.checksum != p.checksum)
+            throw std::runtime_error(fmt::format(
+                "bench sync {} {}: the export with the optimizer's amax differs from the export "
+                "that reads it (checksums {:016x} and {:016x})",
+                pname, rname, p.checksum, q.checksum));
+        }
         r.policy_mb = double(p.nbytes()) * 1e-6;
         const auto t1 = std::chrono::steady_clock::now();
         sampler.load_policy(std::move(p), v, recipe.name);
         synchronize(dev);
         if (i < a.warmup) continue;
-        load.push_back(ms_since(t1));
+        const double t_load = ms_since(t1);
+        load.push_back(t_load);
         exp.push_back(t_exp);
-        total.push_back(ms_since(t0));
+        total.push_back(t_exp + t_load);
       }
       r.total_ms = median(total);
       r.export_ms = median(exp);
       r.load_ms = median(load);
+      r.export_read_amax_ms = read.empty() ? 0.0 : median(read);
       r.d2h_per_version = double(device_to_host_copies() - d2h0) / double(a.warmup + a.reps);
       rows.push_back(r);
       fmt::print(stderr, "bench sync {} {}: {:.2f} ms per version\n", pname, rname, r.total_ms);
@@ -120,6 +153,8 @@ void run_bench_sync(const BenchSyncArgs& a) {
            {"convert_sync_ms", r.total_ms},
            {"export_ms", r.export_ms},
            {"load_ms", r.load_ms},
+           {"optimizer_amax", r.export_read_amax_ms > 0},
+           {"export_read_amax_ms", r.export_read_amax_ms},
            {"ratio_to_bf16", ratio},
            {"target_ratio", target_ratio(builtin_recipe_or_throw(r.recipe, "r").recipe)},
            {"target_met", verdict(r, ratio).starts_with("met")},
@@ -134,13 +169,15 @@ void run_bench_sync(const BenchSyncArgs& a) {
       "lockstep bench sync ({}; export_policy + Sampler::load_policy per version, median of {} "
       "after {} warm-up)\n",
       dev.str(), a.reps, a.warmup);
-  fmt::print("{:<18} {:<17} {:>10} {:>10} {:>9} {:>9} {:>10} {:>6} {:<16}\n", "preset", "recipe",
-             "total ms", "export ms", "load ms", "x bf16", "policy MB", "d2h", "target");
+  fmt::print("{:<18} {:<17} {:>10} {:>10} {:>9} {:>9} {:>10} {:>6} {:<16} {}\n", "preset", "recipe",
+             "total ms", "export ms", "load ms", "x bf16", "policy MB", "d2h", "target",
+             "export ms reading the amax");
   for (const SyncRow& r : rows) {
     const double b = bf16_ms(r), ratio = b > 0 ? r.total_ms / b : 0.0;
-    fmt::print("{:<18} {:<17} {:>10.2f} {:>10.2f} {:>9.2f} {:>9.2f} {:>10.1f} {:>6.1f} {:<16}\n",
+    fmt::print("{:<18} {:<17} {:>10.2f} {:>10.2f} {:>9.2f} {:>9.2f} {:>10.1f} {:>6.1f} {:<16} {}\n",
                r.preset, r.recipe, r.total_ms, r.export_ms, r.load_ms, ratio, r.policy_mb,
-               r.d2h_per_version, verdict(r, ratio));
+               r.d2h_per_version, verdict(r, ratio),
+               r.export_read_amax_ms > 0 ? fmt::format("{:.2f}", r.export_read_amax_ms) : "-");
   }
 }
 
@@ -154,8 +191,8 @@ void register_bench_sync_command(CLI::App& bench) {
       "Example: lockstep bench sync --device cuda --preset gpu-moe --json");
   c->add_option("--preset", a->presets, "presets to run (default gpu-moe qwen3-30b-a3b-4l)");
   c->add_option("--recipe", a->recipes,
-                "recipes to run (default bf16 nvfp4_per_token mxfp8 fp8_block; bf16 is the "
-                "ratio's denominator)");
+                "recipes to run (default bf16 nvfp4_per_token nvfp4_per_tensor mxfp8 fp8_block; "
+                "bf16 is the ratio's denominator)");
   add_integer_option(*c, "--reps", a->reps, 1, 1'000'000, "timed versions (median)");
   add_integer_option(*c, "--warmup", a->warmup, 0, 1'000'000, "untimed versions first");
   c->add_flag("--json", a->json, "print JSON");

@@ -22,7 +22,8 @@ ModelPlan plan_for(const ModelConfig& c, const Recipe& r, std::span<const CodeOv
 struct Learner::Impl {
   ModelWeights w;
   std::map<std::string, Tensor> grads, m, v;
-  std::map<std::string, Tensor> amax;  // F32 [1] per master: its amax after the last step
+  std::map<std::string, Tensor> amax;  // F32 [domains] per master: its amax after the last step
+  std::map<std::string, int64_t> amax_domains;  // masters with more than one amax domain
   Recipe recipe;
   LearnerConfig cfg;
   ModelPlan plan;
@@ -140,7 +141,8 @@ StepStats Learner::step() {
     const double gscale = st.clipped ? coef : 1.0;
     for (auto& [name, p] : m.w.tensors)
       ops::adamw_step(p, m.grads.at(name), m.m.at(name), m.v.at(name), m.cfg.adamw, m.steps + 1,
-                      gscale, &m.amax[name]);
+                      gscale, &m.amax[name],
+                      m.amax_domains.count(name) ? m.amax_domains.at(name) : 1);
     ++m.steps;
     ++m.version;
     m.dec->weights_changed();
@@ -156,7 +158,27 @@ void Learner::set_lr(double lr) {
   impl_->cfg.adamw.lr = lr;
 }
 
-void Learner::weights_changed() { impl_->dec->weights_changed(); }
+void Learner::weights_changed() {
+  impl_->dec->weights_changed();
+  impl_->amax.clear();  // the amax of the last step no longer describes the masters
+}
+
+void Learner::set_weight_amax_domains(const std::map<std::string, int64_t>& domains) {
+  Impl& m = *impl_;
+  for (const auto& [name, d] : domains) {
+    const auto it = m.w.tensors.find(name);
+    if (it == m.w.tensors.end())
+      throw std::invalid_argument(
+          fmt::format("learner: amax domains for '{}', which is not a master weight", name));
+    if (d < 1 || it->second.rows() % d != 0)
+      throw std::invalid_argument(
+          fmt::format("learner: {} amax domains for '{}' {}: the count must be >= 1 and divide "
+                      "its rows",
+                      d, name, it->second.describe()));
+  }
+  m.amax_domains = domains;
+  m.amax.clear();
+}
 
 void Learner::zero_grad() {
   for (auto& [name, g] : impl_->grads) g.fill_bytes(0);

@@ -109,6 +109,31 @@ std::optional<std::vector<int64_t>> weight_amax_domains(const ModelConfig& c, co
   return o;
 }
 
+std::map<std::string, int64_t> weight_amax_domain_counts(const ModelConfig& c, const Recipe& recipe,
+                                                         const ExportOptions& opt) {
+  std::map<std::string, int64_t> out;
+  if (opt.force_bf16) return out;
+  const ModelPlan plan = resolve_model(recipe, int(c.num_hidden_layers));
+  for (const LinearSite& s : linear_sites(c)) {
+    const auto o = weight_amax_domains(c, plan, s, opt);
+    if (!o) continue;
+    const int64_t d = int64_t(o->size()) - 1, each = o->back() / d;
+    bool equal = true;
+    for (int64_t i = 0; i < d; ++i) equal = equal && (*o)[size_t(i + 1)] - (*o)[size_t(i)] == each;
+    if (equal) out[s.name] = d;
+  }
+  return out;
+}
+
+WeightAmax usable_weight_amax(const WeightAmax& amax, const ModelConfig& c, const Recipe& recipe,
+                              const ExportOptions& opt) {
+  WeightAmax out;
+  for (const auto& [name, d] : weight_amax_domain_counts(c, recipe, opt))
+    if (const auto it = amax.find(name); it != amax.end() && it->second.numel() == d)
+      out[name] = it->second;
+  return out;
+}
+
 nn::Operand convert_weight(const Tensor& w, const ModelConfig& c, const ModelPlan& plan,
                            const LinearSite& s, const ExportOptions& opt, const Tensor* amax) {
   const LinearSpec spec = site_spec(plan, s);

@@ -34,16 +34,23 @@ AdamWScalars<T> adamw_scalars(const AdamWConfig& cfg, int64_t step, T grad_scale
 
 template <class T>
 void adamw_step_cpu(T* param, const T* grad, T* m, T* v, int64_t n, const AdamWConfig& cfg,
-                    int64_t step, T grad_scale, float* amax) {
+                    int64_t step, T grad_scale, float* amax, int64_t amax_domains) {
   detail::require(n >= 0, "adamw: {} parameters; need n >= 0", n);
+  detail::require(amax_domains >= 1 && n % amax_domains == 0,
+                  "adamw: {} amax domains must be >= 1 and divide the {} parameters", amax_domains,
+                  n);
   const AdamWScalars<T> s = adamw_scalars(cfg, step, grad_scale);
-  uint32_t key = 0;
-#pragma omp parallel for schedule(static) reduction(max : key) if (n >= detail::kParallelMinWork)
-  for (int64_t i = 0; i < n; ++i) {
-    adamw_update(s, param[i], grad[i], m[i], v[i]);
-    if (amax) key = std::max(key, adamw_amax_key(float(param[i])));
+  const int64_t per = n / amax_domains;
+  for (int64_t d = 0; d < amax_domains; ++d) {
+    const int64_t lo = d * per, hi = lo + per;
+    uint32_t key = 0;
+#pragma omp parallel for schedule(static) reduction(max : key) if (per >= detail::kParallelMinWork)
+    for (int64_t i = lo; i < hi; ++i) {
+      adamw_update(s, param[i], grad[i], m[i], v[i]);
+      if (amax) key = std::max(key, adamw_amax_key(float(param[i])));
+    }
+    if (amax) amax[d] = adamw_amax_from_key(key, per > 0);
   }
-  if (amax) *amax = adamw_amax_from_key(key, n > 0);
 }
 
 template <class T>
@@ -95,9 +102,9 @@ double clip_grad_norm_cpu(std::span<const std::span<T>> grads, double max_norm) 
 template AdamWScalars<float> adamw_scalars<float>(const AdamWConfig&, int64_t, float);
 template AdamWScalars<double> adamw_scalars<double>(const AdamWConfig&, int64_t, double);
 template void adamw_step_cpu<float>(float*, const float*, float*, float*, int64_t,
-                                    const AdamWConfig&, int64_t, float, float*);
+                                    const AdamWConfig&, int64_t, float, float*, int64_t);
 template void adamw_step_cpu<double>(double*, const double*, double*, double*, int64_t,
-                                     const AdamWConfig&, int64_t, double, float*);
+                                     const AdamWConfig&, int64_t, double, float*, int64_t);
 template double grad_norm_cpu<float>(std::span<const std::span<const float>>);
 template double grad_norm_cpu<double>(std::span<const std::span<const double>>);
 template double clip_grad_norm_cpu<float>(std::span<const std::span<float>>, double);

@@ -1,11 +1,12 @@
 // CUDA kernels of the optimizer: AdamW (adamw_update of ops/optim.h per element, a grid-stride
-// loop; the updated weight's amax as the largest order-preserving key, one atomicMax per warp,
-// which is exact in any order) and the global gradient norm in the CPU's order (a thread per
-// chunk of kGradNormChunk elements summing in ascending index order, staged through shared memory
-// so that global loads stay coalesced; then a thread per tensor over its chunk sums, then the
-// tensors in list order).
-// Bytes per parameter: AdamW 28 (param, grad, m, v in; param, m, v out), about 20 flops;
-// the norm 4 (the gradient, read once), 2 float64 flops.
+// loop over each amax domain, blockIdx.y the domain; the updated weight's amax per domain as the
+// largest order-preserving key, one atomicMax per warp, which is exact in any order) and the global
+// gradient norm in the CPU's order (a thread per chunk of kGradNormChunk elements summing in
+// ascending index order, staged through shared memory so that global loads stay coalesced; then a
+// thread per tensor over its chunk sums, then the tensors in list order). Bytes per parameter:
+// AdamW 28 (param, grad, m, v in; param, m, v out), about 20 flops; the norm 4 (the gradient, read
+// once), 2 float64 flops.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -20,11 +21,12 @@ using namespace cuda_detail;
 namespace {
 
 __global__ void __launch_bounds__(kMapThreads)
-    adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t n,
+    adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t per,
                  AdamWScalars<float> s, uint32_t* amax_key) {
   uint32_t key = 0;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x, end = (int64_t(blockIdx.y) + 1) * per;
+  for (int64_t i = int64_t(blockIdx.y) * per + int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < end; i += stride) {
     float p = param[i], mi = m[i], vi = v[i];
     adamw_update(s, p, grad[i], mi, vi);
     param[i] = p;
@@ -34,12 +36,13 @@ __global__ void __launch_bounds__(kMapThreads)
   }
   if (amax_key) {
     key = __reduce_max_sync(0xFFFFFFFFu, key);
-    if (threadIdx.x % 32 == 0 && key != 0) atomicMax(amax_key, key);
+    if (threadIdx.x % 32 == 0 && key != 0) atomicMax(amax_key + blockIdx.y, key);
   }
 }
 
-__global__ void adamw_amax_finish_kernel(float* amax, bool nonempty) {
-  amax[0] = adamw_amax_from_key(__float_as_uint(amax[0]), nonempty);
+__global__ void adamw_amax_finish_kernel(float* amax, int64_t domains, bool nonempty) {
+  for (int64_t d = threadIdx.x; d < domains; d += blockDim.x)
+    amax[d] = adamw_amax_from_key(__float_as_uint(amax[d]), nonempty);
 }
 
 // One tensor of the norm: its data, element count and first global chunk.
@@ -109,17 +112,22 @@ __global__ void grad_norm_combine_kernel(const GradSeg* segs, int nseg, const do
 }  // namespace
 
 void adamw_step_cuda(float* param, const float* grad, float* m, float* v, int64_t n,
-                     const AdamWScalars<float>& s, float* amax, Device device) {
+                     const AdamWScalars<float>& s, float* amax, int64_t amax_domains,
+                     Device device) {
   lockstep::cuda::DeviceGuard guard(device);
   const cudaStream_t st = lockstep::cuda::cu(Stream{});
   uint32_t* key = reinterpret_cast<uint32_t*>(amax);
-  if (amax) LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), st));
+  if (amax) LOCKSTEP_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float) * amax_domains, st));
+  const int64_t per = n / amax_domains;
   if (n > 0) {
-    adamw_kernel<<<map_blocks(n), kMapThreads, 0, st>>>(param, grad, m, v, n, s, key);
+    // About the blocks of one grid-stride launch over n, shared out between the domains.
+    const unsigned bx = unsigned(std::max<int64_t>(1, map_blocks(n) / amax_domains));
+    const dim3 grid(std::min<unsigned>(bx, map_blocks(per)), unsigned(amax_domains));
+    adamw_kernel<<<grid, kMapThreads, 0, st>>>(param, grad, m, v, per, s, key);
     LOCKSTEP_CUDA_CHECK_LAUNCH();
   }
   if (amax) {
-    adamw_amax_finish_kernel<<<1, 1, 0, st>>>(amax, n > 0);
+    adamw_amax_finish_kernel<<<1, 256, 0, st>>>(amax, amax_domains, per > 0);
     LOCKSTEP_CUDA_CHECK_LAUNCH();
   }
 }

@@ -11,9 +11,11 @@
 
 namespace lockstep::ops {
 
-// param, grad, m, v: [n]; amax: F32 [1] on the device or nullptr. No host synchronisation.
+// param, grad, m, v: [n]; amax: F32 [amax_domains] on the device or nullptr (amax_domains
+// divides n; value d covers the d-th equal part). No host synchronisation.
 void adamw_step_cuda(float* param, const float* grad, float* m, float* v, int64_t n,
-                     const AdamWScalars<float>& s, float* amax, Device device);
+                     const AdamWScalars<float>& s, float* amax, int64_t amax_domains,
+                     Device device);
 // ptrs[i]: sizes[i] F32 elements each. Chunk sums (a thread per chunk, elements staged through
 // shared memory), then a thread per tensor and one for the total; returns sqrt(total) after one
 // 8-byte device-to-host copy.

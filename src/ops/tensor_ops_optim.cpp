@@ -15,7 +15,7 @@ namespace lockstep::ops {
 using namespace detail;
 
 void adamw_step(Tensor& param, const Tensor& grad_in, Tensor& m, Tensor& v, const AdamWConfig& cfg,
-                int64_t step, double grad_scale, Tensor* amax) {
+                int64_t step, double grad_scale, Tensor* amax, int64_t amax_domains) {
   const char* op = "adamw_step";
   const Device dev = same_device(op, {{&param, "param"}, {&grad_in, "grad"}, {&m, "m"}, {&v, "v"}});
   operand(param, op, "param");
@@ -28,20 +28,23 @@ void adamw_step(Tensor& param, const Tensor& grad_in, Tensor& m, Tensor& v, cons
             m.dtype() == param.dtype() && v.dtype() == param.dtype(),
         fmt::format("{}: param {}, grad {}, m {}, v {} must match (contiguous param, m, v)", op,
                     param.describe(), grad.describe(), m.describe(), v.describe()));
-  if (amax && !(amax->defined() && amax->dtype() == DType::kF32 && amax->numel() == 1 &&
+  check(amax_domains >= 1 && amax_domains <= 65535 && param.numel() % amax_domains == 0,
+        fmt::format("{}: {} amax domains must be in [1, 65535] and divide param {}'s {} elements",
+                    op, amax_domains, param.describe(), param.numel()));
+  if (amax && !(amax->defined() && amax->dtype() == DType::kF32 && amax->numel() == amax_domains &&
                 amax->device() == dev && amax->is_contiguous()))
-    *amax = Tensor::empty(DType::kF32, {1}, dev);
+    *amax = Tensor::empty(DType::kF32, {amax_domains}, dev);
   if (dev.is_cuda()) {
     LOCKSTEP_OPS_CUDA(
         op, adamw_step_cuda(param.ptr<float>(), grad.ptr<float>(), m.ptr<float>(), v.ptr<float>(),
                             param.numel(), adamw_scalars<float>(cfg, step, float(grad_scale)),
-                            amax ? amax->ptr<float>() : nullptr, dev));
+                            amax ? amax->ptr<float>() : nullptr, amax_domains, dev));
     return;
   }
   by_dtype(param, [&](auto t) {
     using T = decltype(t);
     adamw_step_cpu<T>(param.ptr<T>(), grad.ptr<T>(), m.ptr<T>(), v.ptr<T>(), param.numel(), cfg,
-                      step, T(grad_scale), amax ? amax->ptr<float>() : nullptr);
+                      step, T(grad_scale), amax ? amax->ptr<float>() : nullptr, amax_domains);
   });
 }
 

@@ -74,7 +74,14 @@ double Trainer::Impl::sync_policy() {
   const int64_t v = step;
   const Recipe& srec = sampler_recipe();
   const Clock::time_point t0 = Clock::now();
-  sampler.load_policy(model::export_policy(learner().weights(), srec, v), v, srec.name);
+  // The amax of each weight (per expert where the recipe scales experts apart) comes from the
+  // AdamW step that wrote it, so the converter reads each master once; a weight without one (the
+  // first version, a resumed run) is read for it. The bytes are the same either way.
+  const model::WeightAmax amax =
+      model::usable_weight_amax(learner().weight_amax(), learner().weights().config, srec);
+  sampler.load_policy(
+      model::export_policy(learner().weights(), srec, v, {}, amax.empty() ? nullptr : &amax), v,
+      srec.name);
   return seconds_since(t0);
 }
 
@@ -144,6 +151,8 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
   ocfg.tis_cap = o.tis_cap;
   ocfg.gate = o.gate;
   ocfg.repair = o.repair;
+  m.learner().set_weight_amax_domains(
+      model::weight_amax_domain_counts(m.learner().weights().config, m.sampler_recipe()));
   const RewardKind reward_kind = parse_reward_kind(o.reward);
   const Split eval_split = parse_split(o.eval_split);
   {

@@ -250,10 +250,14 @@ void test_adamw() {
         const int64_t step = variant == 0 ? 1 : variant == 1 ? 7 : 2;
         const double scale = variant == 1 ? 0.37 : 1.0;
         const bool want_amax = variant != 2;
+        // Variant 1 splits the amax into 4 equal domains where 4 divides n (the converter's
+        // per-expert amax).
+        const int64_t domains = variant == 1 && n % 4 == 0 ? 4 : 1;
         ops::AdamWConfig cfg;
         cfg.lr = 3e-4, cfg.beta2 = 0.95, cfg.weight_decay = variant == 1 ? 0.1 : 0.0;
         const std::string name = "adamw n" + std::to_string(n) + " step " + std::to_string(step) +
-                                 (want_amax ? " amax " : " ") + dist_name(dist);
+                                 (want_amax ? " amax" + std::to_string(domains) + " " : " ") +
+                                 dist_name(dist);
         if (!selected(name)) continue;
         const uint64_t seed = case_seed(name);
         const Tensor p = values(1, n, dist, seed).view({n});
@@ -265,7 +269,7 @@ void test_adamw() {
         auto run = [&](const Tensor& p0, const Tensor& g, const Tensor& m0,
                        const Tensor& v0) -> Outs {
           Tensor pp = p0.clone(), mm = m0.clone(), vv2 = v0.clone(), amax;
-          ops::adamw_step(pp, g, mm, vv2, cfg, step, scale, want_amax ? &amax : nullptr);
+          ops::adamw_step(pp, g, mm, vv2, cfg, step, scale, want_amax ? &amax : nullptr, domains);
           return {pp, mm, vv2, amax};
         };
         const Tensor pd = to_gpu(p), gd = to_gpu(g), md = to_gpu(m), vd = to_gpu(v);

@@ -89,6 +89,14 @@ class Sync(unittest.TestCase):
         self.assertGreater(rows["mxfp8"]["convert_sync_ms"], 0)
         self.assertEqual(rows["mxfp8"]["target_ratio"], 0.75)
         self.assertEqual(rows["mxfp8"]["device_to_host_copies_per_version"], 0)
+        self.assertFalse(rows["mxfp8"]["optimizer_amax"])
+        # nvfp4_per_tensor's weights take an outer amax: the bench takes it from an AdamW step
+        # and checks that export against the one that reads the masters (equal checksums).
+        r = run("bench", "sync", "--device", "cpu", "--preset", "tiny-moe", "--recipe",
+                "nvfp4_per_tensor", "--reps", "1", "--warmup", "0", "--json")
+        row = json.loads(r.stdout)["results"][0]
+        self.assertTrue(row["optimizer_amax"])
+        self.assertGreater(row["export_read_amax_ms"], 0)
         r = run("bench", "sync", "--device", "cpu", "--preset", "tiny-moe", "--recipe", "nope",
                 check=False)
         self.failed(r, "nope")

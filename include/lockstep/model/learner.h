@@ -87,9 +87,16 @@ class Learner {
   void weights_changed();
 
   const ModelWeights& weights() const;  // the masters, on the learner's device
-  // F32 [1] per master (learner names, on the learner's device): its amax after the last step, for
-  // a converter that quantizes per tensor without reading the weight again (empty before step 1).
+  // F32 [domains] per master (learner names, on the learner's device; domains from
+  // set_weight_amax_domains, else 1): the amax of each equal part of the master after the last
+  // step, for a converter that quantizes per tensor / per expert without reading the weight again
+  // (export_policy's WeightAmax). Empty before the first step and after weights_changed().
   const std::map<std::string, Tensor>& weight_amax() const;
+  // The number of equal parts (outer amax domains) of each named master's amax from the next
+  // step on (model::weight_amax_domain_counts for the converter's recipe); masters not named keep
+  // one. std::invalid_argument for an unknown name or a count that does not divide the rows.
+  // Clears weight_amax().
+  void set_weight_amax_domains(const std::map<std::string, int64_t>& domains);
   const std::map<std::string, Tensor>& grads() const;
   const Recipe& recipe() const;
   const ModelPlan& plan() const;

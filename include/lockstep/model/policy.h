@@ -64,6 +64,17 @@ std::optional<std::vector<int64_t>> weight_amax_domains(const ModelConfig& c, co
                                                         const LinearSite& site,
                                                         const ExportOptions& opt = {});
 
+// The outer amax domain count of every linear weight that takes a supplied amax under `recipe`
+// and whose domains are equal row ranges (weight_amax_domains: the whole weight, or each expert),
+// by lockstep weight name: what an optimizer step computes per weight
+// (Learner::set_weight_amax_domains) so that export_policy reads each master once.
+std::map<std::string, int64_t> weight_amax_domain_counts(const ModelConfig& c, const Recipe& recipe,
+                                                         const ExportOptions& opt = {});
+// The entries of `amax` that export_policy can use under weight_amax_domain_counts(c, recipe,
+// opt): the named weights whose amax holds that many values. Tensors are shared, not copied.
+WeightAmax usable_weight_amax(const WeightAmax& amax, const ModelConfig& c, const Recipe& recipe,
+                              const ExportOptions& opt = {});
+
 // One linear weight (F32 master w, lockstep layout) prepared as the sampler's fprop operand: the
 // learner's bytes (nn::prepare_fprop_weight / prepare_grouped_fprop_weight), or with q / k / v as
 // separate domains when opt.fuse_scales is false. amax (optional): the weight's domain amax.

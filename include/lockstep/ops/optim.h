@@ -74,10 +74,13 @@ LOCKSTEP_HD inline float adamw_amax_from_key(uint32_t key, bool nonempty) {
 
 // param, grad, m, v: [n] T (param the fp32 master weights, m and v the moments, zero before step
 // 1); step: the 1-based number of this update; grad_scale multiplies the gradient (a clipping
-// coefficient, or 1); amax: when not null, receives the amax of the updated param.
+// coefficient, or 1); amax: when not null, receives [amax_domains] values, value d the amax of
+// the updated param's elements [d * n / amax_domains, (d + 1) * n / amax_domains) (amax_domains
+// divides n; the converter's outer domains: the whole weight, or each expert of a grouped one).
 template <class T>
 void adamw_step_cpu(T* param, const T* grad, T* m, T* v, int64_t n, const AdamWConfig& cfg,
-                    int64_t step, T grad_scale = T(1), float* amax = nullptr);
+                    int64_t step, T grad_scale = T(1), float* amax = nullptr,
+                    int64_t amax_domains = 1);
 
 inline constexpr int64_t kGradNormChunk = 4096;
 

@@ -175,11 +175,13 @@ SampledTokens sample_tokens(const Tensor& logits, const Tensor& streams, const T
 // ---- optimizer ----------------------------------------------------------------------------------
 // AdamW on one parameter (ops/optim.h): param, m, v updated in place; grad read; all contiguous,
 // of one dtype, on one device. grad_scale (a clipping coefficient, or 1) is rounded to the dtype
-// once. amax: when not null, receives an F32 [1] tensor on the param's device holding the amax of
-// the updated param (ops/optim.h); an F32 tensor of one element already there is written in place
-// (so a caller can keep one buffer per weight), anything else is replaced by a new one.
+// once. amax: when not null, receives an F32 [amax_domains] tensor on the param's device, value d
+// the amax of the updated param's d-th equal part of its elements (ops/optim.h; amax_domains
+// divides the element count: 1 for the whole weight, E for the experts of a grouped weight); an
+// F32 tensor of that size already there is written in place (so a caller can keep one buffer per
+// weight), anything else is replaced by a new one.
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& cfg,
-                int64_t step, double grad_scale, Tensor* amax = nullptr);
+                int64_t step, double grad_scale, Tensor* amax = nullptr, int64_t amax_domains = 1);
 // The global L2 norm of a list of gradients (F32 or F64 on the CPU, F32 on CUDA; one dtype, one
 // device), in float64 with the fixed order of ops/optim.h (chunks of kGradNormChunk, tensors in
 // list order), returned on the host: a CUDA call ends with one 8-byte device-to-host copy.
