@@ -183,7 +183,8 @@ def make_ct_checkpoint(src, export_dir, out_dir):
             p = n[: -len(".weight")]
             sd = ct_quantize_module(t, fused[fuse_key(p)])
             for key in ("weight_packed", "weight_scale", "weight_global_scale"):
-                out[f"{p}.{key}"] = sd[key].contiguous()
+                # Fused modules share one global scale tensor: each file entry gets its own copy.
+                out[f"{p}.{key}"] = sd[key].contiguous().clone()
         else:
             out[n] = t
     os.makedirs(out_dir)

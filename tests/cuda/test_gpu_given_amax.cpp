@@ -45,6 +45,7 @@ void test_given_amax() {
                 (larger ? " larger" : "") + (bf16 ? " bf16" : " f32");
             if (!selected(name)) continue;
             QuantConfig c;
+            c.format = Format::kNvfp4;
             c.block2d = b2;
             c.scaling = grouped ? Scaling::kPerGroup : Scaling::kPerTensor;
             const std::vector<int64_t> off =
