@@ -289,8 +289,7 @@ void register_train_commands(CLI::App& app) {
       "Example: lockstep pretrain --task add --difficulty 3 --steps 200 -o models/add3");
   p->a.cmd = pc;
   pc->add_option("-o,--output", p->out, "model directory to create")->required();
-  pc->add_option("--task", p->a.opt.task, "task (add, sort, reverse, count)")
-      ->capture_default_str();
+  pc->add_option("--task", p->a.opt.task, task_help())->capture_default_str();
   add_integer_option(*pc, "--difficulty", p->a.opt.difficulty, 0, 1000, "task difficulty");
   pc->add_option("--preset", p->a.preset,
                  fmt::format("built-in model config (random weights, --seed); on a GPU the "

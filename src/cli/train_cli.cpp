@@ -3,6 +3,7 @@
 #include "train_cli.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <csignal>
 #include <ctime>
@@ -10,8 +11,12 @@
 #include "commands.h"
 #include "lockstep/diag/progress.h"
 #include "lockstep/recipe/registry.h"
+#include "lockstep/rl/task.h"
 
 namespace lockstep::cli {
+
+std::string task_help() { return fmt::format("task ({})", fmt::join(rl::task_names(), ", ")); }
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -21,7 +26,7 @@ constexpr int64_t kMaxCount = 1'000'000'000;  // the upper bound of count flags
 void add_train_options(CLI::App& cmd, TrainArgs& a) {
   rl::TrainOptions& o = a.opt;
   a.cmd = &cmd;
-  cmd.add_option("--task", o.task, "task (add, sort, reverse, count)")->capture_default_str();
+  cmd.add_option("--task", o.task, task_help())->capture_default_str();
   add_integer_option(cmd, "--difficulty", o.difficulty, 0, 1000,
                      "task difficulty (add: digits per operand)");
   cmd.add_option("--preset", a.preset,

@@ -91,6 +91,8 @@ rl::InitialPolicy initial_policy(rl::PolicySource&& s, const TrainArgs& a);
 
 // " until 50% validation accuracy" (the targeted stop of `o`), or "" without one.
 std::string target_text(const rl::PretrainOptions& o);
+// The --task option's help: the task names the registry knows ("task (add, count, ...)").
+std::string task_help();
 // The outcome of a warm start from its warm_start.json (rl::pretrain_result_json): "340 steps,
 // validation accuracy 53.1% reached the target 50%".
 std::string describe_warm_start_outcome(const Json& info);
