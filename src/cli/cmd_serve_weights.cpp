@@ -44,7 +44,12 @@ Json stats_json(const model::PolicyIpcStats& s) {
           {"payload_bytes", s.payload_bytes},
           {"buckets", s.buckets},
           {"staging_bytes", s.staging_bytes},
-          {"seconds", s.seconds}};
+          {"seconds", s.seconds},
+          {"setup_seconds", s.setup_seconds},
+          {"transfer_seconds", s.transfer_seconds},
+          {"verify_seconds", s.verify_seconds},
+          {"transfer_GBps",
+           s.transfer_seconds > 0 ? s.payload_bytes / s.transfer_seconds * 1e-9 : 0.0}};
 }
 
 void print_stats(const char* verb, const model::PolicyIpcStats& s) {
@@ -53,6 +58,10 @@ void print_stats(const char* verb, const model::PolicyIpcStats& s) {
       "({:.2f} GB/s)\n",
       verb, s.version, s.checksum, s.payload_bytes * 1e-6, s.buckets, s.staging_bytes * 1e-6,
       s.seconds, s.seconds > 0 ? s.payload_bytes / s.seconds * 1e-9 : 0.0);
+  if (s.transfer_seconds > 0)
+    fmt::print("  setup {:.3f} s, transfer {:.3f} s ({:.2f} GB/s), verify {:.3f} s\n",
+               s.setup_seconds, s.transfer_seconds, s.payload_bytes / s.transfer_seconds * 1e-9,
+               s.verify_seconds);
 }
 
 void run_serve(const ServeArgs& a) {

@@ -449,6 +449,7 @@ PolicyVersion PolicyIpcReceiver::receive(const std::string& socket_path, PolicyI
     throw;
   }
   ipc_write_frame(fd, {{"accept", true}});
+  const auto t_accept = std::chrono::steady_clock::now();
   for (size_t b = 0; b < buckets; ++b) {
     const Json msg = ipc_read_frame(fd, "a bucket");
     const size_t s = msg.value("slot", size_t(0));
@@ -465,8 +466,10 @@ PolicyVersion PolicyIpcReceiver::receive(const std::string& socket_path, PolicyI
     LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(stream));  // the slot may be refilled after this
     ipc_write_frame(fd, {{"done", b}});
   }
+  const auto t_copied = std::chrono::steady_clock::now();
   PolicyVersion p = std::move(sk.policy);
   const uint64_t sum = policy_checksum(p);
+  const auto t_verified = std::chrono::steady_clock::now();
   ipc_write_frame(fd, {{"verified", sum == p.checksum}, {"checksum", fmt::format("{:016x}", sum)}});
   if (sum != p.checksum)
     throw PolicyError(fmt::format(
@@ -482,6 +485,9 @@ PolicyVersion PolicyIpcReceiver::receive(const std::string& socket_path, PolicyI
     stats->buckets = int64_t(buckets);
     stats->staging_bytes = B * mapped.mem.size();
     stats->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stats->setup_seconds = std::chrono::duration<double>(t_accept - t0).count();
+    stats->transfer_seconds = std::chrono::duration<double>(t_copied - t_accept).count();
+    stats->verify_seconds = std::chrono::duration<double>(t_verified - t_copied).count();
   }
   return p;
 #endif

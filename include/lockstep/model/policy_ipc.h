@@ -54,6 +54,10 @@ struct PolicyIpcStats {
   int64_t buckets = 0;
   size_t staging_bytes = 0;  // slots x bucket_bytes: the sender's extra device memory
   double seconds = 0;        // from the hello to the verdict
+  // The receiver's parts of `seconds` (0 on the sender): setup (connect, offer, mapping the
+  // staging buffers, allocating the version's tensors), transfer (the first bucket's message to
+  // the last bucket copied) and verify (the checksum where the bytes landed).
+  double setup_seconds = 0, transfer_seconds = 0, verify_seconds = 0;
 };
 
 // The sender: listens on a Unix domain socket and serves one version per call of serve().
