@@ -3,9 +3,11 @@
 // asked for. Without LOCKSTEP_HAVE_NCCL the entry points throw, naming why.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 
 #include "lockstep/dist/nccl.h"
 
@@ -22,6 +24,18 @@ namespace lockstep::dist {
 
 void force_nvls_off() { ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/1); }
 
+void NcclAbort::raise(int rank, const std::string& what) {
+  const std::lock_guard lock(m_);
+  if (raised_.load(std::memory_order_relaxed)) return;
+  reason_ = fmt::format("rank {} failed: {}", rank, what);
+  raised_.store(true, std::memory_order_release);
+}
+
+std::string NcclAbort::reason() const {
+  const std::lock_guard lock(m_);
+  return reason_;
+}
+
 #if defined(LOCKSTEP_HAVE_NCCL)
 
 namespace {
@@ -31,6 +45,7 @@ struct NcclApi {
   decltype(&ncclGetUniqueId) get_unique_id = nullptr;
   decltype(&ncclCommInitRank) comm_init_rank = nullptr;
   decltype(&ncclCommDestroy) comm_destroy = nullptr;
+  decltype(&ncclCommAbort) comm_abort = nullptr;
   decltype(&ncclAllReduce) all_reduce = nullptr;
   decltype(&ncclAllGather) all_gather = nullptr;
   decltype(&ncclBroadcast) broadcast = nullptr;
@@ -66,6 +81,7 @@ const NcclApi& nccl_api() {
     sym(api.get_unique_id, "ncclGetUniqueId");
     sym(api.comm_init_rank, "ncclCommInitRank");
     sym(api.comm_destroy, "ncclCommDestroy");
+    sym(api.comm_abort, "ncclCommAbort");
     sym(api.all_reduce, "ncclAllReduce");
     sym(api.all_gather, "ncclAllGather");
     sym(api.broadcast, "ncclBroadcast");
@@ -88,8 +104,9 @@ void check_cuda(cudaError_t e, std::string_view what) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(const NcclUniqueId& id, int rank, int size, Device device)
-      : rank_(rank), size_(size), device_(device) {
+  NcclCommunicator(const NcclUniqueId& id, int rank, int size, Device device,
+                   std::shared_ptr<NcclAbort> abort)
+      : rank_(rank), size_(size), device_(device), abort_(std::move(abort)) {
     if (!device.is_cuda())
       throw std::invalid_argument(fmt::format(
           "NCCL communicator: rank {} needs a CUDA device, got {}", rank, device.str()));
@@ -120,6 +137,7 @@ class NcclCommunicator final : public Communicator {
 
   void all_reduce_sum(Tensor& t) override {
     check(t, "all_reduce_sum");
+    enter("ncclAllReduce");
     if (t.dtype() != DType::kF32)
       throw std::invalid_argument(fmt::format("all_reduce_sum: {} is not F32", t.describe()));
     finish(nccl_api().all_reduce(t.raw(), t.raw(), size_t(t.numel()), ncclFloat32, ncclSum, comm_,
@@ -129,6 +147,7 @@ class NcclCommunicator final : public Communicator {
   void all_gather(const Tensor& in, Tensor& out) override {
     check(in, "all_gather (in)");
     check(out, "all_gather (out)");
+    enter("ncclAllGather");
     if (out.dtype() != in.dtype() || out.numel() != in.numel() * size_)
       throw std::invalid_argument(fmt::format("all_gather: out {} cannot hold {} copies of in {}",
                                               out.describe(), size_, in.describe()));
@@ -137,6 +156,7 @@ class NcclCommunicator final : public Communicator {
   }
   void broadcast(Tensor& t, int root) override {
     check(t, "broadcast");
+    enter("ncclBroadcast");
     finish(nccl_api().broadcast(t.raw(), t.raw(), t.nbytes(), ncclUint8, root, comm_, stream()),
            "ncclBroadcast");
   }
@@ -153,13 +173,44 @@ class NcclCommunicator final : public Communicator {
                                               t.defined() ? t.describe() : "an undefined tensor"));
   }
   static cudaStream_t stream() { return static_cast<cudaStream_t>(current_stream().handle); }
-  void finish(ncclResult_t r, std::string_view what) const {
+  void finish(ncclResult_t r, std::string_view what) {
     check_nccl(r, fmt::format("{} (rank {} of {})", what, rank_, size_));
-    check_cuda(cudaStreamSynchronize(stream()), fmt::format("{} (rank {})", what, rank_));
+    if (!abort_) {
+      check_cuda(cudaStreamSynchronize(stream()), fmt::format("{} (rank {})", what, rank_));
+      return;
+    }
+    // Wait without spinning, and give up when another rank of the group failed: then no rank
+    // would ever complete this collective.
+    for (;;) {
+      const cudaError_t q = cudaStreamQuery(stream());
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) check_cuda(q, fmt::format("{} (rank {})", what, rank_));
+      if (abort_->raised()) give_up(what);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  // Aborts this rank's communicator (its kernels stop waiting for the others) and throws.
+  [[noreturn]] void give_up(std::string_view what) {
+    if (comm_) nccl_api().comm_abort(comm_);
+    comm_ = nullptr;
+    throw GroupAbortedError(fmt::format("{} (rank {} of {}): the group was aborted because {}",
+                                        what, rank_, size_, abort_->reason()));
+  }
+  void enter(std::string_view what) {
+    if (abort_ && abort_->raised()) give_up(what);
+    if (!comm_) throw GroupAbortedError(fmt::format("{}: rank {} was aborted", what, rank_));
   }
 
+ public:
+  void abort_rank() override {
+    if (comm_) nccl_api().comm_abort(comm_);
+    comm_ = nullptr;
+  }
+
+ private:
   int rank_, size_;
   Device device_;
+  std::shared_ptr<NcclAbort> abort_;
   ncclComm_t comm_ = nullptr;
 };
 
@@ -176,8 +227,9 @@ NcclUniqueId nccl_unique_id() {
 }
 
 std::unique_ptr<Communicator> make_nccl_communicator(const NcclUniqueId& id, int rank, int size,
-                                                     Device device) {
-  return std::make_unique<NcclCommunicator>(id, rank, size, device);
+                                                     Device device,
+                                                     std::shared_ptr<NcclAbort> abort) {
+  return std::make_unique<NcclCommunicator>(id, rank, size, device, std::move(abort));
 }
 
 #else  // no NCCL in this build
@@ -192,7 +244,8 @@ namespace {
 
 bool nccl_compiled() { return false; }
 NcclUniqueId nccl_unique_id() { no_nccl(); }
-std::unique_ptr<Communicator> make_nccl_communicator(const NcclUniqueId&, int, int, Device) {
+std::unique_ptr<Communicator> make_nccl_communicator(const NcclUniqueId&, int, int, Device,
+                                                     std::shared_ptr<NcclAbort>) {
   no_nccl();
 }
 

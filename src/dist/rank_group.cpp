@@ -111,11 +111,12 @@ class NcclGroup final : public RankGroup {
                                                   q, r, devices_[size_t(r)].str()));
     }
     const NcclUniqueId id = nccl_unique_id();
+    abort_ = std::make_shared<NcclAbort>();
     comms_.resize(size_t(n));
     // ncclCommInitRank blocks until every rank of the group has called it: one thread per rank.
     on_rank_threads(n, [&](int r) {
       set_thread_device(devices_[size_t(r)]);
-      comms_[size_t(r)] = make_nccl_communicator(id, r, n, devices_[size_t(r)]);
+      comms_[size_t(r)] = make_nccl_communicator(id, r, n, devices_[size_t(r)], abort_);
     });
   }
   int size() const override { return int(devices_.size()); }
@@ -125,15 +126,38 @@ class NcclGroup final : public RankGroup {
     for (const Device& d : devices_) list += (list.empty() ? "" : ", ") + d.str();
     return fmt::format("{} ranks, NCCL ({})", devices_.size(), list);
   }
+  // A rank that throws aborts its communicator and raises the group's abort, so the others stop
+  // waiting for it in their collectives (GroupAbortedError); the first failure is rethrown.
   void run(const std::function<void(Communicator&)>& fn) override {
-    on_rank_threads(size(), [&](int r) {
-      set_thread_device(devices_[size_t(r)]);
-      fn(*comms_[size_t(r)]);
-    });
+    if (abort_->raised())
+      throw GroupAbortedError("NCCL rank group: aborted earlier because " + abort_->reason());
+    try {
+      on_rank_threads(size(), [&](int r) {
+        set_thread_device(devices_[size_t(r)]);
+        try {
+          fn(*comms_[size_t(r)]);
+        } catch (const GroupAbortedError&) {
+          throw;
+        } catch (const std::exception& e) {
+          abort_->raise(r, e.what());
+          comms_[size_t(r)]->abort_rank();
+          throw;
+        } catch (...) {
+          abort_->raise(r, "an exception that is not a std::exception");
+          comms_[size_t(r)]->abort_rank();
+          throw;
+        }
+      });
+    } catch (const GroupAbortedError&) {
+      // A rank lower than the one that failed gave up first in rank order: the cause is the
+      // failure the group recorded.
+      throw std::runtime_error("NCCL rank group: " + abort_->reason());
+    }
   }
 
  private:
   std::vector<Device> devices_;
+  std::shared_ptr<NcclAbort> abort_;
   std::vector<std::unique_ptr<Communicator>> comms_;
 };
 

@@ -40,6 +40,9 @@ class Communicator {
   virtual void broadcast(Tensor& t, int root) = 0;
   // Returns once every rank has called it.
   virtual void barrier() = 0;
+  // This rank failed and takes no further part: release what would keep the other ranks waiting
+  // for it (NCCL: ncclCommAbort of this rank's communicator). Called on the rank's own thread.
+  virtual void abort_rank() {}
 };
 
 // Test hooks of the fake transport: called on a receiving rank right after a broadcast copied the

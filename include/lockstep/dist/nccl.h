@@ -6,7 +6,10 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <memory>
+#include <mutex>
+#include <stdexcept>
 #include <string>
 
 #include "lockstep/dist/communicator.h"
@@ -30,10 +33,33 @@ struct NcclUniqueId {
 // libnccl.so.2 on the loader's path).
 NcclUniqueId nccl_unique_id();
 
+// The failure of one rank of a group, seen by the others (NcclAbort::raise): a rank that throws
+// raises it, and every rank waiting in or entering a collective then aborts its own communicator
+// (ncclCommAbort, so no kernel waits for the failed rank) and throws GroupAbortedError naming the
+// first failure. Shared by the communicators of one group.
+struct GroupAbortedError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+class NcclAbort {
+ public:
+  // Records the first failure (later ones are kept out: they are its consequences).
+  void raise(int rank, const std::string& what);
+  bool raised() const { return raised_.load(std::memory_order_acquire); }
+  std::string reason() const;
+
+ private:
+  std::atomic<bool> raised_{false};
+  mutable std::mutex m_;
+  std::string reason_;
+};
+
 // Rank `rank` of `size` on CUDA device `device` (ncclCommInitRank after force_nvls_off). The
-// collectives run on the thread's current stream (tensor/device.h) and return once it finished.
+// collectives run on the thread's current stream (tensor/device.h) and return once it finished;
+// with `abort`, a collective waits by polling the stream (sleeping 50 us between polls, never
+// spinning) and gives up as described above once another rank raised it.
 // all_reduce_sum is ncclAllReduce: NCCL chooses the order of the additions (docs/multi-gpu.md).
 std::unique_ptr<Communicator> make_nccl_communicator(const NcclUniqueId& id, int rank, int size,
-                                                     Device device);
+                                                     Device device,
+                                                     std::shared_ptr<NcclAbort> abort = nullptr);
 
 }  // namespace lockstep::dist
