@@ -265,7 +265,8 @@ TEST(RlAsyncRollout, StoredSamplesRoundTrip) {
 }
 
 TEST(RlAsyncRollout, AnErrorOfTheSamplingThreadReachesTheCaller) {
-  rl::detail::PendingRollout p(4, 2, Device::cpu(), []() -> rl::RolloutBatch {
+  rl::detail::RolloutThread thread;
+  rl::detail::PendingRollout p(4, 2, thread, Device::cpu(), []() -> rl::RolloutBatch {
     throw std::domain_error("sampler: logits of request 3 are NaN");
   });
   for (int i = 0; i < 2; ++i) {  // again on every wait
@@ -278,17 +279,25 @@ TEST(RlAsyncRollout, AnErrorOfTheSamplingThreadReachesTheCaller) {
   }
   EXPECT_EQ(p.step(), 4);
   EXPECT_EQ(p.policy_version(), 2);
-  // A rollout nobody waits for is joined by the destructor.
+  // A rollout nobody waits for is waited for by its destructor; the next one runs after it on
+  // the same thread.
+  std::thread::id first, second;
   {
-    rl::detail::PendingRollout q(1, 0, Device::cpu(), [] { return rl::RolloutBatch{}; });
+    rl::detail::PendingRollout q(1, 0, thread, Device::cpu(), [&] {
+      first = std::this_thread::get_id();
+      return rl::RolloutBatch{};
+    });
   }
-  rl::detail::PendingRollout ok(2, 0, Device::cpu(), [] {
+  rl::detail::PendingRollout ok(2, 0, thread, Device::cpu(), [&] {
+    second = std::this_thread::get_id();
     rl::RolloutBatch b;
     b.correct = 3;
     return b;
   });
   EXPECT_EQ(ok.wait().correct, 3);
   EXPECT_GE(ok.waited_s(), 0.0);
+  EXPECT_EQ(first, second);
+  EXPECT_NE(first, std::this_thread::get_id());
 }
 
 }  // namespace

@@ -9,12 +9,47 @@
 
 namespace lockstep::rl::detail {
 
-PendingRollout::PendingRollout(int64_t step, int64_t policy_version, Device device,
-                               std::function<RolloutBatch()> sample)
+RolloutThread::~RolloutThread() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::future<void> RolloutThread::run(std::function<void()> job) {
+  std::packaged_task<void()> task(std::move(job));
+  std::future<void> done = task.get_future();
+  {
+    std::lock_guard lock(mu_);
+    jobs_.push_back(std::move(task));
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+  }
+  cv_.notify_one();
+  return done;
+}
+
+void RolloutThread::loop() {
+  for (;;) {
+    std::packaged_task<void()> task;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopped, and nothing left to run
+      task = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    task();
+  }
+}
+
+PendingRollout::PendingRollout(int64_t step, int64_t policy_version, RolloutThread& thread,
+                               Device device, std::function<RolloutBatch()> sample)
     : step_(step), version_(policy_version) {
-  thread_ = std::thread([this, device, sample = std::move(sample)] {
+  done_ = thread.run([this, device, sample = std::move(sample)] {
     try {
-      // A new thread starts on the first GPU: the sampler's ops run where its tensors live.
+      // The sampler's ops run where its tensors live (a thread starts on the first GPU).
       set_thread_device(device);
       const Clock::time_point t0 = Clock::now();
       batch_ = sample();
@@ -33,13 +68,13 @@ PendingRollout::PendingRollout(int64_t step, int64_t policy_version, RolloutBatc
       generation_s_(generation_s) {}
 
 PendingRollout::~PendingRollout() {
-  if (thread_.joinable()) thread_.join();
+  if (done_.valid()) done_.wait();
 }
 
 const RolloutBatch& PendingRollout::wait() {
-  if (thread_.joinable()) {
+  if (done_.valid()) {
     const Clock::time_point t0 = Clock::now();
-    thread_.join();
+    done_.get();  // the job catches everything itself
     waited_s_ += seconds_since(t0);
   }
   if (error_) std::rethrow_exception(error_);

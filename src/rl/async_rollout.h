@@ -4,10 +4,14 @@
 // the checkpoint's weights cannot sample again).
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <future>
+#include <mutex>
 #include <span>
 #include <thread>
 #include <vector>
@@ -18,17 +22,39 @@
 
 namespace lockstep::rl::detail {
 
-// The batch of RL step `step`, sampled by policy version `policy_version`: in flight on its own
-// thread, or already there (read from a checkpoint). Neither copyable nor movable (the thread
-// writes into it).
+// One long-lived thread that runs jobs in order, started by the first. The background rollouts of
+// a run all run on it, so what a thread keeps for its life (its CUDA device, a cuBLAS handle) is
+// made once per run, not once per step.
+class RolloutThread {
+ public:
+  RolloutThread() = default;
+  // Runs the jobs still queued, then joins the thread.
+  ~RolloutThread();
+  RolloutThread(const RolloutThread&) = delete;
+  RolloutThread& operator=(const RolloutThread&) = delete;
+  // Queues `job`; the future is ready once it has run (an exception it throws is in the future).
+  std::future<void> run(std::function<void()> job);
+
+ private:
+  void loop();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<void()>> jobs_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// The batch of RL step `step`, sampled by policy version `policy_version`: in flight on a
+// RolloutThread, or already there (read from a checkpoint). Neither copyable nor movable (the
+// job writes into it).
 class PendingRollout {
  public:
-  // Runs `sample` on a new thread whose current device is `device` (the sampler's).
-  PendingRollout(int64_t step, int64_t policy_version, Device device,
+  // Runs `sample` on `thread`, with the thread's current device made `device` (the sampler's).
+  PendingRollout(int64_t step, int64_t policy_version, RolloutThread& thread, Device device,
                  std::function<RolloutBatch()> sample);
   // A batch that is already there; generation_s: the time its sampling took.
   PendingRollout(int64_t step, int64_t policy_version, RolloutBatch batch, double generation_s);
-  // Joins the thread: a batch nobody waited for is dropped, and so is its error.
+  // Waits for the job: a batch nobody waited for is dropped, and so is its error.
   ~PendingRollout();
   PendingRollout(const PendingRollout&) = delete;
   PendingRollout& operator=(const PendingRollout&) = delete;
@@ -49,7 +75,7 @@ class PendingRollout {
   RolloutBatch batch_;
   double generation_s_ = 0.0, waited_s_ = 0.0;
   std::exception_ptr error_;
-  std::thread thread_;  // last: started once every field it writes exists
+  std::future<void> done_;  // valid while the job may still run
 };
 
 // A batch's samples as a safetensors file (written atomically): tokens I32 [N] and the sampler's

@@ -301,7 +301,7 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
       const RolloutOptions ro = rollout_options(k);
       const uint64_t first = uint64_t(k * P);
       m.pending = std::make_unique<detail::PendingRollout>(
-          k + 1, m.step, sampler_device, [&m, &o, ro, first] {
+          k + 1, m.step, m.rollout_thread, sampler_device, [&m, &o, ro, first] {
             return rollout(m.rollout_sampler, *m.task, o.seed, o.difficulty, first, ro);
           });
       t_launch = seconds_since(t0);

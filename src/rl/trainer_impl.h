@@ -45,8 +45,10 @@ struct Trainer::Impl {
   // run()). `policy` is the version `sampler` holds, kept to load it here at the next step.
   model::Sampler rollout_sampler;
   std::optional<model::PolicyVersion> policy;
-  // --async-rollout 1: the batch of step `step + 1` (in flight, or read from the checkpoint).
-  // Declared after the samplers and the task it reads, so it is joined before they go.
+  // --async-rollout 1: the thread the background rollouts run on, and the batch of step
+  // `step + 1` (in flight there, or read from the checkpoint). Declared after the samplers and the
+  // task a rollout reads, so the rollout is waited for and the thread joined before they go.
+  detail::RolloutThread rollout_thread;
   std::unique_ptr<detail::PendingRollout> pending;
   std::optional<diag::MetricsWriter> metrics;
   int64_t step = 0;               // completed RL steps = the policy version the sampler holds
