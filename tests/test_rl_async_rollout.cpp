@@ -168,29 +168,37 @@ TEST(RlAsyncRollout, FirstStepIsTheSynchronousRunsAndTheSecondIsNot) {
 
 TEST(RlAsyncRollout, TwoRunsAndAResumedRunGiveTheSameBits) {
   TempDir tmp("bits");
-  const rl::TrainOptions o = small_options(1, 6);
-  train(tmp.path / "a", o);
-  train(tmp.path / "b", o);
-  const fs::path resumed = tmp.path / "resumed";
-  // Stopped after 3 steps: the stop writes a checkpoint at step 3 with step 4's batch (sampled by
-  // version 2, which the checkpoint does not hold).
-  const rl::TrainResult first = train(resumed, o, 3);
-  EXPECT_FALSE(first.finished);
-  const Json state = Json::parse(file_bytes(resumed / "checkpoint" / "trainer.json"));
-  EXPECT_EQ(state["step"].get<int64_t>(), 3);
-  EXPECT_EQ(state["pending_rollout"]["step"].get<int64_t>(), 4);
-  EXPECT_EQ(state["pending_rollout"]["policy_version"].get<int64_t>(), 2);
-  EXPECT_TRUE(fs::exists(resumed / "checkpoint" / "rollout.safetensors"));
-  {
-    auto t = rl::Trainer::resume(resumed, {});
-    EXPECT_EQ(t->step(), 3);
-    EXPECT_TRUE(t->run().finished);
-  }
-  for (const fs::path& d : {tmp.path / "b", resumed}) {
-    EXPECT_EQ(first_difference(untimed(rows_of(d)), untimed(rows_of(tmp.path / "a"))), "") << d;
-    for (const char* f : {"learner.safetensors", "learner.json"})
-      EXPECT_EQ(file_bytes(d / "checkpoint" / f), file_bytes(tmp.path / "a" / "checkpoint" / f))
-          << d << " " << f;
+  rl::TrainOptions replay = small_options(1, 6);
+  replay.routing_replay = true;  // the stored batch carries the sampler's experts
+  replay.minibatches = 2;
+  replay.guard = "triage";
+  for (const rl::TrainOptions& o : {small_options(1, 6), replay}) {
+    const std::string tag = o.routing_replay ? "replay" : "plain";
+    SCOPED_TRACE(tag);
+    const fs::path a = tmp.path / (tag + "-a"), b = tmp.path / (tag + "-b");
+    train(a, o);
+    train(b, o);
+    const fs::path resumed = tmp.path / (tag + "-resumed");
+    // Stopped after 3 steps: the stop writes a checkpoint at step 3 with step 4's batch (sampled
+    // by version 2, which the checkpoint does not hold).
+    const rl::TrainResult first = train(resumed, o, 3);
+    EXPECT_FALSE(first.finished);
+    const Json state = Json::parse(file_bytes(resumed / "checkpoint" / "trainer.json"));
+    EXPECT_EQ(state["step"].get<int64_t>(), 3);
+    EXPECT_EQ(state["pending_rollout"]["step"].get<int64_t>(), 4);
+    EXPECT_EQ(state["pending_rollout"]["policy_version"].get<int64_t>(), 2);
+    EXPECT_TRUE(fs::exists(resumed / "checkpoint" / "rollout.safetensors"));
+    {
+      auto t = rl::Trainer::resume(resumed, {});
+      EXPECT_EQ(t->step(), 3);
+      EXPECT_TRUE(t->run().finished);
+    }
+    for (const fs::path& d : {b, resumed}) {
+      EXPECT_EQ(first_difference(untimed(rows_of(d)), untimed(rows_of(a))), "") << d;
+      for (const char* f : {"learner.safetensors", "learner.json"})
+        EXPECT_EQ(file_bytes(d / "checkpoint" / f), file_bytes(a / "checkpoint" / f))
+            << d << " " << f;
+    }
   }
 }
 
