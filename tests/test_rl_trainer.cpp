@@ -135,17 +135,24 @@ TEST(RlTrainOptions, JsonRoundTripAndValidation) {
   b = {};
   b.gate.segment = 0;
   EXPECT_NE(message(b).find("--gate-segment 0"), std::string::npos);
+  b = {};
+  b.async_rollout = 2;
+  EXPECT_NE(message(b).find("--async-rollout 2 must be 0"), std::string::npos);
+  b.async_rollout = 1;
+  EXPECT_EQ(message(b), "");
+  EXPECT_EQ(options_from_json(options_to_json(b), "t").async_rollout, 1);
 
   // A run folder written before the newer options: they keep their defaults.
   Json older = options_to_json(TrainOptions{});
   for (const char* k : {"sampler_recipe", "kv_cache", "routing_replay", "reward", "eval_split",
-                        "gate_segment", "repair_segment"})
+                        "gate_segment", "repair_segment", "async_rollout"})
     older.erase(k);
   const TrainOptions back = options_from_json(older, "old run");
   EXPECT_FALSE(back.sampler_recipe);
   EXPECT_EQ(back.gate.segment, 64);
   EXPECT_EQ(back.repair.segment, 128);
   EXPECT_EQ(back.eval_split, "heldout");
+  EXPECT_EQ(back.async_rollout, 0);
 }
 
 TEST(RlWarmStart, CacheKeyCoversTheTrainingInputs) {

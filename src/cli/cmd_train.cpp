@@ -69,20 +69,24 @@ void print_result(const rl::Trainer& t, const rl::TrainResult& r, const Json& wa
                shell_quote(t.run_dir().string()));
 }
 
-// ", 4 learner ranks (4 gradient slots)" and ", sampler on cuda:2" where they apply.
+// ", 4 learner ranks (4 gradient slots)", ", sampler on cuda:2" and ", rollouts overlapped with
+// training" where they apply.
 std::string ranks_text(const rl::TrainOptions& o) {
   std::string out;
   if (o.learner_ranks > 1 || o.grad_slots > 1)
     out += fmt::format(", {} learner rank{} ({} gradient slot{})", o.learner_ranks,
                        o.learner_ranks > 1 ? "s" : "", o.grad_slots, o.grad_slots > 1 ? "s" : "");
   if (o.sampler_device) out += fmt::format(", sampler on {}", o.sampler_device->str());
+  if (o.async_rollout) out += ", rollouts overlapped with training (--async-rollout 1)";
   return out;
 }
 
 void run_resume(const TrainCmd& c) {
   // --resume takes every run option from RUN_DIR/run_meta.json.
-  static const std::set<std::string> allowed = {
-      "--resume", "--json", "--log-every", "--device", "--gpus", "--learner-ranks", "--help"};
+  // --async-rollout is a run option: accepted only as the run's own value (Trainer::resume).
+  static const std::set<std::string> allowed = {"--resume",        "--json", "--log-every",
+                                                "--device",        "--gpus", "--learner-ranks",
+                                                "--async-rollout", "--help"};
   for (const CLI::Option* op : c.cmd->get_options()) {
     if (op->count() == 0) continue;
     const std::string name = op->get_name();
@@ -97,9 +101,15 @@ void run_resume(const TrainCmd& c) {
   rl::TrainOptions placed;
   placed.device = device_flag(c.a.device);
   apply_parallel(c.par, placed);
+  rl::ResumePlacement where;
+  where.device = placed.device;
+  where.learner_ranks = placed.learner_ranks;
+  where.sampler_device = placed.sampler_device;
+  if (const CLI::Option* op = c.cmd->get_option_no_throw("--async-rollout"); op && op->count())
+    where.async_rollout = c.par.async_rollout;
   std::unique_ptr<rl::Trainer> t;
   try {
-    t = rl::Trainer::resume(c.resume, {placed.device, placed.learner_ranks, placed.sampler_device});
+    t = rl::Trainer::resume(c.resume, where);
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
@@ -260,6 +270,7 @@ void register_train_commands(CLI::App& app) {
       "  lockstep train --recipe bf16 --guard none --out runs/bf16\n"
       "  lockstep train --guard triage --deterministic --steps 20 --out runs/det\n"
       "  lockstep train --recipe bf16 --sampler-recipe nvfp4_per_token --guard triage\n"
+      "  lockstep train --async-rollout 1 --out runs/async\n"
       "  lockstep train --resume runs/det");
   c->cmd = cmd;
   cmd->add_option("--out", c->out,

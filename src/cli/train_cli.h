@@ -126,11 +126,12 @@ GpuSplit parse_gpus(const std::string& text);
 void add_gpus_options(CLI::App& cmd, ParallelArgs& p);
 // Before any work (UsageError, exit 2): more GPUs than `found` has (naming how many it found and
 // why none, when none), more than one sampler GPU, several learner GPUs without NCCL, a rank
-// count that is not a power of two, --gpus with --learner-ranks, --async-rollout 1 (not
-// implemented). 1:0 (the default) passes: the single-device run on --device.
+// count that is not a power of two, --gpus with --learner-ranks. 1:0 (the default) passes: the
+// single-device run on --device.
 void check_gpus(const ParallelArgs& p, const DeviceReport& found);
-// After --device is resolved into o.device: sets o.learner_ranks and o.sampler_device, refusing a
-// --device that contradicts --gpus and --learner-ranks on a GPU (UsageError).
+// After --device is resolved into o.device: sets o.learner_ranks, o.sampler_device and
+// o.async_rollout, refusing a --device that contradicts --gpus and --learner-ranks on a GPU
+// (UsageError).
 void apply_parallel(const ParallelArgs& p, rl::TrainOptions& o);
 
 // "runs/20261201-171500-add-nvfp4_per_token-tis" (a suffix -2, -3, ... when it exists).

@@ -1,5 +1,6 @@
-// `lockstep train --gpus L:S` and `--async-rollout`: parsed with the shared integer parser and
-// checked against the CUDA devices this build and machine offer before any work (train_cli.h).
+// `lockstep train --gpus L:S`, `--learner-ranks N` and `--async-rollout`: parsed with the shared
+// integer parser and checked against the CUDA devices this build and machine offer before any
+// work (train_cli.h).
 #include <fmt/format.h>
 
 #include <bit>
@@ -39,8 +40,11 @@ void add_gpus_options(CLI::App& cmd, ParallelArgs& p) {
                      "transport; N a power of two dividing --grad-slots): the same bits as one "
                      "rank with the same --grad-slots. On GPUs use --gpus L:S");
   add_integer_option(cmd, "--async-rollout", p.async_rollout, 0, 1,
-                     "1: sample version v + 1 while the learner trains on version v's rollouts "
-                     "(not implemented yet)");
+                     "1: overlap rollouts with training: while the learner trains step k, a "
+                     "background thread samples step k + 1's batch with version k - 1, so step k "
+                     "trains on version max(0, k - 2)'s samples (policy lag 1 after step 1; "
+                     "TIS / TRIAGE correct for it). Deterministic and resumable; a resume keeps "
+                     "the run's value");
 }
 
 void check_gpus(const ParallelArgs& p, const DeviceReport& found) {
@@ -76,13 +80,10 @@ void check_gpus(const ParallelArgs& p, const DeviceReport& found) {
     throw UsageError(fmt::format(
         "--learner-ranks {} with {}: --learner-ranks runs CPU threads, --gpus GPU ranks; give one",
         p.learner_ranks, flag));
-  if (p.async_rollout)
-    throw UsageError(
-        "--async-rollout 1: overlapping rollouts with training is not implemented yet; run with "
-        "--async-rollout 0");
 }
 
 void apply_parallel(const ParallelArgs& p, rl::TrainOptions& o) {
+  o.async_rollout = p.async_rollout;
   if (p.multi_gpu()) {
     const std::string flag = fmt::format("--gpus {}:{}", p.gpus.learners, p.gpus.samplers);
     if (o.device != Device::cuda(0))

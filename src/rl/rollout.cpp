@@ -33,20 +33,45 @@ PackedSequences pack_sequences(std::span<const SequenceView> sequences) {
   return p;
 }
 
+std::vector<Example> rollout_examples(const Task& task, uint64_t task_seed, int difficulty,
+                                      uint64_t first_index, int64_t prompts) {
+  std::vector<Example> ex;
+  for (int64_t p = 0; p < prompts; ++p)
+    ex.push_back(task.make(task_seed, first_index + uint64_t(p), difficulty, Split::kTrain));
+  return ex;
+}
+
+RolloutBatch score_rollout(const Task& task, std::vector<Example> examples,
+                           std::vector<model::SampleResult> samples, const RolloutOptions& o) {
+  if (o.group < 1 || samples.size() != examples.size() * size_t(o.group))
+    throw std::invalid_argument(
+        fmt::format("score_rollout: {} samples for {} prompts of group {} (expected {})",
+                    samples.size(), examples.size(), o.group, examples.size() * size_t(o.group)));
+  RolloutBatch b;
+  b.examples = std::move(examples);
+  b.samples = std::move(samples);
+  for (size_t i = 0; i < b.samples.size(); ++i) {
+    const Example& ex = b.examples[i / size_t(o.group)];
+    const std::vector<int32_t>& toks = b.samples[i].tokens;
+    b.rewards.push_back(task_reward(task, ex, toks, o.reward, o.format_bonus));
+    if (task.reward(ex, toks) == 1.0f) ++b.correct;
+    if (!b.samples[i].eos) ++b.truncated;
+  }
+  return b;
+}
+
 RolloutBatch rollout(model::Sampler& sampler, const Task& task, uint64_t task_seed, int difficulty,
                      uint64_t first_index, const RolloutOptions& o) {
   if (o.prompts < 1 || o.group < 1 || o.max_new < 1)
     throw std::invalid_argument(
         fmt::format("rollout: prompts {}, group {} and max_new {} must be >= 1", o.prompts, o.group,
                     o.max_new));
-  RolloutBatch b;
+  std::vector<Example> examples =
+      rollout_examples(task, task_seed, difficulty, first_index, o.prompts);
   std::vector<model::SampleRequest> reqs;
-  for (int64_t p = 0; p < o.prompts; ++p) {
-    b.examples.push_back(
-        task.make(task_seed, first_index + uint64_t(p), difficulty, Split::kTrain));
+  for (int64_t p = 0; p < o.prompts; ++p)
     for (int64_t g = 0; g < o.group; ++g)
-      reqs.push_back({b.examples.back().prompt, uint32_t(p * o.group + g)});
-  }
+      reqs.push_back({examples[size_t(p)].prompt, uint32_t(p * o.group + g)});
   model::SamplerConfig sc = sampler.config();
   sc.temperature = o.temperature;
   sc.top_k = 0;
@@ -57,15 +82,7 @@ RolloutBatch rollout(model::Sampler& sampler, const Task& task, uint64_t task_se
   sc.max_batch = o.max_batch;
   sc.record_routing = o.record_routing;
   sampler.set_config(sc);
-  b.samples = sampler.generate(reqs);
-  for (size_t i = 0; i < b.samples.size(); ++i) {
-    const Example& ex = b.examples[i / size_t(o.group)];
-    const std::vector<int32_t>& toks = b.samples[i].tokens;
-    b.rewards.push_back(task_reward(task, ex, toks, o.reward, o.format_bonus));
-    if (task.reward(ex, toks) == 1.0f) ++b.correct;
-    if (!b.samples[i].eos) ++b.truncated;
-  }
-  return b;
+  return score_rollout(task, std::move(examples), sampler.generate(reqs), o);
 }
 
 EvalResult evaluate_greedy(model::Sampler& sampler, const Task& task, uint64_t task_seed,

@@ -108,6 +108,11 @@ void TrainOptions::validate() const {
   finite_in(gate.tail1_weight, 0.0, 1.0, false, "--gate-tail1-weight");
   finite_in(gate.tail2_weight, 0.0, 1.0, false, "--gate-tail2-weight");
   finite_in(format_bonus, 0.0, 1.0, false, "--format-bonus");
+  if (async_rollout != 0 && async_rollout != 1)
+    throw std::invalid_argument(fmt::format(
+        "--async-rollout {} must be 0 (sample with the current policy) or 1 (sample the next "
+        "step's batch while this step trains)",
+        async_rollout));
 }
 
 int64_t max_sequence_length(const TrainOptions& o) {
@@ -159,7 +164,8 @@ Json options_to_json(const TrainOptions& o) {
           {"sampler_recipe", o.sampler_recipe ? to_json(*o.sampler_recipe) : Json(nullptr)},
           {"kv_cache", o.kv_cache},
           {"learner_kv", o.learner_kv},
-          {"routing_replay", o.routing_replay}};
+          {"routing_replay", o.routing_replay},
+          {"async_rollout", o.async_rollout}};
 }
 
 TrainOptions options_from_json(const Json& j, const std::string& where) {
@@ -225,6 +231,7 @@ TrainOptions options_from_json(const Json& j, const std::string& where) {
   get_opt("learner_kv", o.learner_kv);
   get_opt("routing_replay", o.routing_replay);
   get_opt("grad_slots", o.grad_slots);
+  get_opt("async_rollout", o.async_rollout);
   if (j.contains("sampler_recipe") && !j.at("sampler_recipe").is_null()) {
     try {
       o.sampler_recipe = recipe_from_json(j.at("sampler_recipe"), where + ": sampler_recipe");

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <optional>
 
@@ -62,6 +63,19 @@ struct UpdateStats {
   }
 };
 
+// A copy of p that owns every tensor the export may share with the learner's F32 masters (the
+// F32 dense tensors: embedding and norms; F32 operands), so the next update, which writes the
+// masters in place, cannot change a version a background rollout is sampling with. The other
+// tensors (quantized or BF16 operands) are the converter's own and stay shared.
+model::PolicyVersion owned_policy(const model::PolicyVersion& p) {
+  model::PolicyVersion c = p;
+  for (auto& [name, t] : c.dense)
+    if (t.dtype() == DType::kF32) t = t.clone();
+  for (auto& [name, op] : c.operands)
+    if (op.t.defined() && op.t.dtype() == DType::kF32) op.t = op.t.clone();
+  return c;
+}
+
 }  // namespace
 
 const Recipe& Trainer::Impl::sampler_recipe() const {
@@ -76,12 +90,15 @@ double Trainer::Impl::sync_policy() {
   const Clock::time_point t0 = Clock::now();
   // The amax of each weight (per expert where the recipe scales experts apart) comes from the
   // AdamW step that wrote it, so the converter reads each master once; a weight without one (the
-  // first version, a resumed run) is read for it. The bytes are the same either way.
+  // first version, a resumed run) is read for it. The bytes are the same either way (the export
+  // copies the amax values, it keeps no reference to the learner's buffers).
   const model::WeightAmax amax =
       model::usable_weight_amax(learner().weight_amax(), learner().weights().config, srec);
-  sampler.load_policy(
-      model::export_policy(learner().weights(), srec, v, {}, amax.empty() ? nullptr : &amax), v,
-      srec.name);
+  model::PolicyVersion p =
+      model::export_policy(learner().weights(), srec, v, {}, amax.empty() ? nullptr : &amax);
+  // The overlapped rollout samples with this version while the next update runs.
+  if (opt.async_rollout) policy = owned_policy(p);
+  sampler.load_policy(std::move(p), v, srec.name);
   return seconds_since(t0);
 }
 
@@ -165,7 +182,32 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
     bc.device = sc.device;
     bc.mode = sc.mode;
     m.bf16_sampler.set_config(bc);
+    // The background rollout's sampler runs its decode steps call by call: a CUDA graph capture
+    // on its stream fails as soon as another thread queues work on the legacy default stream of
+    // the same device (the learner does), since CUDA refuses the implicit dependency on a
+    // capturing stream. Call by call gives the same bits (model/sampler.h, cuda_graphs).
+    model::SamplerConfig rc = m.rollout_sampler.config();
+    rc.kv = sc.kv;
+    rc.device = sc.device;
+    rc.mode = sc.mode;
+    rc.cuda_graphs = false;
+    m.rollout_sampler.set_config(rc);
   }
+  // The rollout options of the batch of step s + 1 (s: the steps completed before it): its
+  // Philox seed and prompts are the step's, whichever policy version samples it.
+  auto rollout_options = [&](int64_t s) {
+    RolloutOptions ro;
+    ro.prompts = o.prompts;
+    ro.group = o.group;
+    ro.max_new = o.max_new;
+    ro.temperature = o.temperature;
+    ro.sample_seed = rollout_sample_seed(o.seed, s);
+    ro.format_bonus = o.format_bonus;
+    ro.reward = reward_kind;
+    ro.max_batch = o.sampler_batch;
+    ro.record_routing = o.routing_replay;
+    return ro;
+  };
   // Whether the bf16 reading of a version differs from the sampler's: then the first and last
   // evaluations also run through the bf16 export (eval_accuracy_bf16), so a rise can be told
   // apart from recovering what quantizing the warm start lost.
@@ -222,27 +264,57 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
   }
 
   const int64_t P = o.prompts, G = o.group, K = o.minibatches;
+  if (m.pending && m.pending->step() != m.step + 1)
+    throw std::logic_error(fmt::format("trainer: a pending rollout for step {} at step {}",
+                                       m.pending->step(), m.step));
+  const Device sampler_device = o.sampler_device.value_or(o.device);
+  // On an exception the background rollout is joined (its batch and any error of its own
+  // dropped): run() never leaves a thread sampling behind it.
+  struct JoinPendingOnThrow {
+    Impl& m;
+    int exceptions = std::uncaught_exceptions();
+    ~JoinPendingOnThrow() {
+      if (std::uncaught_exceptions() > exceptions) m.pending.reset();
+    }
+  } join_on_throw{m};
   while (m.step < o.steps) {
     const int64_t k = m.step + 1;  // the step this iteration completes
     const Clock::time_point t_step = Clock::now();
     diag::MetricsRow row;
     row["step"] = k;
 
-    // 1. Rollout with the sampler at the current version.
+    // 1. The step's batch: sampled now by the sampler at the current version k - 1, or
+    // (--async-rollout 1, k > 1) the one a background thread sampled during step k - 1 with the
+    // version that step started from, k - 2.
     Clock::time_point t0 = Clock::now();
-    RolloutOptions ro;
-    ro.prompts = P;
-    ro.group = G;
-    ro.max_new = o.max_new;
-    ro.temperature = o.temperature;
-    ro.sample_seed = rollout_sample_seed(o.seed, m.step);
-    ro.format_bonus = o.format_bonus;
-    ro.reward = reward_kind;
-    ro.max_batch = o.sampler_batch;
-    ro.record_routing = o.routing_replay;
-    const RolloutBatch rb =
-        rollout(m.sampler, *m.task, o.seed, o.difficulty, uint64_t(m.step * P), ro);
-    const double t_rollout = seconds_since(t0);
+    RolloutBatch rb;
+    int64_t rollout_version = m.step;
+    double t_rollout = 0.0, t_rollout_gen = 0.0;
+    if (m.pending) {
+      rb = m.pending->take();  // rethrows what the sampling thread threw
+      rollout_version = m.pending->policy_version();
+      t_rollout = m.pending->waited_s();
+      t_rollout_gen = m.pending->generation_s();
+      m.pending.reset();
+    } else {
+      rb = rollout(m.sampler, *m.task, o.seed, o.difficulty, uint64_t(m.step * P),
+                   rollout_options(m.step));
+      t_rollout = t_rollout_gen = seconds_since(t0);
+    }
+    // The batch of step k + 1, sampled on a background thread with version k - 1 (the sampler's
+    // now; `sampler` moves on to version k at the end of this step) while the learner trains.
+    double t_launch = 0.0;
+    if (o.async_rollout && k < o.steps) {
+      t0 = Clock::now();
+      m.rollout_sampler.load_policy(*m.policy, m.step, m.sampler_recipe().name);
+      const RolloutOptions ro = rollout_options(k);
+      const uint64_t first = uint64_t(k * P);
+      m.pending = std::make_unique<detail::PendingRollout>(
+          k + 1, m.step, m.rollout_thread, sampler_device, [&m, &o, ro, first] {
+            return rollout(m.rollout_sampler, *m.task, o.seed, o.difficulty, first, ro);
+          });
+      t_launch = seconds_since(t0);
+    }
     const std::vector<float> adv = grpo_advantages(rb.rewards, G);
 
     // 2. Learner log-probs of the sampled tokens (old, detached), entropy, reference log-probs:
@@ -315,6 +387,10 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
       equal_groups += same;
     }
     row["policy_version"] = m.step;
+    // The version that sampled the batch and how far the learner was ahead of it when the step
+    // began (the same for every sample of a batch, so the mean over samples is that value).
+    row["rollout_policy_version"] = rollout_version;
+    row["policy_lag"] = double(k - 1 - rollout_version);
     row["optimizer_steps"] = m.learner().version();
     row["reward_mean"] = mean_of(rb.rewards);
     row["accuracy"] = double(rb.correct) / double(rb.samples.size());
@@ -349,10 +425,13 @@ TrainResult Trainer::run(const TrainCallbacks& cb) {
         if (k == o.steps) res.end_eval_accuracy = acc;
       }
     }
+    // Asynchronous: time_rollout_s is how long the learner waited for the batch, and
+    // time_rollout_gen_s how long sampling it took on its thread (the difference overlapped).
     row["time_rollout_s"] = t_rollout;
+    if (o.async_rollout) row["time_rollout_gen_s"] = t_rollout_gen;
     row["time_logprob_s"] = t_logprob;
     row["time_train_s"] = t_train;
-    row["time_sync_s"] = t_sync;
+    row["time_sync_s"] = t_sync + t_launch;
     const double t_all = seconds_since(t_step);
     row["time_step_s"] = t_all;
     row["tokens_per_s"] = double(n) / t_all;

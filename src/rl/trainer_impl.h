@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 
+#include "async_rollout.h"
 #include "dir_util.h"
 #include "learner_ranks.h"
 #include "lockstep/diag/metrics.h"
@@ -22,6 +23,8 @@ inline constexpr const char* kRunMeta = "run_meta.json";
 inline constexpr const char* kReference = "reference";
 inline constexpr const char* kCheckpoint = "checkpoint";
 inline constexpr const char* kTrainerState = "trainer.json";
+// --async-rollout 1: the checkpoint's batch for the next step (async_rollout.h).
+inline constexpr const char* kPendingRollout = "rollout.safetensors";
 inline constexpr const char* kReport = "report.html";
 }  // namespace run_files
 
@@ -37,6 +40,16 @@ struct Trainer::Impl {
   std::unique_ptr<detail::LearnerRanks> ranks;
   model::Sampler sampler;       // the policy the rollouts and evals use
   model::Sampler bf16_sampler;  // receives the bf16 export timed beside it
+  // --async-rollout 1: the sampler of the background rollouts, one version behind `sampler`
+  // while the learner trains (its own KV cache and stream; decode steps run call by call, see
+  // run()). `policy` is the version `sampler` holds, kept to load it here at the next step.
+  model::Sampler rollout_sampler;
+  std::optional<model::PolicyVersion> policy;
+  // --async-rollout 1: the thread the background rollouts run on, and the batch of step
+  // `step + 1` (in flight there, or read from the checkpoint). Declared after the samplers and the
+  // task a rollout reads, so the rollout is waited for and the thread joined before they go.
+  detail::RolloutThread rollout_thread;
+  std::unique_ptr<detail::PendingRollout> pending;
   std::optional<diag::MetricsWriter> metrics;
   int64_t step = 0;               // completed RL steps = the policy version the sampler holds
   double elapsed_before_s = 0.0;  // wall time of the run before this process (from checkpoint)
@@ -58,7 +71,8 @@ struct Trainer::Impl {
   // The same version exported in bf16 into bf16_sampler (the evaluations that read the policy
   // through bf16); returns the time in seconds.
   double sync_bf16();
-  // RUN_DIR/checkpoint for the current step (temporary folder, fsync, atomic exchange).
+  // RUN_DIR/checkpoint for the current step (temporary folder, fsync, atomic exchange); with a
+  // pending rollout, waits for it and stores its batch too.
   void save_checkpoint();
   // The rows, report and run_meta results at the end of run().
   void write_results(const TrainResult& r);

@@ -184,21 +184,23 @@ namespace {
 
 // Refuses, before anything is written, a model whose persistent state cannot fit in the device's
 // free memory.
-void check_device_memory(const model::ModelWeights& w, Device device) {
+void check_device_memory(const model::ModelWeights& w, Device device, bool async_rollout) {
   if (device.is_cpu()) return;
   int64_t params = 0;
   for (const auto& [name, t] : w.tensors) params += t.numel();
   // fp32 masters, gradients and two AdamW moments (16 B), the KL reference (4 B), two sampler
-  // policies (the run's and the bf16 one, up to 2 B each): activations and KV cache come on top.
-  const size_t need = size_t(params) * 24;
+  // policies (the run's and the bf16 one, up to 2 B each), with --async-rollout 1 a third (the
+  // version the background rollout samples): activations and KV caches come on top.
+  const int bytes = async_rollout ? 26 : 24;
+  const size_t need = size_t(params) * size_t(bytes);
   const auto [free, total] = device_memory(device);
   if (need > free)
     throw std::invalid_argument(fmt::format(
-        "the model needs at least {:.2f} GiB on {} ({} parameters x 24 bytes: masters, gradients, "
-        "AdamW moments, the KL reference and two sampler policies, before activations and the KV "
+        "the model needs at least {:.2f} GiB on {} ({} parameters x {} bytes: masters, gradients, "
+        "AdamW moments, the KL reference and {} sampler policies, before activations and the KV "
         "cache); {:.2f} GiB of {:.2f} GiB are free",
-        double(need) / double(1ull << 30), device.str(), params, double(free) / double(1ull << 30),
-        double(total) / double(1ull << 30)));
+        double(need) / double(1ull << 30), device.str(), params, bytes, async_rollout ? 3 : 2,
+        double(free) / double(1ull << 30), double(total) / double(1ull << 30)));
 }
 
 }  // namespace
@@ -210,7 +212,8 @@ std::unique_ptr<Trainer> Trainer::create(const fs::path& dir, const TrainOptions
   check_task_model(init.config, max_sequence_length(options), "model");
   if (options.routing_replay) model::require_moe_for_replay(init.config, "--routing-replay");
   check_new_run_dir(dir);
-  for (const Device& d : learner_devices(options)) check_device_memory(init, d);
+  for (const Device& d : learner_devices(options))
+    check_device_memory(init, d, options.async_rollout != 0);
   auto m = std::make_unique<Impl>();
   m->dir = dir;
   m->opt = options;
@@ -275,10 +278,61 @@ std::unique_ptr<Trainer> Trainer::create(const fs::path& dir, const TrainOptions
   // The ranks this run started with (a resume may use another count: the bits do not change).
   meta.extra["learner_ranks"] = options.learner_ranks;
   meta.extra["learner_group"] = m->ranks->group().describe();
+  // The rollout schedule (also in "options"): 1, step k trains on a batch of version max(0, k - 2)
+  // sampled while step k - 1 trained.
+  meta.extra["async_rollout"] = options.async_rollout;
   meta.extra["model_config"] = model::config_to_json(init.config);
   write_run_meta(dir / run_files::kRunMeta, sel, meta);
   return std::unique_ptr<Trainer>(new Trainer(std::move(m)));
 }
+
+namespace {
+
+// The batch of step `step` + 1 that an --async-rollout 1 checkpoint at `step` holds (trainer.json
+// "pending_rollout" and rollout.safetensors), rebuilt as the run sampled it; null for a run
+// without overlapped rollouts and for a checkpoint at step 0 or the last step (nothing pending).
+std::unique_ptr<detail::PendingRollout> load_pending_rollout(const TrainOptions& o,
+                                                             const Task& task, int64_t step,
+                                                             const Json& state,
+                                                             const fs::path& ck) {
+  const Json pj = state.value("pending_rollout", Json());
+  const bool expected = o.async_rollout && step > 0 && step < o.steps;
+  const std::string where = (ck / run_files::kTrainerState).string();
+  if (!expected) {
+    if (!pj.is_null())
+      throw std::invalid_argument(fmt::format(
+          "--resume: {} holds a rollout batch for step {}, but the run (--async-rollout {}, step "
+          "{} of {}) has none pending",
+          where, pj.value("step", int64_t(-1)), o.async_rollout, step, o.steps));
+    return nullptr;
+  }
+  // Step k + 1's batch was sampled during step k by the version that step started from.
+  const int64_t want_step = step + 1, want_version = step - 1;
+  if (!pj.is_object() || pj.value("step", int64_t(-1)) != want_step ||
+      pj.value("policy_version", int64_t(-1)) != want_version)
+    throw std::invalid_argument(fmt::format(
+        "--resume: {} of an --async-rollout 1 run at step {} must hold the batch of step {} "
+        "sampled by policy version {} (\"pending_rollout\"), and holds {}",
+        where, step, want_step, want_version, pj.dump()));
+  RolloutOptions ro;
+  ro.group = o.group;
+  ro.reward = parse_reward_kind(o.reward);
+  ro.format_bonus = o.format_bonus;
+  std::vector<model::SampleResult> samples =
+      detail::load_rollout_samples(ck / run_files::kPendingRollout);
+  if (int64_t(samples.size()) != o.prompts * o.group)
+    throw std::invalid_argument(
+        fmt::format("--resume: {} holds {} samples; the run samples {} per step ({} x {})",
+                    (ck / run_files::kPendingRollout).string(), samples.size(), o.prompts * o.group,
+                    o.prompts, o.group));
+  RolloutBatch b = score_rollout(
+      task, rollout_examples(task, o.seed, o.difficulty, uint64_t(step * o.prompts), o.prompts),
+      std::move(samples), ro);
+  return std::make_unique<detail::PendingRollout>(want_step, want_version, std::move(b),
+                                                  pj.value("generation_s", 0.0));
+}
+
+}  // namespace
 
 std::unique_ptr<Trainer> Trainer::resume(const fs::path& dir, const ResumePlacement& where) {
   const Device device = where.device;
@@ -309,6 +363,11 @@ std::unique_ptr<Trainer> Trainer::resume(const fs::path& dir, const ResumePlacem
   m->lock = std::move(lock);
   m->opt = options_from_json(meta.at("options"), meta_path.string());
   m->opt.validate();
+  if (where.async_rollout && *where.async_rollout != m->opt.async_rollout)
+    throw std::invalid_argument(fmt::format(
+        "--resume: --async-rollout {} differs from the run's --async-rollout {} ({}): the batches "
+        "the run trains on depend on it, so a resumed run keeps it (drop the flag or give {})",
+        *where.async_rollout, m->opt.async_rollout, meta_path.string(), m->opt.async_rollout));
   if (!meta.contains("recipe") || !meta["recipe"].contains("content"))
     throw std::invalid_argument(
         fmt::format("--resume: {} has no recipe content", meta_path.string()));
@@ -373,6 +432,7 @@ std::unique_ptr<Trainer> Trainer::resume(const fs::path& dir, const ResumePlacem
                                                     m->opt.grad_slots);
   m->step = step;
   m->elapsed_before_s = state.value("elapsed_s", 0.0);
+  m->pending = load_pending_rollout(m->opt, *m->task, step, state, ck);
 
   // Every check passed: now the folder changes (leftover temporaries, rows after the checkpoint).
   m->lock->record_holder();
@@ -388,16 +448,29 @@ void Trainer::Impl::save_checkpoint() {
   if (metrics) detail::fsync_file(metrics->path());
   // Replicas that drifted apart would make the checkpoint (rank 0's) a lie about the others.
   ranks->check_replicas();
+  // The batch of the next step, sampled by a version this checkpoint does not hold: stored with
+  // it, in the same atomic exchange.
+  if (pending) pending->wait();
   const fs::path tmp = detail::make_temp_dir(dir, run_files::kCheckpoint);
   try {
     learner().save_checkpoint(tmp.string());
-    const Json state = {{"format", "lockstep.trainer.v1"},
-                        {"step", step},
-                        {"policy_version", step},
-                        {"optimizer_steps", learner().version()},
-                        {"elapsed_s", elapsed_s()},
-                        {"options", options_to_json(opt)},
-                        {"learner_ranks", opt.learner_ranks}};
+    Json state = {{"format", "lockstep.trainer.v1"},
+                  {"step", step},
+                  {"policy_version", step},
+                  {"optimizer_steps", learner().version()},
+                  {"elapsed_s", elapsed_s()},
+                  {"options", options_to_json(opt)},
+                  {"learner_ranks", opt.learner_ranks}};
+    if (opt.async_rollout) {
+      state["pending_rollout"] = nullptr;
+      if (pending) {
+        detail::save_rollout_samples(tmp / run_files::kPendingRollout, pending->wait().samples);
+        state["pending_rollout"] = {{"step", pending->step()},
+                                    {"policy_version", pending->policy_version()},
+                                    {"generation_s", pending->generation_s()},
+                                    {"file", run_files::kPendingRollout}};
+      }
+    }
     write_file_atomic((tmp / run_files::kTrainerState).string(), state.dump(2) + "\n");
     detail::fsync_dir_tree(tmp);
     detail::replace_dir(tmp, dir / run_files::kCheckpoint);

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """`lockstep train --gpus L:S` and `--async-rollout`: a request for more GPUs than the machine has
 is refused before any work (exit 2, naming how many CUDA devices were found and why none), so are
-more than one sampler GPU, a learner count that is not a power of two and overlapped rollouts (not
-implemented); malformed values name the flag, and 1:0 (or 1) is today's single-device run. Nothing
-is written by a refused command. (The data-parallel bits themselves: test_train_dp.py.)
+more than one sampler GPU, a learner count that is not a power of two and an --async-rollout other
+than 0 or 1; malformed values name the flag, and 1:0 (or 1) is the single-device run. Nothing is
+written by a refused command. (The data-parallel bits themselves: test_train_dp.py; overlapped
+rollouts: test_train_async.py.)
 
 Run: python3 tests/py/test_cli_gpus.py PATH_TO_lockstep_BINARY
 """
@@ -94,13 +95,15 @@ class TrainGpus(unittest.TestCase):
             self.refused(r, "--gpus")
             self.assertEqual(left, [], value)
 
-    def test_async_rollout_is_refused_until_it_exists(self):
-        r, left = self.train("--async-rollout", "1", name="async")
-        self.refused(r, "--async-rollout 1", "not implemented yet")
-        self.assertEqual(left, [])
-        r, left = self.train("--async-rollout", "2", name="async2")
-        self.refused(r, "--async-rollout")
-        self.assertEqual(left, [])
+    def test_async_rollout_takes_0_or_1(self):
+        for value in ("2", "-1", "x"):
+            r, left = self.train("--async-rollout", value, name=f"async{abs(hash(value))}")
+            self.refused(r, "--async-rollout")
+            self.assertEqual(left, [])
+        r, left = self.train("--async-rollout", "1", "--dry-run", name="async1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("rollouts overlapped with training", r.stdout + r.stderr)
+        self.assertEqual(left, [], "a dry run writes nothing")
 
     def test_one_gpu_is_the_single_device_run(self):
         for i, value in enumerate(("1:0", "1")):
@@ -111,10 +114,13 @@ class TrainGpus(unittest.TestCase):
 
     def test_resume_keeps_the_run_options(self):
         # --gpus and --learner-ranks place a resumed run (its bits do not depend on them); the
-        # GPU count is checked before the folder is read. --async-rollout is a run option.
+        # GPU count is checked before the folder is read. --async-rollout is a run option, taken
+        # only as the run's own value (test_train_async.py).
         none = os.path.join(self.tmp, "none")
         r = run("train", "--resume", none, "--async-rollout", "0", check=False)
-        self.refused(r, "drop --async-rollout")
+        self.refused(r, "is not a folder")
+        r = run("train", "--resume", none, "--steps", "3", check=False)
+        self.refused(r, "drop --steps")
         r = run("train", "--resume", none, "--gpus", "1:0", check=False)
         self.refused(r, "is not a folder")
         if self.gpus < 2:

@@ -61,6 +61,15 @@ struct RolloutBatch {
 RolloutBatch rollout(model::Sampler& sampler, const Task& task, uint64_t task_seed, int difficulty,
                      uint64_t first_index, const RolloutOptions& options);
 
+// The P examples a batch samples: train-split indices first_index .. first_index + P - 1.
+std::vector<Example> rollout_examples(const Task& task, uint64_t task_seed, int difficulty,
+                                      uint64_t first_index, int64_t prompts);
+// The batch of `samples` ([P * G], prompt p's at p * G ..) for `examples` ([P]): rewards and counts
+// exactly as rollout() scores them (a batch stored without its rewards is rebuilt with this).
+// Throws std::invalid_argument when the sample count is not P * G.
+RolloutBatch score_rollout(const Task& task, std::vector<Example> examples,
+                           std::vector<model::SampleResult> samples, const RolloutOptions& options);
+
 struct EvalResult {
   int64_t prompts = 0;
   int64_t correct = 0;

@@ -74,6 +74,11 @@ struct TrainOptions {
   // rounding of the sampler's cache, so an fp8 cache is no source of learner-sampler gap).
   std::string learner_kv = "bf16";
   bool routing_replay = false;  // the learner reuses the sampler's experts (MoE)
+  // Overlapped rollouts (--async-rollout): 0, each step's batch is sampled by the policy the step
+  // starts from; 1, a background thread samples step k + 1's batch with the sampler's version
+  // k - 1 while the learner trains step k, so step k's batch comes from version max(0, k - 2)
+  // (docs/rl.md, "Overlapped rollouts"). Part of the run's identity: the bits depend on it.
+  int async_rollout = 0;
 
   // Throws std::invalid_argument naming the option and the rule (unknown task or guard, a
   // difficulty outside the task's range, non-positive sizes, a --max-new that cannot hold the
@@ -110,6 +115,9 @@ struct ResumePlacement {
   Device device = Device::cpu();
   int learner_ranks = 1;
   std::optional<Device> sampler_device;
+  // The --async-rollout the caller asks for, when it asks: refused unless it is the run's own
+  // (the run's bits depend on it).
+  std::optional<int> async_rollout;
 };
 
 // Run folder layout:
@@ -128,8 +136,9 @@ class Trainer {
                                          const model::ModelWeights& init, RunMetaExtras meta);
   // Continues run_dir from its checkpoint on `where` (any device and rank count: the run's bits
   // do not depend on them). Throws std::invalid_argument (nothing changed) when the folder is not
-  // a run, its checkpoint belongs to another model, recipe or options, or the rank count does not
-  // divide the run's --grad-slots.
+  // a run, its checkpoint belongs to another model, recipe or options, the rank count does not
+  // divide the run's --grad-slots, where.async_rollout is not the run's, or an --async-rollout 1
+  // checkpoint lacks the batch sampled for its next step.
   static std::unique_ptr<Trainer> resume(const std::filesystem::path& run_dir,
                                          const ResumePlacement& where = {});
 
