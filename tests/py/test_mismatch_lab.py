@@ -16,17 +16,16 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
     sys.exit("usage: test_mismatch_lab.py PATH_TO_lockstep_BINARY [unittest args]")
 LOCKSTEP = os.path.abspath(sys.argv.pop(1))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_util import load_json, micro_config, rows, run_lockstep, untimed  # noqa: E402
+from train_util import (kill_after_checkpoint, load_json, micro_config, rows,  # noqa: E402
+                        run_lockstep, untimed)
 
 RUN = ["--steps", "4", "--prompts", "8", "--group", "8", "--max-new", "4", "--eval-prompts", "8",
        "--eval-every", "2", "--checkpoint-every", "2", "--format-bonus", "0.5", "--lr", "0.01",
@@ -152,20 +151,9 @@ class MismatchLab(unittest.TestCase):
         args = ["train", "--model", self.model, "--out", d, *RUN[:1], "12", *RUN[2:],
                 "--minibatches", "2", "--recipe", "bf16", "--sampler-recipe", "nvfp4_per_token",
                 "--guard", "triage", *SCALED]
-        p = subprocess.Popen([LOCKSTEP, *args], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+        rc = kill_after_checkpoint([LOCKSTEP, *args], d, 2)
+        self.assertEqual(rc, -signal.SIGKILL, "the run ended before it was killed")
         state = os.path.join(d, "checkpoint", "trainer.json")
-        deadline = time.time() + 120
-        while time.time() < deadline and p.poll() is None:
-            try:
-                if load_json(state)["step"] >= 2:
-                    break
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.002)
-        p.send_signal(signal.SIGKILL)
-        p.wait()
-        self.assertEqual(p.returncode, -signal.SIGKILL, "the run ended before it was killed")
         run("train", "--resume", d)
         full = self.path("mb-full")
         run(*[full if x == d else x for x in args])

@@ -11,23 +11,20 @@ Run: python3 tests/py/test_train_async.py PATH_TO_lockstep_BINARY
 LOCKSTEP_TEST_DEVICE=cuda runs the trainings on the GPU (the learner-rank case stays on the CPU);
 unset, they run on the CPU.
 """
-import hashlib
 import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
     sys.exit("usage: test_train_async.py PATH_TO_lockstep_BINARY [unittest args]")
 LOCKSTEP = os.path.abspath(sys.argv.pop(1))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_util import (load_json, micro_config, rows, run_lockstep, tree_digest,  # noqa: E402
-                        untimed)
+from train_util import (checkpoint_digest, kill_after_checkpoint, load_json,  # noqa: E402
+                        micro_config, rows, run_lockstep, tree_digest, untimed)
 
 DEVICE = os.environ.get("LOCKSTEP_TEST_DEVICE", "") or "cpu"
 # The micro run of test_train_cli.py (rewards vary, so the policy moves every step and a batch
@@ -43,15 +40,6 @@ def small(steps, device=DEVICE):
 
 def run(*args, **kw):
     return run_lockstep(LOCKSTEP, *args, **kw)
-
-
-def checkpoint_digest(run_dir):
-    """sha256 of the learner checkpoint's files (weights, AdamW moments, learner.json)."""
-    out = {}
-    for name in ("learner.safetensors", "learner.json"):
-        with open(os.path.join(run_dir, "checkpoint", name), "rb") as f:
-            out[name] = hashlib.sha256(f.read()).hexdigest()
-    return out
 
 
 class TrainAsync(unittest.TestCase):
@@ -108,23 +96,12 @@ class TrainAsync(unittest.TestCase):
         self.assertEqual(checkpoint_digest(again), checkpoint_digest(self.ref))
 
         d = os.path.join(self.tmp, "killed")
-        p = subprocess.Popen([LOCKSTEP, "train", "--model", self.model, "--out", d, *small(12),
-                              "--async-rollout", "1"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        state = os.path.join(d, "checkpoint", "trainer.json")
-        deadline = time.time() + 120
-        while time.time() < deadline and p.poll() is None:
-            try:
-                if load_json(state)["step"] >= 2:
-                    break
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.002)
-        p.send_signal(signal.SIGKILL)
-        p.wait()
-        if p.returncode == 0:
+        rc = kill_after_checkpoint([LOCKSTEP, "train", "--model", self.model, "--out", d,
+                                    *small(12), "--async-rollout", "1"], d, 2)
+        if rc == 0:
             self.skipTest("the run finished before it could be killed")
-        self.assertEqual(p.returncode, -signal.SIGKILL)
+        self.assertEqual(rc, -signal.SIGKILL)
+        state = os.path.join(d, "checkpoint", "trainer.json")
         st = load_json(state)
         killed_at = st["step"]
         self.assertLess(killed_at, 12)

@@ -23,8 +23,8 @@ if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
     sys.exit("usage: test_train_cli.py PATH_TO_lockstep_BINARY [unittest args]")
 LOCKSTEP = os.path.abspath(sys.argv.pop(1))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_util import (load_json, micro_config, read_text, rows, run_lockstep,  # noqa: E402
-                        tree_digest, untimed)
+from train_util import (kill_after_checkpoint, load_json, micro_config,  # noqa: E402
+                        read_text, rows, run_lockstep, tree_digest, untimed)
 
 # A micro run: rewards vary (format bonus), so the policy moves every step.
 SMALL = ["--steps", "6", "--prompts", "4", "--group", "4", "--max-new", "4", "--eval-prompts", "8",
@@ -105,19 +105,9 @@ class Train(unittest.TestCase):
         d = self.path("killed")
         args = [LOCKSTEP, "train", "--model", self.model, "--out", d, *SMALL[:1], "16",
                 *SMALL[2:]]
-        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        rc = kill_after_checkpoint(args, d, 2)
+        self.assertEqual(rc, -signal.SIGKILL, "the run ended before it was killed")
         state = os.path.join(d, "checkpoint", "trainer.json")
-        deadline = time.time() + 120
-        while time.time() < deadline and p.poll() is None:
-            try:
-                if load_json(state)["step"] >= 2:
-                    break
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.002)
-        p.send_signal(signal.SIGKILL)
-        p.wait()
-        self.assertEqual(p.returncode, -signal.SIGKILL, "the run ended before it was killed")
         killed_at = load_json(state)["step"]
         self.assertLess(killed_at, 16)
         run("train", "--resume", d, *(["--device", DEVICE] if DEVICE else []))

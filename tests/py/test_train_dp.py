@@ -7,7 +7,6 @@ and rank counts that do not fit are refused (exit 2, the problem named, nothing 
 
 Run: python3 tests/py/test_train_dp.py PATH_TO_lockstep_BINARY
 """
-import hashlib
 import json
 import os
 import shutil
@@ -22,8 +21,8 @@ if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
     sys.exit("usage: test_train_dp.py PATH_TO_lockstep_BINARY [unittest args]")
 LOCKSTEP = os.path.abspath(sys.argv.pop(1))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_util import (load_json, micro_config, read_text, rows, run_lockstep,  # noqa: E402
-                        untimed)
+from train_util import (checkpoint_digest, load_json, micro_config, read_text,  # noqa: E402
+                        rows, run_lockstep, untimed)
 
 # The micro run of test_train_cli.py (the policy moves every step), on the CPU: the ranks here are
 # CPU threads.
@@ -38,15 +37,6 @@ def small(steps=6):
 
 def run(*args, **kw):
     return run_lockstep(LOCKSTEP, *args, **kw)
-
-
-def checkpoint_digest(run_dir):
-    """sha256 of the learner checkpoint's files (weights, AdamW moments, learner.json)."""
-    out = {}
-    for name in ("learner.safetensors", "learner.json"):
-        with open(os.path.join(run_dir, "checkpoint", name), "rb") as f:
-            out[name] = hashlib.sha256(f.read()).hexdigest()
-    return out
 
 
 class TrainDataParallel(unittest.TestCase):

@@ -3,7 +3,9 @@ steps takes about a second) and small helpers for run folders."""
 import hashlib
 import json
 import os
+import signal
 import subprocess
+import time
 
 # Keys that measure time (they differ between any two runs); every other key must be equal.
 TIMING = ("time_", "elapsed_s", "tokens_per_s")
@@ -61,3 +63,31 @@ def tree_digest(path):
             with open(p, "rb") as f:
                 out[os.path.relpath(p, path)] = hashlib.sha256(f.read()).hexdigest()
     return out
+
+
+def checkpoint_digest(run_dir):
+    """sha256 of the learner checkpoint's files (weights, AdamW moments, learner.json)."""
+    out = {}
+    for name in ("learner.safetensors", "learner.json"):
+        with open(os.path.join(run_dir, "checkpoint", name), "rb") as f:
+            out[name] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def kill_after_checkpoint(cmd, run_dir, step=2, timeout=120):
+    """Starts cmd (a `lockstep train` writing run_dir), SIGKILLs it as soon as its checkpoint
+    holds `step` or later (or when it ended, or after timeout seconds), and returns the exit
+    status (-SIGKILL when it was killed while running)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = os.path.join(run_dir, "checkpoint", "trainer.json")
+    deadline = time.time() + timeout
+    while time.time() < deadline and p.poll() is None:
+        try:
+            if load_json(state)["step"] >= step:
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.002)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    return p.returncode
