@@ -8,6 +8,7 @@ Usage: PYTHONPATH=BUILD/python python3 test_api.py PATH_TO_lockstep
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -217,6 +218,20 @@ class Rl(unittest.TestCase):
         with self.assertRaises(lockstep.Error):
             lockstep.align_stats(np.zeros(3, np.float32), np.zeros(3, np.float32),
                                  np.zeros(1, np.float32), np.ones(3, np.uint8))  # no offsets
+
+
+class Module(unittest.TestCase):
+    @unittest.skipUnless(sys.platform.startswith("linux") and shutil.which("nm"),
+                         "needs Linux and binutils' nm")
+    def test_exports_only_its_init(self):
+        # The archives linked into the extension (lockstep, nanobind, a static libstdc++) must not
+        # export symbols: a static libstdc++'s unique symbols would bind process-wide and break
+        # another extension loaded later with the shared libstdc++ (torch).
+        from lockstep import _lockstep
+        out = subprocess.run(["nm", "-D", "--defined-only", _lockstep.__file__], capture_output=True,
+                             text=True, check=True).stdout
+        names = sorted(line.split()[-1] for line in out.splitlines() if line.strip())
+        self.assertEqual(names, ["PyInit__lockstep"], f"{len(names)} exported: {names[:20]}")
 
 
 if __name__ == "__main__":

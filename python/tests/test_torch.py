@@ -62,6 +62,19 @@ def file_part(p):
 
 
 @unittest.skipUnless(HAVE_TORCH, WHY)
+class TorchImport(unittest.TestCase):
+    def test_lockstep_imported_before_torch(self):
+        # A fresh process that imports lockstep first (nothing else loaded the C++ runtime yet),
+        # then torch, then uses both.
+        code = ("import lockstep, torch; import numpy as np; "
+                "q = lockstep.quantize(np.ones((16, 16), np.float32), 'fp8'); "
+                "print(float(torch.ones(3).sum()), q.dequantize().shape)")
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        self.assertIn("3.0 (16, 16)", p.stdout)
+
+
+@unittest.skipUnless(HAVE_TORCH, WHY)
 class TorchQuantize(unittest.TestCase):
     def devices(self):
         return ["cpu"] + (["cuda"] if HAVE_CUDA else [])
