@@ -77,7 +77,12 @@ std::string ranks_text(const rl::TrainOptions& o) {
     out += fmt::format(", {} learner rank{} ({} gradient slot{})", o.learner_ranks,
                        o.learner_ranks > 1 ? "s" : "", o.grad_slots, o.grad_slots > 1 ? "s" : "");
   if (o.sampler_device) out += fmt::format(", sampler on {}", o.sampler_device->str());
-  if (o.async_rollout) out += ", rollouts overlapped with training (--async-rollout 1)";
+  if (o.async_rollout) {
+    out += ", rollouts overlapped with training (--async-rollout 1)";
+    // On one GPU the background sampler and the learner take turns on it (docs/rl.md,
+    // "Overlapped rollouts": slower per step than the synchronous loop there).
+    if (o.device.is_cuda() && !o.sampler_device) out += " sharing the learner's GPU";
+  }
   return out;
 }
 
