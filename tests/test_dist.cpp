@@ -281,6 +281,8 @@ TEST(DistPolicyBroadcast, ASenderChecksumThatDoesNotVerifyIsRefused) {
 TEST(DistNccl, EntryPointsOfThisBuild) {
   dist::force_nvls_off();
   EXPECT_STREQ(std::getenv("NCCL_NVLS_ENABLE"), "0");
+  EXPECT_STREQ(std::getenv("NVSHMEM_DISABLE_NVLS"), "1");
+  EXPECT_STREQ(std::getenv("TORCH_SYMM_MEM_DISABLE_MULTICAST"), "1");
   if (dist::nccl_compiled()) GTEST_SKIP() << "NCCL compiled in: exercised on the GPU machine";
   EXPECT_THROW(dist::nccl_unique_id(), std::runtime_error);
   EXPECT_THROW(dist::make_nccl_communicator({}, 0, 1, Device::cuda(0)), std::runtime_error);

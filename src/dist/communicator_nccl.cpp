@@ -22,7 +22,11 @@
 
 namespace lockstep::dist {
 
-void force_nvls_off() { ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/1); }
+void force_nvls_off() {
+  ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/1);
+  ::setenv("NVSHMEM_DISABLE_NVLS", "1", /*overwrite=*/1);
+  ::setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", /*overwrite=*/1);
+}
 
 void NcclAbort::raise(int rank, const std::string& what) {
   const std::lock_guard lock(m_);

@@ -1,8 +1,9 @@
 // The NCCL transport of dist::Communicator: one rank per GPU of one host (threads or processes),
 // built when CMake finds the NCCL header with the CUDA backend. libnccl is loaded at run time
 // (dlopen), so lockstep binaries start on machines without it and only a multi-GPU run needs it.
-// NVLink multicast (NVLS) stays off: force_nvls_off() sets NCCL_NVLS_ENABLE=0 before any
-// communicator is made, and the CLI calls it at start so every process it starts inherits it.
+// NVLink multicast (NVLS) stays off: force_nvls_off() sets NCCL_NVLS_ENABLE=0 (and the NVSHMEM and
+// PyTorch switches) before any communicator is made, and the CLI calls it at start so every
+// process it starts inherits it.
 #pragma once
 
 #include <array>
@@ -16,8 +17,11 @@
 
 namespace lockstep::dist {
 
-// Sets NCCL_NVLS_ENABLE=0 in this process's environment, replacing any value: NVLS changes the
-// reduction algorithm NCCL picks and needs multicast-capable drivers; lockstep never uses it.
+// Turns NVLink multicast off in this process's environment, replacing any values:
+// NCCL_NVLS_ENABLE=0, NVSHMEM_DISABLE_NVLS=1 and TORCH_SYMM_MEM_DISABLE_MULTICAST=1 (for libraries
+// a process started from lockstep may load). NVLS changes the reduction algorithm NCCL picks and
+// needs multicast-capable drivers, and a program using multicast can take a shared host's GPUs out
+// of service; lockstep never uses it.
 void force_nvls_off();
 
 // Whether this build has the NCCL transport (CUDA backend and the NCCL header found by CMake).
