@@ -14,10 +14,6 @@ import statistics
 import sys
 import time
 
-# numpy and torch before lockstep: with lockstep's extension loaded first, `import torch` aborted
-# ("free(): invalid pointer" inside torch's import) on the GPU machine's image (docs/python.md,
-# "Known problems"); numpy, lockstep, torch (the tests' order) works.
-import numpy  # noqa: F401
 import torch
 
 import lockstep

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 
@@ -16,16 +17,20 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
-#include <mutex>
 #include <vector>
 #endif
 
 namespace lockstep::dist {
 
+// Once per process: setenv while another thread reads the environment (a rank thread inside
+// ncclCommInitRank) is a data race, and every rank thread calls this before its communicator.
 void force_nvls_off() {
-  ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/1);
-  ::setenv("NVSHMEM_DISABLE_NVLS", "1", /*overwrite=*/1);
-  ::setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", /*overwrite=*/1);
+  static std::once_flag once;
+  std::call_once(once, [] {
+    ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/1);
+    ::setenv("NVSHMEM_DISABLE_NVLS", "1", /*overwrite=*/1);
+    ::setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", /*overwrite=*/1);
+  });
 }
 
 void NcclAbort::raise(int rank, const std::string& what) {

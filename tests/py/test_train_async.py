@@ -111,6 +111,8 @@ class TrainAsync(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(d, "checkpoint", "rollout.safetensors")))
         r = run("train", "--resume", d, "--device", DEVICE)
         self.assertIn("rollouts overlapped with training", r.stderr)
+        # On one GPU the start line says that the background sampler shares it.
+        self.assertEqual("sharing the learner's GPU" in r.stderr, DEVICE.startswith("cuda"))
         self.assertEqual(untimed(rows(d)), untimed(rows(self.ref)), f"killed at {killed_at}")
         self.assertEqual(checkpoint_digest(d), checkpoint_digest(self.ref))
         self.assertIsNone(load_json(state)["pending_rollout"])

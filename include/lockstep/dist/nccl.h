@@ -20,8 +20,9 @@ namespace lockstep::dist {
 // Turns NVLink multicast off in this process's environment, replacing any values:
 // NCCL_NVLS_ENABLE=0, NVSHMEM_DISABLE_NVLS=1 and TORCH_SYMM_MEM_DISABLE_MULTICAST=1 (for libraries
 // a process started from lockstep may load). NVLS changes the reduction algorithm NCCL picks and
-// needs multicast-capable drivers, and a program using multicast can take a shared host's GPUs out
-// of service; lockstep never uses it.
+// needs multicast-capable drivers, and the shared GPU hosts lockstep is developed on require it
+// off; lockstep never uses it. The variables are set once per process (the first call), before any
+// thread reads them.
 void force_nvls_off();
 
 // Whether this build has the NCCL transport (CUDA backend and the NCCL header found by CMake).
