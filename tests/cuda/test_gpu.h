@@ -78,6 +78,12 @@ std::string compare_q(const QTensor& expect, const QTensor& got);
 // nan_equal (dequantized values: GPU arithmetic and x86 give different NaN payloads).
 std::string compare_t(const Tensor& expect, const Tensor& got, bool nan_equal, const char* what);
 
+// A case of Tensor entries: cpu() once, gpu() twice with poisoned device allocations; every output
+// equals the CPU's bits (NaN payloads aside), both GPU runs are identical, and the GPU runs copy
+// nothing from the device to the host.
+void check_outs(const std::string& name, const std::function<std::vector<Tensor>()>& cpu,
+                const std::function<std::vector<Tensor>()>& gpu_fn);
+
 // Runs cpu() and gpu() (gpu twice, outputs poisoned), requires the same refusals (QuantError /
 // GemmError) and the same bytes, both runs alike.
 void check_q(const std::string& name, const std::function<QTensor()>& cpu,

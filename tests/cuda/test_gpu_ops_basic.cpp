@@ -15,26 +15,16 @@
 
 namespace lockstep::gpu_test {
 
-namespace ops_basic_cases {
-
-using Outs = std::vector<Tensor>;
-
-std::string dims(std::initializer_list<int64_t> v) {
-  std::string s;
-  for (int64_t x : v) s += (s.empty() ? "" : "x") + std::to_string(x);
-  return s;
-}
-
 // Runs cpu() once and gpu() twice with poisoned device allocations: every output equals the CPU's
 // bits (NaN payloads aside: x86 and the GPU make different NaNs), both GPU runs are identical, and
 // the GPU runs copy nothing from the device to the host.
-void check_outs(const std::string& name, const std::function<Outs()>& cpu,
-                const std::function<Outs()>& gpu_fn) {
+void check_outs(const std::string& name, const std::function<std::vector<Tensor>()>& cpu,
+                const std::function<std::vector<Tensor>()>& gpu_fn) {
   run_case(name, [&]() -> std::string {
-    const Outs expect = cpu();
+    const std::vector<Tensor> expect = cpu();
     set_poison_device_allocations(true);
     const int64_t d2h = device_to_host_copies();
-    const Outs got0 = gpu_fn(), got1 = gpu_fn();
+    const std::vector<Tensor> got0 = gpu_fn(), got1 = gpu_fn();
     synchronize(gpu());
     const int64_t copies = device_to_host_copies() - d2h;
     set_poison_device_allocations(false);
@@ -51,6 +41,16 @@ void check_outs(const std::string& name, const std::function<Outs()>& cpu,
     }
     return err;
   });
+}
+
+namespace ops_basic_cases {
+
+using Outs = std::vector<Tensor>;
+
+std::string dims(std::initializer_list<int64_t> v) {
+  std::string s;
+  for (int64_t x : v) s += (s.empty() ? "" : "x") + std::to_string(x);
+  return s;
 }
 
 Tensor values(int64_t rows, int64_t cols, Dist d, uint64_t seed) {

@@ -31,8 +31,9 @@ struct MoeRoute {
 // The rows bound above.
 int64_t moe_grouped_rows(int64_t tokens, int64_t top_k, int64_t experts, int64_t row_multiple);
 
-// expert_ids: I32 [T, k] with values in [0, E) (a host tensor is checked; on the device an id
-// outside [0, E) is treated as expert E - 1). row_multiple >= 1.
+// expert_ids: I32 [T, k] with values in [0, E) (a host tensor is checked; on the device, where
+// ids are never read on the host, an id outside [0, E) is clamped: a negative one to expert 0, E
+// and above to E - 1). row_multiple >= 1.
 MoeRoute moe_route(const Tensor& expert_ids, int64_t experts, int64_t row_multiple);
 
 // x [T, d] -> [rows, d]: row r = x[src_rows[r]], zero for a padding row.

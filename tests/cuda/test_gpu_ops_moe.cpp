@@ -1,0 +1,117 @@
+// lockstep_test_gpu --op moe: the MoE routing ops (ops/moe.h) on CUDA against the CPU, bit for bit:
+// the grouped layout (offsets, src_rows, slot_row) of random top-k choices (k distinct experts per
+// token, an expert no token chose, every token's first slot on expert 0, no tokens at all; row
+// multiples 1, 16 and 64; 1 to 1000 tokens; up to 128 experts) and the row moves over it (gather,
+// combine, scatter, scatter_slots, gather_slots) on random and edge values. Device ids outside
+// [0, E), which the device does not check, are clamped (negative to 0, E and above to E - 1): the
+// layout of the clamped ids on the CPU.
+#include <algorithm>
+#include <random>
+
+#include "lockstep/ops/moe.h"
+#include "test_gpu.h"
+
+namespace lockstep::gpu_test {
+
+namespace {
+
+// [T, k] expert ids, k distinct per token, drawn from seed; expert E / 2 is never chosen when
+// k + 1 < E; with first_zero every token's first slot is expert 0.
+std::vector<int32_t> route_ids(int64_t T, int64_t k, int64_t E, uint64_t seed, bool first_zero) {
+  std::mt19937_64 g(seed);
+  const int32_t skip = k + 1 < E ? int32_t(E / 2) : -1;
+  std::vector<int32_t> ids;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> row;
+    if (first_zero) row.push_back(0);
+    while (int64_t(row.size()) < k) {
+      const int32_t e = int32_t(g() % uint64_t(E));
+      if (e != skip && std::find(row.begin(), row.end(), e) == row.end()) row.push_back(e);
+    }
+    ids.insert(ids.end(), row.begin(), row.end());
+  }
+  return ids;
+}
+
+Tensor ids_tensor(const std::vector<int32_t>& v, int64_t T, int64_t k) {
+  return Tensor::from_vector<int32_t>(v, {T, k}, DType::kI32);
+}
+
+// The route of `ids` and every row move over it, on the ids' device: offsets, src_rows, slot_row,
+// gather(x), combine(rows), scatter(x), scatter_slots(w), gather_slots(v).
+std::vector<Tensor> route_and_moves(const Tensor& ids, int64_t E, int64_t P, const Tensor& x,
+                                    const Tensor& rows, const Tensor& w, const Tensor& v) {
+  const ops::MoeRoute r = ops::moe_route(ids, E, P);
+  return {r.offsets,
+          r.src_rows,
+          r.slot_row,
+          ops::moe_gather(x, r),
+          ops::moe_combine(rows, r),
+          ops::moe_scatter(x, r),
+          ops::moe_scatter_slots(w, r),
+          ops::moe_gather_slots(v, r)};
+}
+
+void route_cases() {
+  struct Shape {
+    int64_t T, k, E, P;
+    bool first_zero;
+  };
+  const std::vector<Shape> shapes{{1, 1, 1, 1, false},      {1, 8, 128, 1, false},
+                                  {7, 2, 8, 1, false},      {33, 4, 32, 16, false},
+                                  {256, 8, 128, 64, false}, {1000, 8, 64, 1, false},
+                                  {40, 4, 16, 16, true},    {0, 4, 8, 16, false}};
+  for (const Shape& sh : shapes)
+    for (int64_t d : {int64_t(1), int64_t(64), int64_t(257)})
+      for (Dist dist : {Dist::kNormal, Dist::kEdge}) {
+        if (g_opt.reduced && (d != 64 || sh.T > 256)) continue;
+        const std::string name = "moe route T" + std::to_string(sh.T) + " k" +
+                                 std::to_string(sh.k) + " E" + std::to_string(sh.E) + " P" +
+                                 std::to_string(sh.P) + (sh.first_zero ? " first0" : "") + " d" +
+                                 std::to_string(d) + " " + dist_name(dist);
+        const uint64_t seed = case_seed(name);
+        const Tensor ids = ids_tensor(route_ids(sh.T, sh.k, sh.E, seed, sh.first_zero), sh.T, sh.k);
+        const int64_t R = ops::moe_grouped_rows(sh.T, sh.k, sh.E, sh.P);
+        const Tensor x = host_tensor(make_values(sh.T, d, dist, false, seed + 1), sh.T, d, false);
+        const Tensor rows = host_tensor(make_values(R, d, dist, false, seed + 2), R, d, false);
+        const Tensor w =
+            host_tensor(make_values(sh.T, sh.k, dist, false, seed + 3), sh.T, sh.k, false);
+        const Tensor v =
+            host_tensor(make_values(1, R, dist, false, seed + 4), 1, R, false).view({R});
+        check_outs(
+            name, [&] { return route_and_moves(ids, sh.E, sh.P, x, rows, w, v); },
+            [&] {
+              return route_and_moves(to_gpu(ids), sh.E, sh.P, to_gpu(x), to_gpu(rows), to_gpu(w),
+                                     to_gpu(v));
+            });
+      }
+  // Ids outside [0, E) on the device: the layout of the clamped ids.
+  for (int64_t P : {int64_t(1), int64_t(16)}) {
+    const std::string name = "moe route bad device ids P" + std::to_string(P);
+    const int64_t T = 6, k = 2, E = 8, d = 32;
+    const std::vector<int32_t> bad{3, -1, 8, 2, 5, 100, -7, 4, 0, 7, 1, 8};
+    std::vector<int32_t> clamped(bad);
+    for (int32_t& e : clamped) e = e < 0 ? 0 : (e >= E ? int32_t(E - 1) : e);
+    const int64_t R = ops::moe_grouped_rows(T, k, E, P);
+    const uint64_t seed = case_seed(name);
+    const Tensor x = host_tensor(make_values(T, d, Dist::kNormal, false, seed), T, d, false);
+    const Tensor rows = host_tensor(make_values(R, d, Dist::kNormal, false, seed + 1), R, d, false);
+    const Tensor w = host_tensor(make_values(T, k, Dist::kNormal, false, seed + 2), T, k, false);
+    const Tensor v =
+        host_tensor(make_values(1, R, Dist::kNormal, false, seed + 3), 1, R, false).view({R});
+    check_outs(
+        name, [&] { return route_and_moves(ids_tensor(clamped, T, k), E, P, x, rows, w, v); },
+        [&] {
+          return route_and_moves(to_gpu(ids_tensor(bad, T, k)), E, P, to_gpu(x), to_gpu(rows),
+                                 to_gpu(w), to_gpu(v));
+        });
+  }
+}
+
+}  // namespace
+
+void test_moe() {
+  if (want("moe")) route_cases();
+}
+
+}  // namespace lockstep::gpu_test
