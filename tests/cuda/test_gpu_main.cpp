@@ -32,7 +32,7 @@ void test_gemm_small_m();
 void test_backward();
 void test_chain();
 void test_ops_basic();
-void test_moe();
+void test_row_moves();
 bool perf_ops_basic();
 void test_softmax_family();
 void perf_softmax_family();
@@ -53,7 +53,7 @@ constexpr const char* kOps =
     "quantize|dequantize|grouped|joint|hadamard|colwise|permute|swiglu|codec|gemm|gemm_grouped|"
     "gemm_small_m|"
     "backward|chain|rmsnorm|rope|embedding|adamw|grad_norm|elementwise|softmax|log_softmax|"
-    "moe|token_logprobs|router|sample"
+    "moe|layout|token_logprobs|router|sample"
     "|attention|attention_prefill|attention_backward|kv_cache|attention_cached|model|dist|sync";
 
 int usage(const char* argv0, int rc) {
@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
     test_backward();
     test_chain();
     test_ops_basic();
-    test_moe();
+    test_row_moves();
     test_softmax_family();
     test_attention();
     test_kv_cache();

@@ -1,4 +1,7 @@
-// lockstep_test_gpu --op moe: the MoE routing ops (ops/moe.h) on CUDA against the CPU, bit for bit:
+// lockstep_test_gpu --op moe,layout: the row-moving ops on CUDA against the CPU, bit for bit.
+// layout (ops/layout.h): pad2d, crop2d, pad_groups, crop_groups, split_cols and concat_cols on F32,
+// BF16 and U8 tensors of awkward shapes (one element, odd widths, no rows), including the calls
+// that change nothing. moe: the MoE routing ops (ops/moe.h):
 // the grouped layout (offsets, src_rows, slot_row) of random top-k choices (k distinct experts per
 // token, an expert no token chose, every token's first slot on expert 0, no tokens at all; row
 // multiples 1, 16 and 64; 1 to 1000 tokens; up to 128 experts) and the row moves over it (gather,
@@ -8,6 +11,7 @@
 #include <algorithm>
 #include <random>
 
+#include "lockstep/ops/layout.h"
 #include "lockstep/ops/moe.h"
 #include "test_gpu.h"
 
@@ -108,10 +112,59 @@ void route_cases() {
   }
 }
 
+// A [rows, cols] tensor of dtype dt with values of every bit pattern class the dtype has.
+Tensor layout_input(DType dt, int64_t rows, int64_t cols, uint64_t seed) {
+  if (dt == DType::kU8) {
+    std::mt19937_64 g(seed);
+    std::vector<uint8_t> v(size_t(rows * cols));
+    for (uint8_t& b : v) b = uint8_t(g());
+    return Tensor::from_vector<uint8_t>(v, {rows, cols}, DType::kU8);
+  }
+  return host_tensor(make_values(rows, cols, Dist::kEdge, dt == DType::kBF16, seed), rows, cols,
+                     dt == DType::kBF16);
+}
+
+std::vector<Tensor> layout_moves(const Tensor& x, const Tensor& w, int64_t groups) {
+  const int64_t R = x.rows(), C = x.cols(), a = C / 3;
+  const Tensor padded = ops::pad2d(x, R + 3, C + 5);
+  const std::vector<Tensor> parts = ops::split_cols(x, {a, C - a});
+  const int64_t n = w.rows() / groups, k = w.cols();
+  const Tensor wp = ops::pad_groups(w, groups, n + 2, k + 7);
+  return {padded,
+          ops::pad2d(x, R, C),
+          ops::crop2d(padded, R, C),
+          ops::crop2d(x, R / 2, C - a),
+          parts[0],
+          parts[1],
+          ops::concat_cols({parts[1], x, parts[0]}),
+          wp,
+          ops::crop_groups(wp, groups, n, k),
+          ops::crop_groups(wp, groups, n / 2 + 1, k)};
+}
+
+void layout_cases() {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kU8})
+    for (Shape sh : {Shape{1, 1}, Shape{7, 33}, Shape{128, 256}, Shape{0, 5}}) {
+      const int64_t groups = 3;
+      const std::string name = "layout " + std::string(dtype_name(dt)) + " " +
+                               std::to_string(sh.rows) + "x" + std::to_string(sh.cols);
+      const uint64_t seed = case_seed(name);
+      const Tensor x = layout_input(dt, sh.rows, sh.cols, seed);
+      const Tensor w = layout_input(dt, groups * (sh.rows + 1), sh.cols, seed + 1);
+      check_outs(
+          name, [&] { return layout_moves(x, w, groups); },
+          [&] { return layout_moves(to_gpu(x), to_gpu(w), groups); });
+    }
+}
+
 }  // namespace
 
-void test_moe() {
+void test_row_moves() {
   if (want("moe")) route_cases();
+  if (want("layout")) layout_cases();
 }
 
 }  // namespace lockstep::gpu_test
