@@ -7,7 +7,6 @@ input, a recipe named twice, a group of one, --dry-run, and the checkpoint read 
 Run: python3 tests/py/test_cli_train_hostile.py PATH_TO_lockstep_BINARY
 """
 import fcntl
-import json
 import os
 import shutil
 import signal
@@ -18,7 +17,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_util import (load_json, micro_config, read_text, rows, run_lockstep,  # noqa: E402
+from train_util import (load_json, init_micro_model, read_text, rows, run_lockstep,  # noqa: E402
                         tree_digest, untimed)
 
 if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
@@ -42,9 +41,7 @@ class TrainHostile(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="lockstep-train-hostile-")
         cls.model = os.path.join(cls.tmp, "micro")
-        with open(cls.model + ".json", "w") as f:
-            json.dump(micro_config(), f)
-        run("init", "--config", cls.model + ".json", "-o", cls.model, "--seed", "3")
+        init_micro_model(LOCKSTEP, cls.model)
         cls.ref = os.path.join(cls.tmp, "ref")
         run("train", "--model", cls.model, "--out", cls.ref, *SMALL)
 

@@ -24,7 +24,7 @@ if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
     sys.exit("usage: test_mismatch_lab.py PATH_TO_lockstep_BINARY [unittest args]")
 LOCKSTEP = os.path.abspath(sys.argv.pop(1))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_util import (kill_after_checkpoint, load_json, micro_config, rows,  # noqa: E402
+from train_util import (kill_after_checkpoint, load_json, init_micro_model, rows,  # noqa: E402
                         run_lockstep, untimed)
 
 RUN = ["--steps", "4", "--prompts", "8", "--group", "8", "--max-new", "4", "--eval-prompts", "8",
@@ -50,9 +50,7 @@ class MismatchLab(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="lockstep-mlab-")
         init = os.path.join(cls.tmp, "init")
-        with open(init + ".json", "w") as f:
-            json.dump(micro_config(), f)
-        run("init", "--config", init + ".json", "-o", init, "--seed", "3")
+        init_micro_model(LOCKSTEP, init)
         # A short warm start of a fixed 60 steps at a constant lr (no warmup, no target): the
         # policy writes digits and <eos>, so rewards vary and both negative- and
         # positive-advantage responses occur.
@@ -168,9 +166,7 @@ class MismatchLab(unittest.TestCase):
 
     def test_long_answers_count_truncation(self):
         long_model = self.path("ctx128")
-        with open(long_model + ".json", "w") as f:
-            json.dump(micro_config(max_position_embeddings=128), f)
-        run("init", "--config", long_model + ".json", "-o", long_model, "--seed", "3")
+        init_micro_model(LOCKSTEP, long_model, max_position_embeddings=128)
         d = self.path("cumsum")
         run("train", "--model", long_model, "--out", d, "--task", "cumsum", "--difficulty", "11",
             "--max-new", "66", "--reward", "prefix", "--steps", "1", "--prompts", "2", "--group",

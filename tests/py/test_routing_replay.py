@@ -17,7 +17,7 @@ if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
     sys.exit("usage: test_routing_replay.py PATH_TO_lockstep_BINARY [unittest args]")
 LOCKSTEP = os.path.abspath(sys.argv.pop(1))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_util import load_json, micro_config, rows, run_lockstep  # noqa: E402
+from train_util import load_json, init_micro_model, rows, run_lockstep  # noqa: E402
 
 RUN = ["--steps", "2", "--prompts", "4", "--group", "4", "--max-new", "4", "--eval-prompts", "4",
        "--eval-every", "2", "--checkpoint-every", "2", "--format-bonus", "0.5", "--lr", "0.01",
@@ -35,9 +35,7 @@ class RoutingReplay(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="lockstep-replay-")
         cls.model = os.path.join(cls.tmp, "micro")
-        with open(cls.model + ".json", "w") as f:
-            json.dump(micro_config(), f)
-        run("init", "--config", cls.model + ".json", "-o", cls.model, "--seed", "3")
+        init_micro_model(LOCKSTEP, cls.model)
 
     @classmethod
     def tearDownClass(cls):

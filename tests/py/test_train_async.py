@@ -11,7 +11,6 @@ Run: python3 tests/py/test_train_async.py PATH_TO_lockstep_BINARY
 LOCKSTEP_TEST_DEVICE=cuda runs the trainings on the GPU (the learner-rank case stays on the CPU);
 unset, they run on the CPU.
 """
-import json
 import os
 import shutil
 import signal
@@ -24,7 +23,7 @@ if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
 LOCKSTEP = os.path.abspath(sys.argv.pop(1))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train_util import (checkpoint_digest, kill_after_checkpoint, load_json,  # noqa: E402
-                        micro_config, rows, run_lockstep, tree_digest, untimed)
+                        init_micro_model, rows, run_lockstep, tree_digest, untimed)
 
 DEVICE = os.environ.get("LOCKSTEP_TEST_DEVICE", "") or "cpu"
 # The micro run of test_train_cli.py (rewards vary, so the policy moves every step and a batch
@@ -47,9 +46,7 @@ class TrainAsync(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="lockstep-async-")
         cls.model = os.path.join(cls.tmp, "micro")
-        with open(cls.model + ".json", "w") as f:
-            json.dump(micro_config(32), f)
-        run("init", "--config", cls.model + ".json", "-o", cls.model, "--seed", "3")
+        init_micro_model(LOCKSTEP, cls.model)
         # The uninterrupted reference run, shared by the tests.
         cls.ref = cls.train_dir("ref", "--async-rollout", "1", steps=12)
 

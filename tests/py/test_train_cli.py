@@ -23,8 +23,8 @@ if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
     sys.exit("usage: test_train_cli.py PATH_TO_lockstep_BINARY [unittest args]")
 LOCKSTEP = os.path.abspath(sys.argv.pop(1))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_util import (kill_after_checkpoint, load_json, micro_config,  # noqa: E402
-                        read_text, rows, run_lockstep, tree_digest, untimed)
+from train_util import (init_micro_model, kill_after_checkpoint, load_json,  # noqa: E402
+                        micro_config, read_text, rows, run_lockstep, tree_digest, untimed)
 
 # A micro run: rewards vary (format bonus), so the policy moves every step.
 SMALL = ["--steps", "6", "--prompts", "4", "--group", "4", "--max-new", "4", "--eval-prompts", "8",
@@ -46,10 +46,7 @@ class Train(unittest.TestCase):
         cls.model = os.path.join(cls.tmp, "micro")
         cls.other_model = os.path.join(cls.tmp, "micro48")
         for path, hidden in ((cls.model, 32), (cls.other_model, 48)):
-            cfg = path + ".json"
-            with open(cfg, "w") as f:
-                json.dump(micro_config(hidden), f)
-            run("init", "--config", cfg, "-o", path, "--seed", "3")
+            init_micro_model(LOCKSTEP, path, hidden)
         # One uninterrupted reference run, shared by several tests.
         cls.ref = os.path.join(cls.tmp, "ref")
         cls.ref_out = run("train", "--model", cls.model, "--out", cls.ref, *SMALL,

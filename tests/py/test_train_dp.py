@@ -7,7 +7,6 @@ and rank counts that do not fit are refused (exit 2, the problem named, nothing 
 
 Run: python3 tests/py/test_train_dp.py PATH_TO_lockstep_BINARY
 """
-import json
 import os
 import shutil
 import signal
@@ -21,7 +20,7 @@ if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
     sys.exit("usage: test_train_dp.py PATH_TO_lockstep_BINARY [unittest args]")
 LOCKSTEP = os.path.abspath(sys.argv.pop(1))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_util import (checkpoint_digest, load_json, micro_config, read_text,  # noqa: E402
+from train_util import (checkpoint_digest, load_json, init_micro_model, read_text,  # noqa: E402
                         rows, run_lockstep, untimed)
 
 # The micro run of test_train_cli.py (the policy moves every step), on the CPU: the ranks here are
@@ -44,9 +43,7 @@ class TrainDataParallel(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="lockstep-dp-")
         cls.model = os.path.join(cls.tmp, "micro")
-        with open(cls.model + ".json", "w") as f:
-            json.dump(micro_config(32), f)
-        run("init", "--config", cls.model + ".json", "-o", cls.model, "--seed", "3")
+        init_micro_model(LOCKSTEP, cls.model)
 
     @classmethod
     def tearDownClass(cls):

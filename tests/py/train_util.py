@@ -35,6 +35,14 @@ def micro_config(hidden=32, **changes):
     return c
 
 
+def init_micro_model(binary, path, hidden=32, **changes):
+    """`lockstep init` of micro_config(hidden, **changes) (written to PATH.json) into PATH, seed 3."""
+    with open(path + ".json", "w") as f:
+        json.dump(micro_config(hidden, **changes), f)
+    run_lockstep(binary, "init", "--config", path + ".json", "-o", path, "--seed", "3")
+    return path
+
+
 def rows(run_dir):
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f]
