@@ -7,7 +7,10 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <random>
+#include <span>
 #include <stdexcept>
 
 #include "lockstep/numerics/codecs.h"
@@ -198,6 +201,68 @@ TEST(OpsKvCache, GroupedHeadsPerCallEqualOneHeadPerCall) {
                   std::bit_cast<uint32_t>(o[size_t((t * hq + h) * D + d)]));
       ASSERT_EQ(std::bit_cast<uint32_t>(lr), std::bit_cast<uint32_t>(l[size_t(t * hq + h)]));
     }
+}
+
+// cached_qkv_prologue on the CPU: q and the cache rows of split_cols -> rmsnorm -> rope_inplace ->
+// kv_cache_write run one by one (the GPU kernel is checked against the same sequence by
+// lockstep_test_gpu --op kv_cache), and its refusals.
+TEST(OpsKvCache, CachedQkvPrologueIsTheSequence) {
+  SeedTrace seed;
+  std::mt19937_64 g(seed.value);
+  for (KvDtype dt : {KvDtype::kBf16, KvDtype::kFp8E4M3}) {
+    const int64_t hq = 6, hkv = 2, D = 16, T = 5, W = (hq + 2 * hkv) * D;
+    const auto qkv = ops_test::uniform<float>(size_t(T * W), g, -3, 3);
+    const Tensor qn = f32(ops_test::uniform<float>(size_t(D), g), {D});
+    const Tensor kn = f32(ops_test::uniform<float>(size_t(D), g), {D});
+    const RopeTable rope = rope_table(32, D, 1e6, DType::kF32);
+    const Tensor slots = i64({2, 0, 1, 0, 2}), pos = i32({0, 7, 3, 31, 9});
+    KvCacheLayer a = kv_cache_layer(3, 32, hkv, D, dt), b = kv_cache_layer(3, 32, hkv, D, dt);
+    // The sequence, on copies of the parts.
+    const auto part = [&](int64_t col, int64_t width) {
+      std::vector<float> out;
+      for (int64_t t = 0; t < T; ++t)
+        out.insert(out.end(), qkv.begin() + t * W + col, qkv.begin() + t * W + col + width);
+      return out;
+    };
+    Tensor q = rmsnorm(f32(part(0, hq * D), {T * hq, D}), qn, 1e-6, nullptr).view({T, hq * D});
+    Tensor k =
+        rmsnorm(f32(part(hq * D, hkv * D), {T * hkv, D}), kn, 1e-6, nullptr).view({T, hkv * D});
+    rope_inplace(q, pos, hq, rope);
+    rope_inplace(k, pos, hkv, rope);
+    kv_cache_write(a, k, f32(part((hq + hkv) * D, hkv * D), {T, hkv * D}), slots, pos);
+    const Tensor got = cached_qkv_prologue(f32(qkv, {T, W}), qn, kn, 1e-6, pos, rope, b, slots, hq);
+    ASSERT_EQ(got.shape(), (std::vector<int64_t>{T, hq * D}));
+    const auto e = values(q), o = values(got);
+    for (size_t i = 0; i < e.size(); ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(e[i]), std::bit_cast<uint32_t>(o[i])) << "q " << i;
+    for (const auto& [x, y] :
+         {std::pair{&a.k, &b.k}, std::pair{&a.v, &b.v}, std::pair{&a.k_scale, &b.k_scale},
+          std::pair{&a.v_scale, &b.v_scale}}) {
+      ASSERT_EQ(x->defined(), y->defined());
+      if (x->defined()) {
+        ASSERT_EQ(0, std::memcmp(x->raw(), y->raw(), x->nbytes()));
+      }
+    }
+  }
+  KvCacheLayer L = kv_cache_layer(2, 8, 2, 8, KvDtype::kBf16);
+  const Tensor w = f32(std::vector<float>(8, 1.0f), {8});
+  const RopeTable rope = rope_table(8, 8, 1e6, DType::kF32);
+  const auto refused = [&](const Tensor& qkv, int64_t hq, const char* what) {
+    try {
+      cached_qkv_prologue(qkv, w, w, 1e-6, i32({0}), rope, L, i64({0}), hq);
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  refused(f32(std::vector<float>(40, 1.0f), {1, 40}), 2, "qkv");      // 2 + 4 heads of 8 = 48
+  refused(f32(std::vector<float>(56, 1.0f), {1, 56}), 3, "q heads");  // 3 over 2 kv heads
+  // A position outside the rope table: refused on the CPU before the cache is written.
+  EXPECT_THROW(cached_qkv_prologue(f32(std::vector<float>(48, 1.0f), {1, 48}), w, w, 1e-6, i32({8}),
+                                   rope, L, i64({0}), 2),
+               std::out_of_range);
+  for (uint16_t x : std::span<const uint16_t>(L.k.ptr<uint16_t>(), size_t(L.k.numel())))
+    ASSERT_EQ(x, 0u);
 }
 
 TEST(OpsKvCache, ArgumentChecks) {

@@ -83,18 +83,14 @@ Tensor Decoder::Impl::attention_cached(Layer& L, const Tensor& x, const Tensor& 
                                        const Tensor& slots, KvCache& cache) {
   if (x.dtype() != DType::kF32)
     throw std::invalid_argument("forward_cached: the cached executor runs F32 tensors");
-  const int64_t T = x.rows();
   const double eps = c.rms_norm_eps;
   const Tensor qkv = L.qkv.forward(x, false);
-  std::vector<Tensor> p = ops::split_cols(qkv, {hq * D, hkv * D, hkv * D});
-  Tensor q = ops::rmsnorm(p[0].view({T * hq, D}), L.q_norm, eps, nullptr).view({T, hq * D});
-  Tensor k = ops::rmsnorm(p[1].view({T * hkv, D}), L.k_norm, eps, nullptr).view({T, hkv * D});
-  ops::rope_inplace(q, positions, hq, rope);
-  ops::rope_inplace(k, positions, hkv, rope);
-  // The cache rounds the rows by its rule (the learner's kv_round_inplace) as it stores them;
-  // every row of this call is stored before any row attends, so a prompt's rows see each other.
+  // q / k head norms and rope, and the cache's K / V rows rounded by its rule (the learner's
+  // kv_round_inplace) as they are stored, in one op (one kernel on a GPU); every row of this call
+  // is stored before any row attends, so a prompt's rows see each other.
   ops::KvCacheLayer& layer = cache.layer(L.index);
-  ops::kv_cache_write(layer, k, p[2].contiguous(), slots, positions);
+  const Tensor q =
+      ops::cached_qkv_prologue(qkv, L.q_norm, L.k_norm, eps, positions, rope, layer, slots, hq);
   const Tensor o = ops::attention_cached(q, layer, slots, positions, {hq, hkv, D});
   return L.o_proj.forward(o, false);
 }

@@ -39,6 +39,15 @@ void kv_round(Tensor& x, int64_t kv_heads, int64_t head_dim, KvDtype dtype);
 void kv_cache_write(const KvCacheView& cache, const Tensor& k_rows, const Tensor& v_rows,
                     const Tensor& slots, const Tensor& positions);
 
+// The cached step's prologue (ops::cached_qkv_prologue): q [tokens, Hq * D] from qkv [tokens,
+// (Hq + 2 Hkv) * D] (rmsnorm with q_w, rope), K (rmsnorm with k_w, rope) and V into the cache at
+// (slots[t], positions[t]); positions I32, slots I32 / I64 on the device; cos / sin [rope_max_pos,
+// D]. A position outside the table gives NaN rows; out-of-range cache indices store nothing.
+void cached_qkv_prologue(const KvCacheView& cache, const Tensor& qkv, const Tensor& q_w,
+                         const Tensor& k_w, float eps, const Tensor& positions, const Tensor& slots,
+                         const Tensor& cos, const Tensor& sin, int64_t rope_max_pos,
+                         int64_t q_heads, Tensor& q);
+
 // out [rows, Hq * D] (and lse [rows, Hq] when lse is defined) of q [rows, Hq * D] against the
 // cache. nh: query heads per row call (0: the largest of attention_row_heads that keeps the GPU
 // busy; else 1, 2, 4 or 8 dividing Hq / Hkv).

@@ -9,6 +9,9 @@
 #include "attention_cuda.h"
 #include "attention_cuda_common.cuh"
 #include "attention_rows_cuda.cuh"
+#include "lockstep/ops/rmsnorm.h"
+#include "lockstep/ops/rope.h"
+#include "ops_cuda.cuh"
 
 namespace lockstep::ops::attention_cuda {
 
@@ -97,6 +100,28 @@ __device__ __forceinline__ float warp_amax(const float (&x)[8], int64_t D, int l
   return a;
 }
 
+// Stores the row of kv head g (8 values a lane: d = lane + 32 i; s: its fp8 scale) as K (part 0)
+// or V (part 1) at (slot, pos) of the cache by the cache rule; out-of-range indices store nothing.
+__device__ __forceinline__ void store_kv_row(const KvCacheView& c, int part, int64_t g,
+                                             int64_t slot, int64_t pos, const float (&x)[8],
+                                             float s, int lane) {
+  if (slot < 0 || slot >= c.slots || pos < 0 || pos >= c.max_pos) return;
+  const int64_t at = slot * c.max_pos + pos, D = c.head_dim;
+  void* base = part == 0 ? c.k : c.v;
+  if (c.dtype == KvDtype::kBf16) {
+    uint16_t* dst = static_cast<uint16_t*>(base) + (at * c.kv_heads + g) * D;
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      if (lane + 32 * i < D) dst[lane + 32 * i] = kv_bf16_code(x[i]);
+  } else {
+    uint8_t* dst = static_cast<uint8_t*>(base) + (at * c.kv_heads + g) * D;
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      if (lane + 32 * i < D) dst[lane + 32 * i] = kv_fp8_code(x[i], s);
+    if (lane == 0) (part == 0 ? c.k_scale : c.v_scale)[at * c.kv_heads + g] = s;
+  }
+}
+
 __global__ void kv_rows_kernel(KvParams p) {
   const int lane = threadIdx.x & 31;
   const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
@@ -119,22 +144,8 @@ __global__ void kv_rows_kernel(KvParams p) {
     }
     return;
   }
-  const int64_t slot = index_at(p.slots, p.slots64, r), pos = index_at(p.positions, p.pos64, r);
-  if (slot < 0 || slot >= p.cache.slots || pos < 0 || pos >= p.cache.max_pos) return;
-  const int64_t at = slot * p.cache.max_pos + pos;
-  void* base = part == 0 ? p.cache.k : p.cache.v;
-  if (p.dtype == KvDtype::kBf16) {
-    uint16_t* dst = static_cast<uint16_t*>(base) + (at * p.hkv + g) * D;
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      if (lane + 32 * i < D) dst[lane + 32 * i] = kv_bf16_code(x[i]);
-  } else {
-    uint8_t* dst = static_cast<uint8_t*>(base) + (at * p.hkv + g) * D;
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      if (lane + 32 * i < D) dst[lane + 32 * i] = kv_fp8_code(x[i], s);
-    if (lane == 0) (part == 0 ? p.cache.k_scale : p.cache.v_scale)[at * p.hkv + g] = s;
-  }
+  store_kv_row(p.cache, part, g, index_at(p.slots, p.slots64, r), index_at(p.positions, p.pos64, r),
+               x, s, lane);
 }
 
 void launch_kv(const KvParams& p) {
@@ -142,6 +153,68 @@ void launch_kv(const KvParams& p) {
   if (warps == 0) return;
   kv_rows_kernel<<<unsigned((warps * 32 + 255) / 256), 256, 0, cuda::cu(Stream{})>>>(p);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
+// ---- the cached step's prologue: one warp per (token, head row) of qkv
+// --------------------------- Rows 0 .. Hq - 1 of a token are q heads: rmsnorm_row with q_norm,
+// then rope_pair, into q. Rows Hq .. Hq + Hkv - 1 are k heads: the same with k_norm into the warp's
+// shared row, then stored by the cache rule. The last Hkv rows are v heads, stored as they are. The
+// row functions and their order are those of rmsnorm_fwd_kernel, RopeOp and kv_rows_kernel: the
+// same bits as running the three.
+struct PrologueParams {
+  const float* qkv = nullptr;  // [tokens, (hq + 2 hkv) * D]
+  const float* q_w = nullptr;  // [D]
+  const float* k_w = nullptr;  // [D]
+  float eps = 0;
+  const int32_t* positions = nullptr;  // [tokens]
+  const void* slots = nullptr;         // [tokens], I32 or I64
+  bool slots64 = false;
+  const float* cos = nullptr;  // rope table [rope_max_pos, D]
+  const float* sin = nullptr;
+  int32_t rope_max_pos = 0;
+  KvCacheView cache;
+  float* q = nullptr;  // [tokens, hq * D]
+  int64_t tokens = 0, hq = 0;
+};
+
+constexpr int kPrologueWarps = 4;
+
+__global__ void __launch_bounds__(kPrologueWarps * 32) prologue_kernel(PrologueParams p) {
+  __shared__ float k_rows[kPrologueWarps][kAttentionMaxHeadDim];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t hkv = p.cache.kv_heads, D = p.cache.head_dim, half = D / 2;
+  const int64_t per_token = p.hq + 2 * hkv;
+  const int64_t w = int64_t(blockIdx.x) * kPrologueWarps + warp;
+  if (w >= p.tokens * per_token) return;  // the whole warp
+  const int64_t t = w / per_token, h = w % per_token;
+  const float* src = p.qkv + w * D;
+  const int32_t pos = p.positions[t];
+  float x[8];
+  if (h < p.hq + hkv) {
+    const bool is_q = h < p.hq;
+    float* y = is_q ? p.q + (t * p.hq + h) * D : k_rows[warp];
+    float rstd;
+    rmsnorm_row(WarpLanes{lane}, src, is_q ? p.q_w : p.k_w, D, p.eps, y, &rstd);
+    __syncwarp();
+    const bool in_table = pos >= 0 && pos < p.rope_max_pos;
+    for (int64_t j = lane; j < half; j += 32) {
+      if (!in_table)
+        y[j] = y[j + half] = cuda_detail::nan_f32();
+      else
+        rope_pair<float, false>(y, p.cos + int64_t(pos) * D, p.sin + int64_t(pos) * D, half, j, y);
+    }
+    if (is_q) return;
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = lane + 32 * i < D ? y[lane + 32 * i] : 0.0f;
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = lane + 32 * i < D ? src[lane + 32 * i] : 0.0f;
+  }
+  const int part = h < p.hq + hkv ? 0 : 1;
+  const int64_t g = part == 0 ? h - p.hq : h - p.hq - hkv;
+  const float s = p.cache.dtype == KvDtype::kFp8E4M3 ? kv_fp8_scale(warp_amax(x, D, lane)) : 1.0f;
+  store_kv_row(p.cache, part, g, index_at(p.slots, p.slots64, t), pos, x, s, lane);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -209,6 +282,26 @@ void kv_cache_write(const KvCacheView& cache, const Tensor& k_rows, const Tensor
   p.rows = k_rows.numel() / (cache.kv_heads * cache.head_dim);
   p.hkv = cache.kv_heads, p.D = cache.head_dim, p.dtype = cache.dtype;
   launch_kv(p);
+}
+
+void cached_qkv_prologue(const KvCacheView& cache, const Tensor& qkv, const Tensor& q_w,
+                         const Tensor& k_w, float eps, const Tensor& positions, const Tensor& slots,
+                         const Tensor& cos, const Tensor& sin, int64_t rope_max_pos,
+                         int64_t q_heads, Tensor& q) {
+  PrologueParams p;
+  p.qkv = qkv.ptr<float>(), p.q_w = q_w.ptr<float>(), p.k_w = k_w.ptr<float>(), p.eps = eps;
+  p.positions = positions.ptr<int32_t>();
+  p.slots = slots.raw(), p.slots64 = slots.dtype() == DType::kI64;
+  p.cos = cos.ptr<float>(), p.sin = sin.ptr<float>();
+  p.rope_max_pos = int32_t(rope_max_pos < int64_t(INT32_MAX) ? rope_max_pos : int64_t(INT32_MAX));
+  p.cache = cache;
+  p.q = q.ptr<float>();
+  p.tokens = positions.numel(), p.hq = q_heads;
+  const int64_t warps = p.tokens * (q_heads + 2 * cache.kv_heads);
+  if (warps == 0) return;
+  prologue_kernel<<<unsigned((warps + kPrologueWarps - 1) / kPrologueWarps), kPrologueWarps * 32, 0,
+                    cuda::cu(Stream{})>>>(p);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace lockstep::ops::attention_cuda

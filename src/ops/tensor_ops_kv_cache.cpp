@@ -7,6 +7,7 @@
 
 #include "entry_util.h"
 #include "lockstep/ops/kv_cache.h"
+#include "lockstep/ops/layout.h"
 #if defined(LOCKSTEP_HAVE_CUDA)
 #include "../tensor/cuda_util.h"
 #include "attention_cuda.h"
@@ -148,6 +149,63 @@ void kv_cache_write(KvCacheLayer& layer, const Tensor& k_in, const Tensor& v_in,
   const std::vector<int64_t> s = host_indices(slots, c.slots, op, "slots");
   const std::vector<int64_t> p = host_indices(positions, c.max_pos, op, "positions");
   kv_cache_write_cpu(c, k.ptr<float>(), v.ptr<float>(), s.data(), p.data(), rows);
+}
+
+Tensor cached_qkv_prologue(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm,
+                           double eps, const Tensor& positions_in, const RopeTable& rope,
+                           KvCacheLayer& layer, const Tensor& slots_in, int64_t q_heads) {
+  const char* op = "cached_qkv_prologue";
+  const KvCacheView c = layer_view(layer, op);
+  const Device dev = layer.k.device();
+  const int64_t hkv = c.kv_heads, D = c.head_dim;
+  check(q_heads >= 1 && q_heads % hkv == 0,
+        fmt::format("{}: {} q heads do not group over the cache's {} kv heads", op, q_heads, hkv));
+  const int64_t W = (q_heads + 2 * hkv) * D;
+  check(qkv.defined() && qkv.dtype() == DType::kF32 && qkv.dim() == 2 && qkv.size(1) == W,
+        fmt::format("{}: qkv {} must be F32 [tokens, {}] ({} q + 2 x {} kv heads of {})", op,
+                    qkv.defined() ? qkv.describe() : "undefined", W, q_heads, hkv, D));
+  const int64_t T = qkv.size(0);
+  if (!dev.is_cuda()) {
+    // The specification: the four entries in order.
+    std::vector<Tensor> p = split_cols(qkv, {q_heads * D, hkv * D, hkv * D});
+    Tensor q = rmsnorm(p[0].view({T * q_heads, D}), q_norm, eps, nullptr).view({T, q_heads * D});
+    Tensor k = rmsnorm(p[1].view({T * hkv, D}), k_norm, eps, nullptr).view({T, hkv * D});
+    rope_inplace(q, positions_in, q_heads, rope);
+    rope_inplace(k, positions_in, hkv, rope);
+    kv_cache_write(layer, k, p[2].contiguous(), slots_in, positions_in);
+    return q;
+  }
+  const Device on = same_device(op, {{&qkv, "qkv"},
+                                     {&q_norm, "q_norm"},
+                                     {&k_norm, "k_norm"},
+                                     {&positions_in, "positions"},
+                                     {&slots_in, "slots"},
+                                     {&rope.cos, "rope.cos"},
+                                     {&rope.sin, "rope.sin"}});
+  check(on == dev,
+        fmt::format("{}: the tensors are on {} but the cache is on {}", op, on.str(), dev.str()));
+  for (const Tensor* w : {&q_norm, &k_norm})
+    check(w->defined() && w->dtype() == DType::kF32 && w->dim() == 1 && w->numel() == D,
+          fmt::format("{}: norm weight {} must be F32 [{}]", op,
+                      w->defined() ? w->describe() : "undefined", D));
+  check(rope.head_dim == D && D % 2 == 0 && rope.cos.dtype() == DType::kF32 &&
+            rope.sin.dtype() == DType::kF32,
+        fmt::format("{}: the rope table ({}, head_dim {}) must be F32 with the cache's head_dim {} "
+                    "(even)",
+                    op, rope.cos.describe(), rope.head_dim, D));
+  const Tensor positions = index_operand(positions_in, op, "positions");
+  check(positions.numel() == T,
+        fmt::format("{}: positions {} for {} tokens", op, positions.describe(), T));
+  const Tensor slots = index_tensor(slots_in, T, dev, op, "slots");
+  const Tensor x = qkv.contiguous(), qw = q_norm.contiguous(), kw = k_norm.contiguous();
+  Tensor q = Tensor::empty(DType::kF32, {T, q_heads * D}, dev);
+  if (T == 0) return q;
+  LOCKSTEP_OPS_CUDA(op, {
+    cuda::DeviceGuard guard(dev);
+    attention_cuda::cached_qkv_prologue(c, x, qw, kw, float(eps), positions, slots, rope.cos,
+                                        rope.sin, rope.max_pos, q_heads, q);
+  });
+  return q;
 }
 
 Tensor attention_cached(const Tensor& q_in, const KvCacheLayer& layer, const Tensor& slots_in,

@@ -3,12 +3,16 @@
 // zero / NaN-row values, I32 and I64 indices, device indices out of range skipped), and
 // attention_cached on both kernel schedules (warp, split) and every heads-per-call choice, against
 // the CPU (NaN == NaN) and against the GPU learner's kRowwise attention on kv_round_inplace'd K /
-// V; device indices out of range give NaN rows. Outputs poisoned, every GPU run done twice.
+// V; device indices out of range give NaN rows. cached_qkv_prologue (one kernel) against the CPU's
+// split_cols -> rmsnorm -> rope_inplace -> kv_cache_write, and against the same four entries on
+// the GPU where indices fall outside the rope table or the cache. Outputs poisoned, every GPU run
+// done twice.
 #include <algorithm>
 #include <cmath>
 #include <random>
 #include <span>
 
+#include "lockstep/ops/layout.h"
 #include "lockstep/ops/tensor_ops.h"
 #include "ops/attention_cuda.h"
 #include "test_gpu.h"
@@ -111,6 +115,102 @@ void write_cases() {
             return err + compare_layers(c2, gb);
           });
         }
+}
+
+// split_cols -> rmsnorm (q, k heads) -> rope_inplace (q, k) -> kv_cache_write (k, v) on the
+// tensors' device: what cached_qkv_prologue must equal.
+Tensor prologue_sequence(const Tensor& qkv, const Tensor& qn, const Tensor& kn, double eps,
+                         const Tensor& pos, const ops::RopeTable& rope, ops::KvCacheLayer& L,
+                         const Tensor& slots, int64_t hq) {
+  const int64_t T = qkv.size(0), hkv = L.kv_heads(), D = L.head_dim();
+  std::vector<Tensor> p = ops::split_cols(qkv, {hq * D, hkv * D, hkv * D});
+  Tensor q = ops::rmsnorm(p[0].view({T * hq, D}), qn, eps, nullptr).view({T, hq * D});
+  Tensor k = ops::rmsnorm(p[1].view({T * hkv, D}), kn, eps, nullptr).view({T, hkv * D});
+  ops::rope_inplace(q, pos, hq, rope);
+  ops::rope_inplace(k, pos, hkv, rope);
+  ops::kv_cache_write(L, k, p[2].contiguous(), slots, pos);
+  return q;
+}
+
+void prologue_cases() {
+  struct Dims {
+    int64_t hq, hkv, D;
+  };
+  const std::vector<Dims> dims{{4, 2, 64}, {8, 1, 128}, {6, 3, 24}, {2, 1, 256}, {32, 4, 128}};
+  const double eps = 1e-6;
+  for (KvDtype dt : {KvDtype::kBf16, KvDtype::kFp8E4M3})
+    for (const Dims& dm : dims)
+      for (int64_t T : {int64_t(1), int64_t(5), int64_t(33)})
+        for (Dist d : {Dist::kNormal, Dist::kEdge, Dist::kNanRows}) {
+          if (g_opt.reduced && T != 5) continue;
+          const std::string name = std::string("kv_cache prologue ") + kv_name(dt) + " " +
+                                   std::to_string(dm.hq) + "/" + std::to_string(dm.hkv) + "x" +
+                                   std::to_string(dm.D) + " tokens " + std::to_string(T) + " " +
+                                   dist_name(d);
+          run_case(name, [&] {
+            const int64_t slots = 3, max_pos = 40, W = (dm.hq + 2 * dm.hkv) * dm.D;
+            std::mt19937_64 g(case_seed(name));
+            const Tensor qkv = host_tensor(make_values(T, W, d, false, g()), T, W, false);
+            const Tensor qn =
+                host_tensor(make_values(1, dm.D, Dist::kNormal, false, g()), 1, dm.D, false)
+                    .view({dm.D});
+            const Tensor kn =
+                host_tensor(make_values(1, dm.D, Dist::kNormal, false, g()), 1, dm.D, false)
+                    .view({dm.D});
+            std::vector<int64_t> cells(size_t(slots * max_pos));
+            for (size_t i = 0; i < cells.size(); ++i) cells[i] = int64_t(i);
+            std::shuffle(cells.begin(), cells.end(), g);
+            std::vector<int64_t> sv, pv;
+            for (int64_t t = 0; t < T; ++t)
+              sv.push_back(cells[size_t(t)] / max_pos), pv.push_back(cells[size_t(t)] % max_pos);
+            const Tensor s = index_tensor(sv, T % 2 == 1), p = index_tensor(pv, false);
+            const ops::RopeTable rope = ops::rope_table(64, dm.D, 1e6, DType::kF32);
+            ops::KvCacheLayer c = ops::kv_cache_layer(slots, max_pos, dm.hkv, dm.D, dt);
+            const Tensor qc = prologue_sequence(qkv, qn, kn, eps, p, rope, c, s, dm.hq);
+            const ops::RopeTable rg = rope.to(gpu());
+            std::string err;
+            Tensor first;
+            for (int run = 0; run < 2; ++run) {
+              ops::KvCacheLayer gl = ops::kv_cache_layer(slots, max_pos, dm.hkv, dm.D, dt, gpu());
+              set_poison_device_allocations(true);
+              const Tensor qg = ops::cached_qkv_prologue(to_gpu(qkv), to_gpu(qn), to_gpu(kn), eps,
+                                                         to_gpu(p), rg, gl, to_gpu(s), dm.hq);
+              set_poison_device_allocations(false);
+              err += compare_t(qc, qg, true, "q") + compare_layers(c, gl);
+              if (run == 1) err += compare_t(first, qg, false, "rerun q");
+              first = qg;
+            }
+            return err;
+          });
+        }
+  // Indices the device does not check: a slot outside the cache, a position past the cache but
+  // inside the rope table, one past both, and a rope table shorter than the cache (a NaN K row is
+  // stored). The fused kernel equals the four entries run on the GPU.
+  for (KvDtype dt : {KvDtype::kBf16, KvDtype::kFp8E4M3})
+    for (int64_t rope_rows : {int64_t(64), int64_t(30)}) {
+      const std::string name = std::string("kv_cache prologue bad indices ") + kv_name(dt) +
+                               " rope " + std::to_string(rope_rows);
+      run_case(name, [&] {
+        const int64_t hq = 4, hkv = 2, D = 64, T = 7, slots = 3, max_pos = 40;
+        const int64_t W = (hq + 2 * hkv) * D;
+        const Tensor qkv = to_gpu(
+            host_tensor(make_values(T, W, Dist::kNormal, false, case_seed(name)), T, W, false));
+        const Tensor qn = to_gpu(
+            host_tensor(make_values(1, D, Dist::kNormal, false, case_seed(name) + 1), 1, D, false)
+                .view({D}));
+        const Tensor kn = to_gpu(
+            host_tensor(make_values(1, D, Dist::kNormal, false, case_seed(name) + 2), 1, D, false)
+                .view({D}));
+        const Tensor s = to_gpu(index_tensor({0, -1, 1, 2, 3, 1, 2}, true));
+        const Tensor p = to_gpu(index_tensor({3, 0, 50, 70, 5, 35, 39}, false));
+        const ops::RopeTable rope = ops::rope_table(rope_rows, D, 1e6, DType::kF32).to(gpu());
+        ops::KvCacheLayer a = ops::kv_cache_layer(slots, max_pos, hkv, D, dt, gpu());
+        ops::KvCacheLayer b = ops::kv_cache_layer(slots, max_pos, hkv, D, dt, gpu());
+        const Tensor qa = prologue_sequence(qkv, qn, kn, 1e-6, p, rope, a, s, hq);
+        const Tensor qb = ops::cached_qkv_prologue(qkv, qn, kn, 1e-6, p, rope, b, s, hq);
+        return compare_t(qa, qb, false, "q") + compare_layers(a, b);
+      });
+    }
 }
 
 struct CacheSetup {
@@ -312,6 +412,7 @@ void test_kv_cache() {
   if (want("kv_cache")) {
     round_cases();
     write_cases();
+    prologue_cases();
   }
   if (want("attention_cached")) cached_cases();
 }

@@ -100,6 +100,17 @@ void kv_round_inplace(Tensor& x, int64_t kv_heads, KvDtype dtype);
 // pairs.
 void kv_cache_write(KvCacheLayer& layer, const Tensor& k_rows, const Tensor& v_rows,
                     const Tensor& slots, const Tensor& positions);
+// The sampler's cached step before attention, in one pass: qkv F32 [tokens, (Hq + 2 Hkv) * D] (the
+// qkv projection's output; Hkv and D are the cache's), q_norm / k_norm [D], positions I32 [tokens],
+// slots I32 / I64 [tokens], all on the cache's device. Returns q [tokens, Hq * D] =
+// rope(rmsnorm(q part, q_norm)) and stores rope(rmsnorm(k part, k_norm)) and the v part at
+// (slots[t], positions[t]). The same bits, errors included, as
+//   split_cols -> rmsnorm (q, k heads) -> rope_inplace (q, k) -> kv_cache_write (k, v),
+// which is what the CPU runs; CUDA runs one kernel (index rules of rope_inplace and
+// kv_cache_write for device tensors).
+Tensor cached_qkv_prologue(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm,
+                           double eps, const Tensor& positions, const RopeTable& rope,
+                           KvCacheLayer& layer, const Tensor& slots, int64_t q_heads);
 // q: F32 [rows, Hq * D]. Row r attends to positions 0 .. positions[r] of slot slots[r] with
 // attention_row: the bits of the learner's kRowwise attention for that token. Returns out
 // [rows, Hq * D]; *lse [rows, Hq] when lse is given. Device indices out of range give a NaN row
