@@ -114,7 +114,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lockstep", default="build/lockstep")
     ap.add_argument("--preset", default="qwen3-30b-a3b-4l")
-    ap.add_argument("--tokens", type=int, nargs="+", default=[16384])
+    ap.add_argument("--tokens", type=int, nargs="*", default=[16384],
+                    help="learner batch sizes in tokens (none: decode only)")
     ap.add_argument("--seq-len", type=int, default=1024)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 32, 256])
     ap.add_argument("--prompt", type=int, default=128)

@@ -34,6 +34,7 @@ struct BenchModelArgs {
   std::string device = "auto";
   bool deterministic = false;
   bool no_graphs = false;
+  bool graph_nodes = false;
   bool json = false;
 };
 
@@ -63,6 +64,7 @@ struct DecodeRow {
   double tps = 0, step_ms = 0, prefill_tps = 0, base = 0;
   int64_t graph_replays = 0;
   std::string graphs_off;
+  GraphNodes nodes;  // the recorded decode step's graph (zero when steps run call by call)
 };
 
 struct Row {
@@ -127,6 +129,8 @@ DecodeRow decode_rate(model::Sampler& sampler, const model::SamplerConfig& sc,
   sampler.set_config(sc);
   sampler.generate(reqs);  // warm-up (and the decode graphs of this batch)
   const int64_t replays0 = sampler.stats().graph_replays;
+  const GraphNodes nodes =
+      sampler.stats().graph_captures > 0 ? sampler.stats().graph_nodes : GraphNodes{};
   std::vector<double> diffs, ones;
   for (int i = 0; i < reps; ++i) {
     sampler.set_config(sc);
@@ -151,6 +155,7 @@ DecodeRow decode_rate(model::Sampler& sampler, const model::SamplerConfig& sc,
   d.prefill_tps = double(prompt_tokens) / t_one;
   d.graph_replays = sampler.stats().graph_replays - replays0;
   d.graphs_off = sampler.stats().graphs_off;
+  d.nodes = nodes;
   return d;
 }
 
@@ -334,6 +339,13 @@ void run_bench_model(const BenchModelArgs& a) {
                        {"prefill_tokens_per_s", d.prefill_tps},
                        {"ratio_to_torch", ratio(d.tps, d.base)},
                        {"graph_replays", d.graph_replays},
+                       {"graph_nodes",
+                        {{"total", d.nodes.total()},
+                         {"kernels", d.nodes.kernels},
+                         {"copies", d.nodes.copies},
+                         {"memsets", d.nodes.memsets},
+                         {"other", d.nodes.other},
+                         {"by_kernel", d.nodes.by_kernel}}},
                        {"graphs_off", d.graphs_off}});
       j["results"].push_back({{"preset", r.preset},
                               {"recipe", r.recipe},
@@ -362,22 +374,38 @@ void run_bench_model(const BenchModelArgs& a) {
   if (peak > 0)
     fmt::print("measured now: copy {:.0f} GB/s, cuBLAS bf16 {:.0f} TFLOP/s (MFU's denominator)\n",
                copy_gbps, peak);
-  fmt::print("{:<16} {:<17} {:>13} {:>8} {:>8} {:>6} {:>9} {:>10} {:>9}\n", "preset", "recipe",
-             "learner tok/s", "x torch", "TFLOP/s", "MFU", "step ms", "export ms", "bf16 ms");
+  const bool learner_table = want("learner") || want("export");
+  if (learner_table)
+    fmt::print("{:<16} {:<17} {:>13} {:>8} {:>8} {:>6} {:>9} {:>10} {:>9}\n", "preset", "recipe",
+               "learner tok/s", "x torch", "TFLOP/s", "MFU", "step ms", "export ms", "bf16 ms");
   for (const Row& r : rows)
-    fmt::print("{:<16} {:<17} {:>13.0f} {:>8} {:>8.1f} {:>6} {:>9.2f} {:>10.2f} {:>9.2f}\n",
-               r.preset, r.recipe, r.learner_tps,
-               r.base_learner > 0 ? fmt::format("{:.2f}", r.learner_tps / r.base_learner) : "-",
-               r.learner_tflops,
-               peak > 0 ? fmt::format("{:.1f}%", 100.0 * r.learner_tflops / peak) : "-", r.step_ms,
-               r.export_ms, r.export_bf16_ms);
-  fmt::print("{:<16} {:<17} {:>6} {:>12} {:>9} {:>8} {:>9}\n", "preset", "recipe", "batch",
-             "decode tok/s", "step ms", "x torch", "replays");
+    if (learner_table)
+      fmt::print("{:<16} {:<17} {:>13.0f} {:>8} {:>8.1f} {:>6} {:>9.2f} {:>10.2f} {:>9.2f}\n",
+                 r.preset, r.recipe, r.learner_tps,
+                 r.base_learner > 0 ? fmt::format("{:.2f}", r.learner_tps / r.base_learner) : "-",
+                 r.learner_tflops,
+                 peak > 0 ? fmt::format("{:.1f}%", 100.0 * r.learner_tflops / peak) : "-",
+                 r.step_ms, r.export_ms, r.export_bf16_ms);
+  fmt::print("{:<16} {:<17} {:>6} {:>12} {:>9} {:>8} {:>9} {:>6}\n", "preset", "recipe", "batch",
+             "decode tok/s", "step ms", "x torch", "replays", "nodes");
   for (const Row& r : rows)
     for (const DecodeRow& d : r.decode)
-      fmt::print("{:<16} {:<17} {:>6} {:>12.0f} {:>9.3f} {:>8} {:>9}\n", r.preset, r.recipe,
+      fmt::print("{:<16} {:<17} {:>6} {:>12.0f} {:>9.3f} {:>8} {:>9} {:>6}\n", r.preset, r.recipe,
                  d.batch, d.tps, d.step_ms,
-                 d.base > 0 ? fmt::format("{:.2f}", d.tps / d.base) : "-", d.graph_replays);
+                 d.base > 0 ? fmt::format("{:.2f}", d.tps / d.base) : "-", d.graph_replays,
+                 d.nodes.total());
+  if (a.graph_nodes)
+    for (const Row& r : rows)
+      for (const DecodeRow& d : r.decode) {
+        if (d.nodes.total() == 0) continue;
+        fmt::print("{} {} batch {}: {} graph nodes ({} kernels, {} copies, {} memsets, {} other)\n",
+                   r.preset, r.recipe, d.batch, d.nodes.total(), d.nodes.kernels, d.nodes.copies,
+                   d.nodes.memsets, d.nodes.other);
+        std::vector<std::pair<int64_t, std::string>> by;
+        for (const auto& [name, n] : d.nodes.by_kernel) by.emplace_back(-n, name);
+        std::sort(by.begin(), by.end());
+        for (const auto& [n, name] : by) fmt::print("  {:>5}  {}\n", -n, name);
+      }
   for (const Row& r : rows)
     if (step1_ratio(r) > 0)
       fmt::print(
@@ -429,6 +457,8 @@ void register_bench_model_command(CLI::App& bench) {
               "time the deterministic mode (batch-invariant GEMMs, row-wise attention)");
   c->add_flag("--no-cuda-graphs", a->no_graphs,
               "run every decode step call by call (the CUDA-graph replay's baseline)");
+  c->add_flag("--graph-nodes", a->graph_nodes,
+              "list each recorded decode step's graph nodes by kernel (the table counts them)");
   add_device_option(*c, a->device);
   c->callback([a] { run_bench_model(*a); });
 }

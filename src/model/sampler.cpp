@@ -77,6 +77,7 @@ struct Sampler::Impl {
     try {
       s.graph.capture(cfg.device, stream->get(), [&] { run_step(s, sc); });
       ++stats.graph_captures;
+      stats.graph_nodes = s.graph.nodes();
     } catch (const std::exception& e) {
       // A step that cannot be recorded (a recipe whose step reads device values on the host)
       // keeps running call by call, with the same results.

@@ -4,6 +4,13 @@
 #include <fmt/format.h>
 
 #include <stdexcept>
+#include <vector>
+
+#if defined(__GNUG__)
+#include <cxxabi.h>
+
+#include <cstdlib>
+#endif
 
 #if defined(LOCKSTEP_HAVE_CUDA)
 #include "cuda_util.h"
@@ -48,8 +55,73 @@ bool device_graphs_available(Device device) {
   return device.index < n;
 }
 
+namespace {
+
+// A kernel's name without its namespace qualifiers' templates and its parameter list:
+// "void lockstep::ops::cuda::(anonymous namespace)::gather_kernel(float const*, ...)" ->
+// "gather_kernel".
+std::string short_kernel_name(const char* mangled) {
+  if (!mangled) return "(unnamed)";  // a kernel the runtime cannot name (a driver-API launch)
+  std::string name = mangled;
+#if defined(__GNUG__)
+  int rc = 0;
+  char* d = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &rc);
+  if (rc == 0 && d) name = d;
+  std::free(d);
+#endif
+  // Drop the parameter list and template arguments (outermost parentheses / angle brackets).
+  std::string out;
+  int depth = 0;
+  for (const char ch : name) {
+    if (ch == '(' || ch == '<') ++depth;
+    if (depth == 0) out += ch;
+    if ((ch == ')' || ch == '>') && depth > 0) --depth;
+  }
+  const size_t colon = out.rfind("::"), space = out.rfind(' ');
+  const size_t cut = colon == std::string::npos ? space : colon + 1;
+  return cut == std::string::npos ? out : out.substr(cut + 1);
+}
+
+GraphNodes count_nodes(cudaGraph_t graph) {
+  GraphNodes n;
+  size_t count = 0;
+  if (cudaGraphGetNodes(graph, nullptr, &count) != cudaSuccess) {
+    cudaGetLastError();
+    return n;
+  }
+  std::vector<cudaGraphNode_t> nodes(count);
+  if (count > 0 && cudaGraphGetNodes(graph, nodes.data(), &count) != cudaSuccess) {
+    cudaGetLastError();
+    return n;
+  }
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+    cudaGraphNodeGetType(node, &type);
+    if (type == cudaGraphNodeTypeKernel) {
+      ++n.kernels;
+      cudaKernelNodeParams p{};
+      const char* name = nullptr;
+      if (cudaGraphKernelNodeGetParams(node, &p) != cudaSuccess ||
+          cudaFuncGetName(&name, p.func) != cudaSuccess)
+        name = nullptr;
+      cudaGetLastError();
+      ++n.by_kernel[short_kernel_name(name)];
+    } else if (type == cudaGraphNodeTypeMemcpy) {
+      ++n.copies;
+    } else if (type == cudaGraphNodeTypeMemset) {
+      ++n.memsets;
+    } else {
+      ++n.other;
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
 struct DeviceGraph::Impl {
   Device device;
+  GraphNodes nodes;
   cudaGraphExec_t exec = nullptr;
   ~Impl() {
     if (exec) cudaGraphExecDestroy(exec);
@@ -83,6 +155,7 @@ void DeviceGraph::capture(Device device, Stream stream, const std::function<void
   LOCKSTEP_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
   auto impl = std::make_unique<Impl>();
   impl->device = device;
+  impl->nodes = count_nodes(graph);
   const cudaError_t err = cudaGraphInstantiate(&impl->exec, graph, 0);
   cudaGraphDestroy(graph);
   LOCKSTEP_CUDA_CHECK(err);
@@ -106,7 +179,9 @@ OwnedStream::~OwnedStream() = default;
 bool stream_capturing(Stream) { return false; }
 bool device_graphs_available(Device) { return false; }
 
-struct DeviceGraph::Impl {};
+struct DeviceGraph::Impl {
+  GraphNodes nodes;
+};
 
 void DeviceGraph::capture(Device device, Stream, const std::function<void()>&) {
   throw std::runtime_error(fmt::format(
@@ -124,5 +199,9 @@ DeviceGraph::~DeviceGraph() = default;
 DeviceGraph::DeviceGraph(DeviceGraph&&) noexcept = default;
 DeviceGraph& DeviceGraph::operator=(DeviceGraph&&) noexcept = default;
 bool DeviceGraph::defined() const { return impl_ != nullptr; }
+const GraphNodes& DeviceGraph::nodes() const {
+  static const GraphNodes none;
+  return impl_ ? impl_->nodes : none;
+}
 
 }  // namespace lockstep

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "lockstep/model/policy.h"
+#include "lockstep/tensor/graph.h"
 
 namespace lockstep::model {
 
@@ -49,6 +50,7 @@ struct SamplerStats {
   int64_t graph_captures = 0;  // decode steps recorded into a graph (one per batch size)
   int64_t graph_replays = 0;   // decode steps run as one graph launch
   std::string graphs_off;      // why graphs are not used now (empty: they are, where they can)
+  GraphNodes graph_nodes;      // the nodes of the decode step recorded last
 };
 
 struct SampleRequest {

@@ -4,8 +4,11 @@
 // same kernels with the same arguments), so results are bit-identical either way.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "lockstep/tensor/device.h"
 
@@ -34,6 +37,15 @@ bool stream_capturing(Stream stream);
 // Whether device graphs can run on `device` in this build (a CUDA build and a CUDA device).
 bool device_graphs_available(Device device);
 
+// What a recorded graph holds, counted by node type; kernels also by name (demangled, template
+// and parameter lists dropped). Each node is one launch the GPU front end schedules in a replay,
+// so the count bounds how short a step of small kernels can be.
+struct GraphNodes {
+  int64_t kernels = 0, copies = 0, memsets = 0, other = 0;
+  std::map<std::string, int64_t> by_kernel;
+  int64_t total() const { return kernels + copies + memsets + other; }
+};
+
 class DeviceGraph {
  public:
   DeviceGraph();
@@ -49,6 +61,8 @@ class DeviceGraph {
   // Runs the recorded work on `stream`, ordered like any other call on it.
   void replay(Stream stream) const;
   bool defined() const;
+  // The recorded graph's nodes (all zero when nothing was captured).
+  const GraphNodes& nodes() const;
 
  private:
   struct Impl;
