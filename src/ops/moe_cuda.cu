@@ -1,7 +1,9 @@
-// CUDA kernels of the MoE routing ops (ops/moe.h). The grouped layout comes from a stable radix
-// sort of the slots by expert (CUB; stable, so the slots of one expert stay in ascending (t, s)
-// order, as the CPU reference places them), a histogram and a serial offsets pass over the E
-// experts; the row moves are plain copies and in-order sums.
+// CUDA kernels of the MoE routing ops (ops/moe.h). The grouped layout places each expert's slots
+// in ascending (t, s) order, as the CPU reference does. A call with few slots (a decode step) does
+// it in one block: a histogram in shared memory, a serial offsets pass over the E experts, then a
+// warp per expert placing its slots in order, 32 at a time. A larger call sorts the slots by expert
+// with a stable radix sort (CUB), then takes the same offsets and places each slot by its sorted
+// rank. The row moves are plain copies and in-order sums.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "../tensor/cuda_util.h"
@@ -55,6 +57,74 @@ __global__ void route_place_kernel(const int32_t* keys, const int32_t* vals, int
   src_rows[row] = int32_t(i / k);
 }
 
+// The whole layout in one block, for n <= kSmallSlots slots and E <= kSmallExperts experts.
+// Shared memory: offsets [E + 1] (I64), then keys [n] and counts [E] (I32).
+constexpr int64_t kSmallSlots = 4096, kSmallExperts = 1024;
+constexpr int kSmallThreads = 1024;
+
+size_t small_route_smem(int64_t n, int64_t experts) {
+  return size_t(experts + 1) * 8 + size_t(n + experts) * 4;
+}
+
+__global__ void route_small_kernel(const int32_t* ids, int64_t n, int32_t experts, int64_t k,
+                                   int64_t multiple, int64_t rows, int64_t* off_out,
+                                   int32_t* src_rows, int32_t* slot_row) {
+  extern __shared__ int64_t smem[];
+  int64_t* off = smem;
+  int32_t* keys = reinterpret_cast<int32_t*>(off + experts + 1);
+  int32_t* count = keys + n;
+  for (int32_t e = threadIdx.x; e < experts; e += blockDim.x) count[e] = 0;
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    int32_t e = ids[i];
+    e = e < 0 ? 0 : (e >= experts ? experts - 1 : e);
+    keys[i] = e;
+    atomicAdd(count + e, 1);
+  }
+  __syncthreads();
+  // Offsets: the first warp scans the padded counts 32 experts at a time (32-bit division: 64-bit
+  // division is a long software sequence on the GPU).
+  if (threadIdx.x < 32) {
+    const uint32_t m = uint32_t(multiple);
+    int64_t base = 0;
+    for (int32_t e0 = 0; e0 < experts; e0 += 32) {
+      const int32_t e = e0 + int32_t(threadIdx.x);
+      const uint32_t c = e < experts ? uint32_t(count[e]) : 0u;
+      const int64_t pad = m == 1 ? int64_t(c) : int64_t((c + m - 1) / m) * m;
+      int64_t v = pad;  // inclusive scan over the warp
+#pragma unroll
+      for (int o = 1; o < 32; o *= 2) {
+        const int64_t up = __shfl_up_sync(0xffffffffu, v, o);
+        if (int(threadIdx.x) >= o) v += up;
+      }
+      if (e < experts) off[e] = base + v - pad;
+      base += __shfl_sync(0xffffffffu, v, 31);
+    }
+    if (threadIdx.x == 0) off[experts] = rows;  // the tail belongs to the last expert
+  }
+  __syncthreads();
+  for (int32_t e = threadIdx.x; e <= experts; e += blockDim.x) off_out[e] = off[e];
+  // Warp w places experts w, w + warps, ...: the slots of one expert in slot order, 32 slots per
+  // ballot, then marks the expert's padding rows.
+  const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int32_t e = threadIdx.x / 32; e < experts; e += warps) {
+    int64_t row = off[e];
+    const int64_t end = row + count[e];
+    for (int64_t c = 0; c < n && row < end; c += 32) {
+      const int64_t i = c + lane;
+      const bool hit = i < n && keys[i] == e;
+      const unsigned m = __ballot_sync(0xffffffffu, hit);
+      if (hit) {
+        const int64_t at = row + __popc(m & ((1u << lane) - 1u));
+        slot_row[i] = int32_t(at);
+        src_rows[at] = int32_t(i / k);
+      }
+      row += __popc(m);
+    }
+    for (int64_t p = end + lane; p < off[e + 1]; p += 32) src_rows[p] = -1;
+  }
+}
+
 // out[r] = x[src[r]] (0 when src[r] < 0); one block row-chunk per output row.
 __global__ void gather_kernel(const float* x, const int32_t* src, int64_t rows, int64_t d,
                               float* out) {
@@ -70,16 +140,27 @@ __global__ void gather_kernel(const float* x, const int32_t* src, int64_t rows, 
   }
 }
 
-// out[t, c] = sum over s ascending of rows[slot_row[t k + s], c], from +0.
-__global__ void combine_kernel(const float* rows, const int32_t* slot_row, int64_t tokens,
-                               int64_t k, int64_t d, float* out) {
-  for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x)
-    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-      float acc = 0.0f;
-      for (int64_t s = 0; s < k; ++s)
-        acc = __fadd_rn(acc, rows[int64_t(slot_row[t * k + s]) * d + c]);
-      out[t * d + c] = acc;
+// out[t, c] = sum over s ascending of rows[slot_row[t k + s], c], from +0. Column c =
+// blockIdx.x * blockDim.x + threadIdx.x; tokens blockIdx.y, blockIdx.y + gridDim.y, ...; the
+// slots' rows are loaded 8 at a time before they are added (in slot order).
+__global__ void combine_kernel(const float* __restrict__ rows, const int32_t* __restrict__ slot_row,
+                               int64_t tokens, int64_t k, int64_t d, float* __restrict__ out) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= d) return;
+  for (int64_t t = blockIdx.y; t < tokens; t += gridDim.y) {
+    const int32_t* sr = slot_row + t * k;
+    float acc = 0.0f;
+    int64_t s = 0;
+    for (; s + 8 <= k; s += 8) {
+      float v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) v[u] = rows[int64_t(sr[s + u]) * d + c];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) acc = __fadd_rn(acc, v[u]);
     }
+    for (; s < k; ++s) acc = __fadd_rn(acc, rows[int64_t(sr[s]) * d + c]);
+    out[t * d + c] = acc;
+  }
 }
 
 // out[slot_row[t k + s]] = x[t] for every slot (out zero-filled before).
@@ -122,6 +203,13 @@ void moe_route(const Tensor& ids, MoeRoute& r) {
   r.offsets = Tensor::empty(DType::kI64, {E + 1}, dev);
   r.src_rows = Tensor::empty(DType::kI32, {r.rows}, dev);
   r.slot_row = Tensor::empty(DType::kI32, {n}, dev);
+  if (n <= kSmallSlots && E <= kSmallExperts) {
+    route_small_kernel<<<1, kSmallThreads, small_route_smem(n, E), st>>>(
+        ids.ptr<int32_t>(), n, int32_t(E), r.top_k, r.row_multiple, r.rows,
+        r.offsets.ptr<int64_t>(), r.src_rows.ptr<int32_t>(), r.slot_row.ptr<int32_t>());
+    LOCKSTEP_CUDA_CHECK_LAUNCH();
+    return;
+  }
   lockstep::cuda::Scratch sc(dev, Stream{});
   int32_t* count = sc.get<int32_t>(size_t(E));
   int64_t* start = sc.get<int64_t>(size_t(E));
@@ -167,9 +255,11 @@ void moe_gather(const Tensor& x, const MoeRoute& r, Tensor& out) {
 void moe_combine(const Tensor& rows, const MoeRoute& r, Tensor& out) {
   if (r.tokens == 0 || rows.cols() == 0) return;
   lockstep::cuda::DeviceGuard guard(rows.device());
-  combine_kernel<<<row_blocks(r.tokens), row_threads(rows.cols()), 0, cu(Stream{})>>>(
-      rows.ptr<float>(), r.slot_row.ptr<int32_t>(), r.tokens, r.top_k, rows.cols(),
-      out.ptr<float>());
+  const int threads = row_threads(rows.cols());
+  const dim3 grid(unsigned((rows.cols() + threads - 1) / threads), unsigned(row_blocks(r.tokens)));
+  combine_kernel<<<grid, threads, 0, cu(Stream{})>>>(rows.ptr<float>(), r.slot_row.ptr<int32_t>(),
+                                                     r.tokens, r.top_k, rows.cols(),
+                                                     out.ptr<float>());
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 

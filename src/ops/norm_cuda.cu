@@ -23,6 +23,36 @@ __global__ void __launch_bounds__(kRowThreads)
   rmsnorm_row(WarpLanes{int(threadIdx.x % 32)}, x + r * d, w, d, eps, y + r * d, rstd + r);
 }
 
+// Few rows (a decode step): a block per row. Its first warp computes rstd with the row function's
+// 32-lane sum; then every thread of the block writes its elements of y, four loads in flight.
+constexpr int kWideThreads = 256;
+constexpr int64_t kWideMaxRows = 1024;
+
+__global__ void __launch_bounds__(kWideThreads)
+    rmsnorm_fwd_wide_kernel(const float* x, const float* w, int64_t d, float eps, float* y,
+                            float* rstd) {
+  __shared__ float rs_shared;
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * d;
+  float* yr = y + r * d;
+  if (threadIdx.x < 32) {
+    const float rs = rmsnorm_rstd(WarpLanes{int(threadIdx.x)}, xr, d, eps);
+    if (threadIdx.x == 0) rstd[r] = rs_shared = rs;
+  }
+  __syncthreads();
+  const float rs = rs_shared;
+  constexpr int64_t kStep = kWideThreads;
+  int64_t c = threadIdx.x;
+  for (; c + 3 * kStep < d; c += 4 * kStep) {
+    float xv[4], wv[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) xv[u] = xr[c + u * kStep], wv[u] = w[c + u * kStep];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) yr[c + u * kStep] = rmsnorm_elem(xv[u], rs, wv[u]);
+  }
+  for (; c < d; c += kStep) yr[c] = rmsnorm_elem(xr[c], rs, w[c]);
+}
+
 __global__ void __launch_bounds__(kRowThreads)
     rmsnorm_dx_kernel(const float* dy, const float* x, const float* w, const float* rstd,
                       int64_t rows, int64_t d, float* dx) {
@@ -93,8 +123,12 @@ void rmsnorm_fwd_cuda(const float* x, const float* w, int64_t rows, int64_t d, f
                       float* rstd, Device device) {
   if (rows == 0) return;
   lockstep::cuda::DeviceGuard guard(device);
-  rmsnorm_fwd_kernel<<<row_blocks(rows), kRowThreads, 0, lockstep::cuda::cu(Stream{})>>>(
-      x, w, rows, d, eps, y, rstd);
+  if (rows <= kWideMaxRows)
+    rmsnorm_fwd_wide_kernel<<<unsigned(rows), kWideThreads, 0, lockstep::cuda::cu(Stream{})>>>(
+        x, w, d, eps, y, rstd);
+  else
+    rmsnorm_fwd_kernel<<<row_blocks(rows), kRowThreads, 0, lockstep::cuda::cu(Stream{})>>>(
+        x, w, rows, d, eps, y, rstd);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 

@@ -151,7 +151,9 @@ Tensor moe_scatter(const Tensor& x_in, const MoeRoute& r) {
   check(x.dim() == 2 && x.rows() == r.tokens,
         fmt::format("moe_scatter: x {} is not [{} tokens, d]", x.describe(), r.tokens));
   const int64_t d = x.cols(), k = r.top_k;
-  Tensor out(x.dtype(), {r.rows, d}, x.device());  // padding rows stay zero
+  // Padding rows stay zero; without padding (rows = slots) every row is written.
+  Tensor out = r.rows == r.tokens * r.top_k ? Tensor::empty(x.dtype(), {r.rows, d}, x.device())
+                                            : Tensor(x.dtype(), {r.rows, d}, x.device());
   if (x.is_cuda()) {
     LOCKSTEP_OPS_CUDA("moe_scatter", cuda::moe_scatter(x, r, out));
     return out;
@@ -173,7 +175,8 @@ Tensor moe_scatter_slots(const Tensor& w_in, const MoeRoute& r) {
   const Tensor w = rows_operand(w_in, r, "moe_scatter_slots", "w");
   check(w.numel() == r.tokens * r.top_k,
         fmt::format("moe_scatter_slots: w {} is not [{}, {}]", w.describe(), r.tokens, r.top_k));
-  Tensor out(w.dtype(), {r.rows}, w.device());
+  Tensor out = r.rows == w.numel() ? Tensor::empty(w.dtype(), {r.rows}, w.device())
+                                   : Tensor(w.dtype(), {r.rows}, w.device());
   if (w.is_cuda()) {
     LOCKSTEP_OPS_CUDA("moe_scatter_slots", cuda::moe_scatter_slots(w, r, out));
     return out;

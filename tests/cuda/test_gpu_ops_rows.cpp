@@ -4,7 +4,8 @@
 // that change nothing. moe: the MoE routing ops (ops/moe.h):
 // the grouped layout (offsets, src_rows, slot_row) of random top-k choices (k distinct experts per
 // token, an expert no token chose, every token's first slot on expert 0, no tokens at all; row
-// multiples 1, 16 and 64; 1 to 1000 tokens; up to 128 experts) and the row moves over it (gather,
+// multiples 1, 16 and 64; 1 to 1000 tokens; up to 1025 experts; either side of the one-block
+// layout's limits) and the row moves over it (gather,
 // combine, scatter, scatter_slots, gather_slots) on random and edge values. Device ids outside
 // [0, E), which the device does not check, are clamped (negative to 0, E and above to E - 1): the
 // layout of the clamped ids on the CPU.
@@ -61,14 +62,24 @@ void route_cases() {
     int64_t T, k, E, P;
     bool first_zero;
   };
-  const std::vector<Shape> shapes{{1, 1, 1, 1, false},      {1, 8, 128, 1, false},
-                                  {7, 2, 8, 1, false},      {33, 4, 32, 16, false},
-                                  {256, 8, 128, 64, false}, {1000, 8, 64, 1, false},
-                                  {40, 4, 16, 16, true},    {0, 4, 8, 16, false}};
+  const std::vector<Shape> shapes{{1, 1, 1, 1, false},
+                                  {1, 8, 128, 1, false},
+                                  {7, 2, 8, 1, false},
+                                  {33, 4, 32, 16, false},
+                                  {256, 8, 128, 64, false},
+                                  {1000, 8, 64, 1, false},
+                                  {40, 4, 16, 16, true},
+                                  {0, 4, 8, 16, false},
+                                  // Either side of the one-block layout's limits (4096 slots,
+                                  // 1024 experts) and the sorted layout past them.
+                                  {512, 8, 128, 1, false},
+                                  {513, 8, 128, 16, false},
+                                  {5, 8, 1024, 16, false},
+                                  {3, 4, 1025, 1, false}};
   for (const Shape& sh : shapes)
     for (int64_t d : {int64_t(1), int64_t(64), int64_t(257)})
       for (Dist dist : {Dist::kNormal, Dist::kEdge}) {
-        if (g_opt.reduced && (d != 64 || sh.T > 256)) continue;
+        if (g_opt.reduced && (d != 64 || sh.T > 256 || sh.E > 128)) continue;
         const std::string name = "moe route T" + std::to_string(sh.T) + " k" +
                                  std::to_string(sh.k) + " E" + std::to_string(sh.E) + " P" +
                                  std::to_string(sh.P) + (sh.first_zero ? " first0" : "") + " d" +
@@ -89,11 +100,18 @@ void route_cases() {
                                      to_gpu(v));
             });
       }
-  // Ids outside [0, E) on the device: the layout of the clamped ids.
-  for (int64_t P : {int64_t(1), int64_t(16)}) {
-    const std::string name = "moe route bad device ids P" + std::to_string(P);
-    const int64_t T = 6, k = 2, E = 8, d = 32;
-    const std::vector<int32_t> bad{3, -1, 8, 2, 5, 100, -7, 4, 0, 7, 1, 8};
+  // Ids outside [0, E) on the device: the layout of the clamped ids (T = 6: the one-block layout;
+  // T = 600: the sorted one).
+  const std::pair<int64_t, int64_t> bad_cases[] = {{6, 1}, {6, 16}, {600, 16}};
+  for (const auto& c : bad_cases) {
+    const int64_t T = c.first, P = c.second;
+    const std::string name =
+        "moe route bad device ids T" + std::to_string(T) + " P" + std::to_string(P);
+    const int64_t k = 8, E = 8, d = 32;
+    if (g_opt.reduced && T > 6) continue;
+    const std::vector<int32_t> pattern{3, -1, 8, 2, 5, 100, -7, 4, 0, 7, 1, 8};
+    std::vector<int32_t> bad(size_t(T * k));
+    for (size_t i = 0; i < bad.size(); ++i) bad[i] = pattern[i % pattern.size()];
     std::vector<int32_t> clamped(bad);
     for (int32_t& e : clamped) e = e < 0 ? 0 : (e >= E ? int32_t(E - 1) : e);
     const int64_t R = ops::moe_grouped_rows(T, k, E, P);

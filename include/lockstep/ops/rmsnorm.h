@@ -28,13 +28,25 @@ namespace lockstep::ops {
 inline constexpr int kRmsNormLanes = kWarpLanes;
 inline constexpr int64_t kRmsNormDwChunk = 256;
 
+// rstd of one row x: [d].
+template <class X, class T>
+LOCKSTEP_HD T rmsnorm_rstd(const X& ex, const T* x, int64_t d, T eps) {
+  const T ss = ex.template sum<T>(d, [&](int64_t c) { return x[c] * x[c]; });
+  return T(1) / OpMath<T>::sqrt(ss / T(d) + eps);
+}
+
+// One output element from its input x, the row's rstd and the weight w.
+template <class T>
+LOCKSTEP_HD T rmsnorm_elem(T x, T rs, T w) {
+  return (x * rs) * w;
+}
+
 // One row: x, y: [d] (y may alias x); w: [d]; *rstd written by the executor's leader.
 template <class X, class T>
 LOCKSTEP_HD void rmsnorm_row(const X& ex, const T* x, const T* w, int64_t d, T eps, T* y, T* rstd) {
-  const T ss = ex.template sum<T>(d, [&](int64_t c) { return x[c] * x[c]; });
-  const T rs = T(1) / OpMath<T>::sqrt(ss / T(d) + eps);
+  const T rs = rmsnorm_rstd(ex, x, d, eps);
   if (ex.leader()) *rstd = rs;
-  ex.for_each(d, [&](int64_t c) { y[c] = (x[c] * rs) * w[c]; });
+  ex.for_each(d, [&](int64_t c) { y[c] = rmsnorm_elem(x[c], rs, w[c]); });
 }
 
 // One row of the input gradient: dy, x, w, dx: [d] (dx must not alias dy or x); rs = rstd[r].

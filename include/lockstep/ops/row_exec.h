@@ -161,10 +161,33 @@ struct WarpLanes {
 
   __device__ bool leader() const { return lane == 0; }
 
+  // A lane's values j = lane, lane + 32, ... are computed (loaded) U at a time before any of them
+  // is combined, so that their loads are in flight together (a warp alone on a row of a few
+  // thousand values would otherwise wait for one load at a time): chunks of 8, then of 4, then
+  // one by one. `combine` takes the values in ascending j, as the plain loop would.
+  template <int U, class V, class F, class C>
+  __device__ static void chunks(int64_t& j, int64_t n, F& f, C& combine) {
+    for (; j + (U - 1) * kWarpLanes < n; j += U * kWarpLanes) {
+      V v[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) v[u] = f(j + u * kWarpLanes);
+#pragma unroll
+      for (int u = 0; u < U; ++u) combine(v[u]);
+    }
+  }
+  template <class V, class F, class C>
+  __device__ void ahead(int64_t n, F& f, C& combine) const {
+    int64_t j = lane;
+    chunks<8, V>(j, n, f, combine);
+    chunks<4, V>(j, n, f, combine);
+    chunks<1, V>(j, n, f, combine);
+  }
+
   template <class T, class F>
   __device__ T sum(int64_t n, F&& f) const {
     T p = T(0);
-    for (int64_t j = lane; j < n; j += kWarpLanes) p = p + f(j);
+    auto add = [&](T x) { p = p + x; };
+    ahead<T>(n, f, add);
 #pragma unroll
     for (int off = kWarpLanes / 2; off >= 1; off /= 2) {
       const T o = __shfl_down_sync(0xffffffffu, p, off);
@@ -176,11 +199,11 @@ struct WarpLanes {
   template <class T, class F>
   __device__ Sum2<T> sum2(int64_t n, F&& f) const {
     T pa = T(0), pb = T(0);
-    for (int64_t j = lane; j < n; j += kWarpLanes) {
-      const Sum2<T> v = f(j);
+    auto add = [&](const Sum2<T>& v) {
       pa = pa + v.a;
       pb = pb + v.b;
-    }
+    };
+    ahead<Sum2<T>>(n, f, add);
 #pragma unroll
     for (int off = kWarpLanes / 2; off >= 1; off /= 2) {
       const T oa = __shfl_down_sync(0xffffffffu, pa, off);
@@ -196,10 +219,8 @@ struct WarpLanes {
   template <class T, class F>
   __device__ T max(int64_t n, F&& f) const {
     T p = -std::numeric_limits<T>::infinity();
-    for (int64_t j = lane; j < n; j += kWarpLanes) {
-      const T x = f(j);
-      p = x > p ? x : p;
-    }
+    auto keep = [&](T x) { p = x > p ? x : p; };
+    ahead<T>(n, f, keep);
 #pragma unroll
     for (int off = kWarpLanes / 2; off >= 1; off /= 2) {
       const T o = __shfl_down_sync(0xffffffffu, p, off);

@@ -25,17 +25,18 @@ namespace lockstep::ops {
 
 inline constexpr int kSwigluLanes = kWarpLanes;
 
+// One element from its gate g and up u value: silu(g) * u, then times the row's probability
+// when the row has one (p: nullptr otherwise).
+template <class T>
+LOCKSTEP_HD T swiglu_elem(T g, T u, const T* p) {
+  const T y = OpMath<T>::silu(g) * u;
+  return p ? y * *p : y;
+}
+
 // One row: x: [2 * inter] (gate | up); p: this row's probability or nullptr; y: [inter].
 template <class X, class T>
 LOCKSTEP_HD void swiglu_row(const X& ex, const T* x, const T* p, int64_t inter, T* y) {
-  const T* g = x;
-  const T* u = x + inter;
-  if (p) {
-    const T pr = *p;
-    ex.for_each(inter, [&](int64_t c) { y[c] = (OpMath<T>::silu(g[c]) * u[c]) * pr; });
-  } else {
-    ex.for_each(inter, [&](int64_t c) { y[c] = OpMath<T>::silu(g[c]) * u[c]; });
-  }
+  ex.for_each(inter, [&](int64_t c) { y[c] = swiglu_elem(x[c], x[inter + c], p); });
 }
 
 // The backward of element c: writes dx[c] (dg) and dx[inter + c] (du); returns silu_c * u_c.
