@@ -259,7 +259,12 @@ void graph_cases() {
         }
 }
 
-// GPU learner vs CPU learner, deterministic, the same weights and batch.
+// GPU learner vs CPU learner, deterministic, the same weights and batch. bf16: only the GEMMs'
+// summation orders differ, and the log-probs agree within 0.05 (H200: 0.002-0.003). A quantized
+// recipe also quantizes activations, and a last-bit difference of a GEMM's output can move an
+// activation across a rounding boundary of its 4-bit grid, one code step: the log-probs then agree
+// within what quantizing every operand does at all, max |logp(recipe) - logp(bf16)| on the CPU
+// (a wrong kernel's error is not bounded by it).
 void cpu_gpu_cases() {
   for (bool moe : {false, true})
     for (const char* rn : {"bf16", "nvfp4_per_token"}) {
@@ -269,24 +274,33 @@ void cpu_gpu_cases() {
         const ModelConfig c = gpu_tiny_config(moe);
         const ModelWeights w = test::tiny_weights(c, seed, 0.1f);
         const ModelBatch p = mixed_batch(c, seed);
-        std::vector<float> lp[2];
-        for (int d = 0; d < 2; ++d) {
+        auto logprobs = [&](const char* recipe, Device dev) {
           LearnerConfig lc;
           lc.mode = ExecMode::kDeterministic;
-          lc.device = d ? gpu() : Device::cpu();
-          Learner l(w, model_recipe(rn), lc);
-          lp[d] = model_host_floats(
+          lc.device = dev;
+          Learner l(w, model_recipe(recipe), lc);
+          return model_host_floats(
               l.forward(test::ids_tensor(p.ids), p.cu, test::ids_tensor(p.targets)).logp);
+        };
+        const std::vector<float> cpu = logprobs(rn, Device::cpu()), gpu_lp = logprobs(rn, gpu());
+        double bound = 0.05;
+        if (std::string(rn) != "bf16") {
+          const std::vector<float> ref = logprobs("bf16", Device::cpu());
+          double q = 0;
+          for (size_t i = 0; i < ref.size(); ++i)
+            q = std::max(q, std::fabs(double(cpu[i]) - double(ref[i])));
+          bound = std::max(bound, q);
         }
         double worst = 0;
-        for (size_t i = 0; i < lp[0].size(); ++i) {
-          const double d = std::fabs(double(lp[0][i]) - double(lp[1][i]));
-          if (!std::isfinite(lp[1][i])) return "gpu log-prob " + std::to_string(i) + " not finite";
-          worst = std::max(worst, d);
+        for (size_t i = 0; i < cpu.size(); ++i) {
+          if (!std::isfinite(gpu_lp[i])) return "gpu log-prob " + std::to_string(i) + " not finite";
+          worst = std::max(worst, std::fabs(double(cpu[i]) - double(gpu_lp[i])));
         }
-        std::printf("  %s: max |logp cpu - logp gpu| = %.3g over %zu tokens\n", name.c_str(), worst,
-                    lp[0].size());
-        if (worst > 0.05) return "max |cpu - gpu| log-prob " + std::to_string(worst) + " > 0.05";
+        std::printf("  %s: max |logp cpu - logp gpu| = %.3g over %zu tokens (bound %.3g)\n",
+                    name.c_str(), worst, cpu.size(), bound);
+        if (worst > bound)
+          return "max |cpu - gpu| log-prob " + std::to_string(worst) + " > " +
+                 std::to_string(bound);
         return "";
       });
     }
