@@ -127,10 +127,12 @@ DecodeRow decode_rate(model::Sampler& sampler, const model::SamplerConfig& sc,
   model::SamplerConfig one = sc;
   one.max_new = 1;
   sampler.set_config(sc);
+  const int64_t captures0 = sampler.stats().graph_captures;
   sampler.generate(reqs);  // warm-up (and the decode graphs of this batch)
   const int64_t replays0 = sampler.stats().graph_replays;
+  // The nodes of the step this warm-up recorded (none when it recorded nothing).
   const GraphNodes nodes =
-      sampler.stats().graph_captures > 0 ? sampler.stats().graph_nodes : GraphNodes{};
+      sampler.stats().graph_captures > captures0 ? sampler.stats().graph_nodes : GraphNodes{};
   std::vector<double> diffs, ones;
   for (int i = 0; i < reps; ++i) {
     sampler.set_config(sc);

@@ -155,12 +155,12 @@ void launch_kv(const KvParams& p) {
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
-// ---- the cached step's prologue: one warp per (token, head row) of qkv
-// --------------------------- Rows 0 .. Hq - 1 of a token are q heads: rmsnorm_row with q_norm,
-// then rope_pair, into q. Rows Hq .. Hq + Hkv - 1 are k heads: the same with k_norm into the warp's
-// shared row, then stored by the cache rule. The last Hkv rows are v heads, stored as they are. The
-// row functions and their order are those of rmsnorm_fwd_kernel, RopeOp and kv_rows_kernel: the
-// same bits as running the three.
+// ---- the cached step's prologue: one warp per (token, head row) of qkv -------------------------
+// Rows 0 .. Hq - 1 of a token are q heads: rmsnorm_row with q_norm, then rope_pair, into q. Rows
+// Hq .. Hq + Hkv - 1 are k heads: the same with k_norm into the warp's shared row, then stored by
+// the cache rule. The last Hkv rows are v heads, stored as they are. The row functions and their
+// order are those of the rmsnorm kernels, RopeOp and kv_rows_kernel: the same bits as running the
+// three.
 struct PrologueParams {
   const float* qkv = nullptr;  // [tokens, (hq + 2 hkv) * D]
   const float* q_w = nullptr;  // [D]

@@ -1,9 +1,10 @@
 // CUDA kernels of the MoE routing ops (ops/moe.h). The grouped layout places each expert's slots
 // in ascending (t, s) order, as the CPU reference does. A call with few slots (a decode step) does
-// it in one block: a histogram in shared memory, a serial offsets pass over the E experts, then a
-// warp per expert placing its slots in order, 32 at a time. A larger call sorts the slots by expert
-// with a stable radix sort (CUB), then takes the same offsets and places each slot by its sorted
-// rank. The row moves are plain copies and in-order sums.
+// it in one block: a histogram in shared memory, the offsets by a warp scan over the E experts,
+// then a warp per expert placing its slots in order, 32 at a time. A larger call (or a row multiple
+// above 2^16) sorts the slots by expert with a stable radix sort (CUB), takes the offsets in a
+// serial pass and places each slot by its sorted rank. The row moves are plain copies and in-order
+// sums.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "../tensor/cuda_util.h"
@@ -61,14 +62,15 @@ __global__ void route_place_kernel(const int32_t* keys, const int32_t* vals, int
 // Shared memory: offsets [E + 1] (I64), then keys [n] and counts [E] (I32).
 constexpr int64_t kSmallSlots = 4096, kSmallExperts = 1024;
 constexpr int kSmallThreads = 1024;
+constexpr int64_t kSmallMaxMultiple = int64_t(1) << 16;  // padded counts in 32 bits
 
 size_t small_route_smem(int64_t n, int64_t experts) {
   return size_t(experts + 1) * 8 + size_t(n + experts) * 4;
 }
 
-__global__ void route_small_kernel(const int32_t* ids, int64_t n, int32_t experts, int64_t k,
-                                   int64_t multiple, int64_t rows, int64_t* off_out,
-                                   int32_t* src_rows, int32_t* slot_row) {
+__global__ void __launch_bounds__(kSmallThreads)
+    route_small_kernel(const int32_t* ids, int64_t n, int32_t experts, int64_t k, int64_t multiple,
+                       int64_t rows, int64_t* off_out, int32_t* src_rows, int32_t* slot_row) {
   extern __shared__ int64_t smem[];
   int64_t* off = smem;
   int32_t* keys = reinterpret_cast<int32_t*>(off + experts + 1);
@@ -203,7 +205,7 @@ void moe_route(const Tensor& ids, MoeRoute& r) {
   r.offsets = Tensor::empty(DType::kI64, {E + 1}, dev);
   r.src_rows = Tensor::empty(DType::kI32, {r.rows}, dev);
   r.slot_row = Tensor::empty(DType::kI32, {n}, dev);
-  if (n <= kSmallSlots && E <= kSmallExperts) {
+  if (n <= kSmallSlots && E <= kSmallExperts && r.row_multiple <= kSmallMaxMultiple) {
     route_small_kernel<<<1, kSmallThreads, small_route_smem(n, E), st>>>(
         ids.ptr<int32_t>(), n, int32_t(E), r.top_k, r.row_multiple, r.rows,
         r.offsets.ptr<int64_t>(), r.src_rows.ptr<int32_t>(), r.slot_row.ptr<int32_t>());

@@ -1,5 +1,6 @@
 // CUDA kernels of RMSNorm (forward, input and weight gradients) and rotary embedding: the row
-// functions of ops/rmsnorm.h on a warp per row (WarpLanes: the CPU's HostLanes<32> order), the
+// functions of ops/rmsnorm.h on a warp per row (WarpLanes: the CPU's HostLanes<32> order; a
+// forward of up to 1024 rows: a block per row, its first warp summing), the
 // weight gradient in the shared chunked order, rope_pair on a thread per pair.
 // Bytes per element (F32): forward 8 (read x, write y); backward 12 for dx (dy, x, dx) plus 8 for
 // the dw partials (dy, x again); rope 8 (x in and out; the table rows stay in cache). No flops

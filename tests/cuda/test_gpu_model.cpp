@@ -6,9 +6,10 @@
 // compared with the CPU learner (the same recipe, deterministic): row functions agree bit for bit
 // (the ops cases), GEMMs only within the bound of docs/gemm.md (another summation order), and the
 // differences grow through the layers, so the case prints the largest log-prob difference (H200:
-// 1e-3 to 4e-3 nats on these models) and fails only beyond 0.05 nats or on a non-finite value: a
-// sanity bound that a wrong kernel (a lost key tile, a wrong expert, a transposed operand) exceeds
-// by orders of magnitude, not a precision claim.
+// 1e-3 to 6e-3 nats on these models) and fails beyond 0.05 nats (a quantized recipe: on more than
+// one token in 16, or beyond what quantizing does at all) or on a non-finite value: a sanity bound
+// that a wrong kernel (a lost key tile, a wrong expert, a transposed operand) exceeds by orders of
+// magnitude, not a precision claim.
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -260,11 +261,14 @@ void graph_cases() {
 }
 
 // GPU learner vs CPU learner, deterministic, the same weights and batch. bf16: only the GEMMs'
-// summation orders differ, and the log-probs agree within 0.05 (H200: 0.002-0.003). A quantized
+// summation orders differ, and every log-prob agrees within 0.05 (H200: 0.002-0.006). A quantized
 // recipe also quantizes activations, and a last-bit difference of a GEMM's output can move an
-// activation across a rounding boundary of its 4-bit grid, one code step: the log-probs then agree
-// within what quantizing every operand does at all, max |logp(recipe) - logp(bf16)| on the CPU
-// (a wrong kernel's error is not bounded by it).
+// activation across a rounding boundary of its 4-bit grid, one code step, which moves the tokens
+// that read it (H200: one seed in several runs gave 0.052 on dense nvfp4_per_token; the others
+// 0.002-0.003). So a quantized recipe's log-probs agree within 0.05 on all but one token in 16,
+// and every one within what quantizing every operand does at all, max |logp(recipe) -
+// logp(bf16)| on the CPU. A kernel that is wrong everywhere (an operand not quantized, a lost
+// tile) moves most tokens by more than 0.05.
 void cpu_gpu_cases() {
   for (bool moe : {false, true})
     for (const char* rn : {"bf16", "nvfp4_per_token"}) {
@@ -292,15 +296,24 @@ void cpu_gpu_cases() {
           bound = std::max(bound, q);
         }
         double worst = 0;
+        size_t above = 0;  // tokens beyond 0.05
         for (size_t i = 0; i < cpu.size(); ++i) {
           if (!std::isfinite(gpu_lp[i])) return "gpu log-prob " + std::to_string(i) + " not finite";
-          worst = std::max(worst, std::fabs(double(cpu[i]) - double(gpu_lp[i])));
+          const double d = std::fabs(double(cpu[i]) - double(gpu_lp[i]));
+          worst = std::max(worst, d);
+          above += d > 0.05 ? 1 : 0;
         }
-        std::printf("  %s: max |logp cpu - logp gpu| = %.3g over %zu tokens (bound %.3g)\n",
-                    name.c_str(), worst, cpu.size(), bound);
+        const size_t allowed = std::string(rn) == "bf16" ? 0 : std::max<size_t>(1, cpu.size() / 16);
+        std::printf(
+            "  %s: max |logp cpu - logp gpu| = %.3g over %zu tokens, %zu above 0.05 (bound %.3g, "
+            "%zu allowed above 0.05)\n",
+            name.c_str(), worst, cpu.size(), above, bound, allowed);
         if (worst > bound)
           return "max |cpu - gpu| log-prob " + std::to_string(worst) + " > " +
                  std::to_string(bound);
+        if (above > allowed)
+          return std::to_string(above) + " tokens differ by more than 0.05 (at most " +
+                 std::to_string(allowed) + ")";
         return "";
       });
     }

@@ -166,7 +166,8 @@ void prologue_cases() {
             std::vector<int64_t> sv, pv;
             for (int64_t t = 0; t < T; ++t)
               sv.push_back(cells[size_t(t)] / max_pos), pv.push_back(cells[size_t(t)] % max_pos);
-            const Tensor s = index_tensor(sv, T % 2 == 1), p = index_tensor(pv, false);
+            // I64 slots at 5 tokens, I32 at 1 and 33 (the reduced set runs 5).
+            const Tensor s = index_tensor(sv, T == 5), p = index_tensor(pv, false);
             const ops::RopeTable rope = ops::rope_table(64, dm.D, 1e6, DType::kF32);
             ops::KvCacheLayer c = ops::kv_cache_layer(slots, max_pos, dm.hkv, dm.D, dt);
             const Tensor qc = prologue_sequence(qkv, qn, kn, eps, p, rope, c, s, dm.hq);

@@ -1,6 +1,7 @@
 // RMSNorm as Qwen3 computes it (hidden states [T, 2048], and q_norm / k_norm over head_dim as
 // [T * H, 128]): the row functions, written once (LOCKSTEP_HD) and called by the CPU kernels with
-// HostLanes<kRmsNormLanes> and by the CUDA kernels with a warp per row, and the CPU kernels.
+// HostLanes<kRmsNormLanes> and by the CUDA kernels with a warp per row (the forward of a few rows:
+// one warp's sum, then the whole block writing y), and the CPU kernels.
 //
 // Forward, per row r (every step one rounded operation of T):
 //   ss = sum_c x[r,c]^2, over kRmsNormLanes = 32 lanes (row_exec.h: lane l sums c = l, l + 32, ...

@@ -1,6 +1,7 @@
 // SwiGLU of the Qwen3 MLP and MoE experts, optionally weighted per row by the router probability:
 // the row functions, written once (LOCKSTEP_HD) and called by the CPU kernels with
-// HostLanes<kSwigluLanes> and by the CUDA kernels with a warp per row, and the CPU kernels.
+// HostLanes<kSwigluLanes> and by the CUDA kernels (the forward's element function swiglu_elem a
+// thread per element, the backward a warp per row), and the CPU kernels.
 //
 // Input row [gate (I) | up (I)], every step one rounded operation of T:
 //   silu(g) = g / (1 + exp(-g))
