@@ -32,6 +32,16 @@ Tensor index_tensor(const std::vector<int64_t>& v, bool i64) {
   return Tensor::from_vector<int32_t>(w, {int64_t(w.size())}, DType::kI32);
 }
 
+// `rows` distinct (slot, position) cells of a [slots, max_pos] cache in an order drawn from g.
+void distinct_cells(int64_t rows, int64_t slots, int64_t max_pos, std::mt19937_64& g,
+                    std::vector<int64_t>& s, std::vector<int64_t>& p) {
+  std::vector<int64_t> cells(size_t(slots * max_pos));
+  for (size_t i = 0; i < cells.size(); ++i) cells[i] = int64_t(i);
+  std::shuffle(cells.begin(), cells.end(), g);
+  for (int64_t r = 0; r < rows; ++r)
+    s.push_back(cells[size_t(r)] / max_pos), p.push_back(cells[size_t(r)] % max_pos);
+}
+
 // The two layers' bytes; with nan_equal, two bf16 NaN codes match whatever their sign and payload
 // (a NaN the arithmetic makes has the CPU's or the GPU's pattern).
 std::string compare_layers(const ops::KvCacheLayer& a, const ops::KvCacheLayer& b,
@@ -81,12 +91,8 @@ void write_cases() {
             const Tensor k = host_tensor(make_values(rows, W, d, false, g()), rows, W, false);
             const Tensor v = host_tensor(make_values(rows, W, d, false, g()), rows, W, false);
             // Distinct (slot, position) pairs; on the device three more rows out of range.
-            std::vector<int64_t> cells(size_t(slots * max_pos));
-            for (size_t i = 0; i < cells.size(); ++i) cells[i] = int64_t(i);
-            std::shuffle(cells.begin(), cells.end(), g);
             std::vector<int64_t> s, p;
-            for (int64_t r = 0; r < rows; ++r)
-              s.push_back(cells[size_t(r)] / max_pos), p.push_back(cells[size_t(r)] % max_pos);
+            distinct_cells(rows, slots, max_pos, g, s, p);
             ops::KvCacheLayer c = ops::kv_cache_layer(slots, max_pos, hkv, D, dt);
             ops::kv_cache_write(c, k, v, index_tensor(s, idx != 1), index_tensor(p, idx == 0));
             std::vector<int64_t> sd = s, pd = p;
@@ -160,12 +166,8 @@ void prologue_cases() {
             const Tensor kn =
                 host_tensor(make_values(1, dm.D, Dist::kNormal, false, g()), 1, dm.D, false)
                     .view({dm.D});
-            std::vector<int64_t> cells(size_t(slots * max_pos));
-            for (size_t i = 0; i < cells.size(); ++i) cells[i] = int64_t(i);
-            std::shuffle(cells.begin(), cells.end(), g);
             std::vector<int64_t> sv, pv;
-            for (int64_t t = 0; t < T; ++t)
-              sv.push_back(cells[size_t(t)] / max_pos), pv.push_back(cells[size_t(t)] % max_pos);
+            distinct_cells(T, slots, max_pos, g, sv, pv);
             // I64 slots at 5 tokens, I32 at 1 and 33 (the reduced set runs 5).
             const Tensor s = index_tensor(sv, T == 5), p = index_tensor(pv, false);
             const ops::RopeTable rope = ops::rope_table(64, dm.D, 1e6, DType::kF32);
