@@ -346,6 +346,7 @@ void run_bench_model(const BenchModelArgs& a) {
                          {"kernels", d.nodes.kernels},
                          {"copies", d.nodes.copies},
                          {"memsets", d.nodes.memsets},
+                         {"allocs", d.nodes.allocs},
                          {"other", d.nodes.other},
                          {"by_kernel", d.nodes.by_kernel}}},
                        {"graphs_off", d.graphs_off}});
@@ -400,9 +401,11 @@ void run_bench_model(const BenchModelArgs& a) {
     for (const Row& r : rows)
       for (const DecodeRow& d : r.decode) {
         if (d.nodes.total() == 0) continue;
-        fmt::print("{} {} batch {}: {} graph nodes ({} kernels, {} copies, {} memsets, {} other)\n",
-                   r.preset, r.recipe, d.batch, d.nodes.total(), d.nodes.kernels, d.nodes.copies,
-                   d.nodes.memsets, d.nodes.other);
+        fmt::print(
+            "{} {} batch {}: {} graph nodes ({} kernels, {} copies, {} memsets, {} allocs, {} "
+            "other)\n",
+            r.preset, r.recipe, d.batch, d.nodes.total(), d.nodes.kernels, d.nodes.copies,
+            d.nodes.memsets, d.nodes.allocs, d.nodes.other);
         std::vector<std::pair<int64_t, std::string>> by;
         for (const auto& [name, n] : d.nodes.by_kernel) by.emplace_back(-n, name);
         std::sort(by.begin(), by.end());

@@ -110,6 +110,8 @@ GraphNodes count_nodes(cudaGraph_t graph) {
       ++n.copies;
     } else if (type == cudaGraphNodeTypeMemset) {
       ++n.memsets;
+    } else if (type == cudaGraphNodeTypeMemAlloc || type == cudaGraphNodeTypeMemFree) {
+      ++n.allocs;
     } else {
       ++n.other;
     }

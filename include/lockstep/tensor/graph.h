@@ -40,10 +40,12 @@ bool device_graphs_available(Device device);
 // What a recorded graph holds, counted by node type; kernels also by name (demangled, template
 // and parameter lists dropped). Each node is one launch the GPU front end schedules in a replay,
 // so the count bounds how short a step of small kernels can be.
+// `allocs` counts memory allocation and free nodes (the step's temporaries, allocated and freed
+// in the stream-ordered pool while it was recorded).
 struct GraphNodes {
-  int64_t kernels = 0, copies = 0, memsets = 0, other = 0;
+  int64_t kernels = 0, copies = 0, memsets = 0, allocs = 0, other = 0;
   std::map<std::string, int64_t> by_kernel;
-  int64_t total() const { return kernels + copies + memsets + other; }
+  int64_t total() const { return kernels + copies + memsets + allocs + other; }
 };
 
 class DeviceGraph {
