@@ -43,18 +43,23 @@ LOCKSTEP_HD void router_topk_row(const X& ex, const T* logits, int64_t E, int64_
   T prev_p = kInf;                  // the previous slot's (probability, expert)
   int64_t prev_e = -1;
   T sum = 0;
+  // The selection reads p_e back from probs: the lane that wrote probs[e] is the lane that reads
+  // it (the executor's for_each and max give element e to the same lane), and the stored value is
+  // prob(e) itself, so the read is the recomputation without its exp and division per pass.
   for (int64_t s = 0; s < k; ++s) {
     const auto after = [&](int64_t e, T p) { return p < prev_p || (p == prev_p && e > prev_e); };
     const T best = ex.template max<T>(E, [&](int64_t e) {
-      const T p = prob(e);
+      const T p = probs[e];
       return after(e, p) ? p : -kInf;
     });
     const T neg_e = ex.template max<T>(E, [&](int64_t e) {
-      const T p = prob(e);
+      const T p = probs[e];
       return after(e, p) && p == best ? -T(e) : -kInf;
     });
-    const int64_t e = valid && neg_e > -kInf ? int64_t(-neg_e) : s;
-    const T p = valid ? prob(e) : std::numeric_limits<T>::quiet_NaN();
+    const bool found = valid && neg_e > -kInf;
+    const int64_t e = found ? int64_t(-neg_e) : s;
+    // A found expert's p equals best (p == best, both finite and >= +0: the same bits).
+    const T p = found ? best : valid ? prob(e) : std::numeric_limits<T>::quiet_NaN();
     prev_p = p;
     prev_e = e;
     sum = sum + p;

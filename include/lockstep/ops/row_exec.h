@@ -14,7 +14,9 @@
 //
 // Ops choose L = 32 (rows up to a few thousand: norms, head norms, router, SwiGLU sums, a warp per
 // row on the GPU) or L = 1024 (vocabulary-sized rows: log-softmax, token log-probs, sampling; a
-// 1024-thread block per row). Elementwise steps (for_each) have no order to fix.
+// 1024-thread block per row). Elementwise steps (for_each) have no order to fix. for_each, sum,
+// sum2 and max give element j to the same lane (thread) l = j % L, so a row function may store a
+// value in for_each and read it back in a later reduction of the same lane without a barrier.
 //
 // Per-key executors for attention (attention.h): a chunk of up to 32 keys is spread over 32 lanes
 // (one key per lane), head dimensions over the same lanes (d = lane, lane + 32, ...); per-key
