@@ -49,6 +49,9 @@ struct GemmGroupDesc {
 
 // The group table of a call: on the device always; on the host too when the offsets are (the
 // cuBLAS path loops over it). max_rows bounds the rows of every group (the kernels' row tiles).
+// `groups` is the number of entries the kernels visit (their grids' z): from host offsets every
+// group in order; from device offsets (up to 1024 groups) the groups with rows come first and only
+// min(groups, total rows) entries are visited, since no more groups than rows can have any.
 struct DeviceGroupTable {
   const GemmGroupDesc* table = nullptr;  // device, groups entries
   int groups = 0;
@@ -61,7 +64,8 @@ struct DeviceGroupTable {
 DeviceGroupTable make_group_table(std::span<const int64_t> offsets, int64_t n_per_group,
                                   std::span<const int64_t> group_rows, Device device,
                                   Stream stream);
-// From device offsets (I64 [groups + 1]) and optional device tokens per group: built by a kernel.
+// From device offsets (I64 [groups + 1]) and optional device tokens per group: built by a kernel
+// (groups with rows first, up to 1024 groups).
 // max_rows is the caller's bound; a group with more rows, offsets that decrease or tokens outside
 // 0..rows stop the kernel with a trap (the device cannot throw).
 DeviceGroupTable make_group_table_device(const int64_t* offsets, int groups, const int64_t* tokens,

@@ -11,19 +11,51 @@ namespace {
 
 static_assert(sizeof(GemmGroupDesc) == 24, "six 32-bit words");
 
-// desc[e] from device offsets; a group with more rows than the caller's bound, decreasing offsets,
-// offsets not starting at 0 / ending at total_rows or tokens outside 0..rows trap.
-__global__ void group_table_kernel(const int64_t* off, int groups, const int64_t* tokens,
-                                   int64_t n_per_group, int64_t max_rows, int64_t total_rows,
-                                   GemmGroupDesc* out) {
-  const int e = int(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= groups) return;
+// Group e's descriptor from device offsets; a group with more rows than the caller's bound,
+// decreasing offsets, offsets not starting at 0 / ending at total_rows or tokens outside 0..rows
+// trap.
+__device__ GemmGroupDesc group_desc(const int64_t* off, int e, int groups, const int64_t* tokens,
+                                    int64_t n_per_group, int64_t max_rows, int64_t total_rows) {
   const int64_t r0 = off[e], rows = off[e + 1] - r0;
   const int64_t tok = tokens ? tokens[e] : rows;
   if (rows < 0 || rows > max_rows || (e == 0 && r0 != 0) ||
       (e == groups - 1 && off[e + 1] != total_rows) || tok < 0 || tok > rows)
     __trap();
-  out[e] = GemmGroupDesc{r0, int64_t(e) * n_per_group, int32_t(rows), int32_t(tok)};
+  return GemmGroupDesc{r0, int64_t(e) * n_per_group, int32_t(rows), int32_t(tok)};
+}
+
+// desc[e] = group e (more than kCompactGroups groups).
+__global__ void group_table_kernel(const int64_t* off, int groups, const int64_t* tokens,
+                                   int64_t n_per_group, int64_t max_rows, int64_t total_rows,
+                                   GemmGroupDesc* out) {
+  const int e = int(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= groups) return;
+  out[e] = group_desc(off, e, groups, tokens, n_per_group, max_rows, total_rows);
+}
+
+// Up to kCompactGroups groups, one block of a thread per group: the groups with rows first, in
+// ascending order, then the empty ones, so that a grid over the first min(groups, total_rows)
+// entries visits every group with rows (a decode step's 8 busy experts of 128 launch 8 groups'
+// tiles, not 128 of which 120 exit). Each group's descriptor carries its own rows (a_row0,
+// w_row0), so which entry holds it changes no result.
+constexpr int kCompactGroups = 1024;
+__global__ void group_table_compact_kernel(const int64_t* off, int groups, const int64_t* tokens,
+                                           int64_t n_per_group, int64_t max_rows,
+                                           int64_t total_rows, GemmGroupDesc* out) {
+  __shared__ int per_warp[kCompactGroups / 32];
+  const int e = int(threadIdx.x), lane = e & 31, warp = e >> 5;
+  GemmGroupDesc d{};
+  if (e < groups) d = group_desc(off, e, groups, tokens, n_per_group, max_rows, total_rows);
+  const bool busy = e < groups && d.rows > 0;
+  const unsigned ballot = __ballot_sync(0xFFFFFFFFu, busy);
+  if (lane == 0) per_warp[warp] = __popc(ballot);
+  __syncthreads();
+  int before = __popc(ballot & ((1u << lane) - 1u)), busy_total = 0;
+  for (int w = 0; w < int(blockDim.x >> 5); ++w) {
+    if (w < warp) before += per_warp[w];
+    busy_total += per_warp[w];
+  }
+  if (e < groups) out[busy ? before : busy_total + (e - before)] = d;
 }
 
 // Row amax (amax_fold: NaN ignored, only NaN gives NaN, no columns gives 0): one block per row.
@@ -53,9 +85,13 @@ __global__ void zero_f32_kernel(float* p, int64_t n) {
     p[i] = 0.0f;
 }
 
-bool decode_takes(Format wf, int64_t k, int64_t max_rows) {
-  return max_rows <= gemm_detail::kDecodeMaxRows && k % 128 == 0 && wf != Format::kBf16 &&
-         gemm_detail::decode_fits(wf, k, max_rows);
+// bf16 W only where cuBLAS cannot take the call (offsets on the device: a decode step's
+// experts), where the alternative is the small-M wgmma kernel; cuBLAS streams dense bf16 W at
+// bandwidth already.
+bool decode_takes(Format wf, int64_t k, const DeviceGroupTable& groups) {
+  const bool host_offsets = groups.host.size() == size_t(groups.groups);
+  return groups.max_rows <= gemm_detail::kDecodeMaxRows && k % 128 == 0 &&
+         (wf != Format::kBf16 || !host_offsets) && gemm_detail::decode_fits(wf, k, groups.max_rows);
 }
 
 }  // namespace
@@ -97,10 +133,16 @@ DeviceGroupTable make_group_table_device(const int64_t* offsets, int groups, con
   t.storage = Tensor::empty(DType::kU8, {int64_t(groups) * int64_t(sizeof(GemmGroupDesc)) + 1},
                             device, stream);
   t.table = static_cast<const GemmGroupDesc*>(t.storage.raw());
-  if (groups > 0) {
+  auto* out = static_cast<GemmGroupDesc*>(t.storage.raw());
+  if (groups > 0 && groups <= kCompactGroups) {
+    group_table_compact_kernel<<<1, unsigned((groups + 31) / 32 * 32), 0, cu(stream)>>>(
+        offsets, groups, tokens, n_per_group, max_rows, total_rows, out);
+    LOCKSTEP_CUDA_CHECK_LAUNCH();
+    // At most total_rows groups have rows: the kernels visit no more entries than that.
+    t.groups = int(std::min<int64_t>(groups, total_rows));
+  } else if (groups > 0) {
     group_table_kernel<<<unsigned((groups + 127) / 128), 128, 0, cu(stream)>>>(
-        offsets, groups, tokens, n_per_group, max_rows, total_rows,
-        static_cast<GemmGroupDesc*>(t.storage.raw()));
+        offsets, groups, tokens, n_per_group, max_rows, total_rows, out);
     LOCKSTEP_CUDA_CHECK_LAUNCH();
   }
   return t;
@@ -118,7 +160,7 @@ GemmVariant choose_kernel(GemmVariant forced, GemmOrder order, const GemmOperand
   // learner's large-M calls and the sampler's small-M ones. The decode kernel's chain differs
   // from wgmma's, so it only serves the fast order.
   if (order == GemmOrder::kBatchInvariant) return wg ? GemmVariant::kWgmma : GemmVariant::kTiled;
-  if (decode_takes(w.format, k, groups.max_rows)) return GemmVariant::kDecode;
+  if (decode_takes(w.format, k, groups)) return GemmVariant::kDecode;
   // kFast, from `lockstep bench gemm` on the H200 (docs/gemm.md "Kernel policy"): the wgmma kernel
   // for nvfp4 and fp8 W and for grouped calls with mxfp8 W; cuBLAS (which needs host offsets) for
   // dense calls with mxfp8 W and for bf16 W.
