@@ -1,24 +1,24 @@
 // The small-M (decode) CUDA GEMM: 1..16 rows of A per group against packed NVFP4 / MXFP8 / FP8
-// weights, limited by the bandwidth of streaming W. A block of nw warps (nw even, 4..16, chosen per
-// call by the host so that the grid fills the GPU in about one wave: it is not part of the order)
-// owns 16 nw rows of W (16 per warp) and one K slice (decode_slice_blocks: a function of K alone);
-// each warp streams its rows' packed bytes with 16-byte loads through a rolling ring of registers
-// (5 k-blocks of 128 deep for nvfp4, 3 for 8-bit codes: a slot is refilled as soon as it is
-// consumed), dequantizes them exactly into bf16 (nvfp4: shared-memory pair table built from the
-// codec; 8-bit codes: cvt.rn.f16x2.e4m3x2 / e5m2x2, then f16 -> f32 -> bf16, all exact) and runs
-// bf16 mma.sync with fp32 accumulators. The slices of one row tile form one thread-block cluster
-// (one block per slice), or, where such clusters would need more than one wave, run in one block
-// (nw = slices x row warps: "whole-block mode"): either way the partials stay in shared memory and
-// are summed in ascending slice order (through distributed shared memory between the blocks of a
-// cluster; with one group and two slices rank 1 stores its partials into rank 0 and exits, and
-// rank 0 sums them), then the epilogue (SwiGLU x router prob included: a block owns gate rows and
-// the matching up rows) is applied in the same kernel: one launch, no workspace. Launched with
-// programmatic dependent launch: a kernel builds its tables while the previous kernel in the
-// stream finishes, and reads A and writes D only after griddepcontrol.wait; W too, unless w.preload
-// (W is not written by work still running before it: GemmOperandView) lets it issue its first ring
-// of W loads before the wait (timing only: the same loads, the same bits). The order
-// depends on K only (docs/gemm.md "CUDA decode order"), so row i's bits do not depend on M, the
-// block size or the other rows.
+// or bf16 weights, limited by the bandwidth of streaming W. A block of nw warps (nw even, 4..16,
+// chosen per call by the host so that the grid fills the GPU in about one wave: it is not part of
+// the order) owns 16 nw rows of W (16 per warp) and one K slice (decode_slice_blocks: a function of
+// K alone); each warp streams its rows' packed bytes with 16-byte loads through a rolling ring of
+// registers (5 k-blocks of 128 deep for nvfp4, 3 for 8-bit codes, 2 for bf16: a slot is refilled as
+// soon as it is consumed), dequantizes them exactly into bf16 (nvfp4: shared-memory pair table
+// built from the codec; 8-bit codes: cvt.rn.f16x2.e4m3x2 / e5m2x2, then f16 -> f32 -> bf16, all
+// exact; bf16 W as loaded) and runs bf16 mma.sync with fp32 accumulators. The slices of one row
+// tile form one thread-block cluster (one block per slice), or, where such clusters would need more
+// than one wave, run in one block (nw = slices x row warps: "whole-block mode"): either way the
+// partials stay in shared memory and are summed in ascending slice order (through distributed
+// shared memory between the blocks of a cluster; with one group and two slices rank 1 stores its
+// partials into rank 0 and exits, and rank 0 sums them), then the epilogue (SwiGLU x router prob
+// included: a block owns gate rows and the matching up rows) is applied in the same kernel: one
+// launch, no workspace. Launched with programmatic dependent launch: a kernel builds its tables
+// while the previous kernel in the stream finishes, and reads A and writes D only after
+// griddepcontrol.wait; W too, unless w.preload (W is not written by work still running before it:
+// GemmOperandView) lets it issue its first ring of W loads before the wait (timing only: the same
+// loads, the same bits). The order depends on K only (docs/gemm.md "CUDA decode order"), so row i's
+// bits do not depend on M, the block size or the other rows.
 #include <algorithm>
 #include <array>
 #include <map>
@@ -194,15 +194,15 @@ void launch_decode(const GemmOperandView& a, const GemmOperandView& w, int64_t n
                    bool block_split, cudaStream_t stream) {
   // (partials live in shared memory: no scratch)
   const int64_t K = w.cols;
-  if (K % 128 != 0 || groups.max_rows > kDecodeMaxRows || w.format == Format::kBf16)
-    throw GemmError(cat("qgemm decode kernel: needs K % 128 == 0 (K = ", K,
-                        "), <= ", kDecodeMaxRows, " rows per group (max ", groups.max_rows,
-                        ") and packed W (nvfp4, mxfp8, fp8)"));
+  if (K % 128 != 0 || groups.max_rows > kDecodeMaxRows)
+    throw GemmError(cat("qgemm decode kernel: needs K % 128 == 0 (K = ", K, ") and <= ",
+                        kDecodeMaxRows, " rows per group (max ", groups.max_rows, ")"));
   if (ep.swiglu && n % 2 != 0)
     throw GemmError(cat("qgemm decode kernel: SwiGLU needs an even N (N = ", n, ")"));
   if (groups.groups == 0 || groups.max_rows == 0 || n == 0 || K == 0) return;
   const int sb = decode_slice_blocks(K);
   const int fmt = w.format == Format::kNvfp4   ? kFmtNvfp4
+                  : w.format == Format::kBf16  ? kFmtBf16
                   : w.elem == ElemCodec::kE5M2 ? kFmtE5m2
                                                : kFmtE4m3;
   const int nt = groups.max_rows > 8 ? 2 : 1;
@@ -223,6 +223,10 @@ void launch_decode(const GemmOperandView& a, const GemmOperandView& w, int64_t n
     launch_decode_t<kFmtE5m2, 1>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
   if (fmt == kFmtE5m2 && nt == 2)
     launch_decode_t<kFmtE5m2, 2>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
+  if (fmt == kFmtBf16 && nt == 1)
+    launch_decode_t<kFmtBf16, 1>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
+  if (fmt == kFmtBf16 && nt == 2)
+    launch_decode_t<kFmtBf16, 2>(sb, slices, block_split, stream, a, w, n, groups, ep, out);
 }
 
 }  // namespace lockstep::cuda::gemm_detail

@@ -17,7 +17,8 @@ namespace cg = cooperative_groups;
 constexpr int kMaxWarps = 16;
 // k blocks in flight per warp (register ring): nvfp4 5, 8-bit codes 3, the fastest on the H200
 // (deeper rings spill at the 128-register cap; bench/RESULTS.md).
-constexpr int kRingNvfp4 = 5, kRing8Bit = 3;
+// bf16 W: 2 (a slot holds twice the bytes of an 8-bit one).
+constexpr int kRingNvfp4 = 5, kRing8Bit = 3, kRingBf16 = 2;
 // Warps per SM below which the decode loop is latency-bound (the block-size model below).
 constexpr int kSaturatingWarps = 10;
 constexpr int kSmemLimit = 227 * 1024;  // per block (sm_90)
@@ -32,7 +33,8 @@ constexpr int kSmemLimit = 227 * 1024;  // per block (sm_90)
 // The wide table saves one instruction per code byte; the kernel is bound by its table lookups
 // (figures in bench/RESULTS.md).
 // 8-bit codes use no table: cvt.rn.f16x2.e4m3x2 / .e5m2x2 (exact), f16 -> f32 -> bf16x2 (exact).
-constexpr int kFmtNvfp4 = 0, kFmtE4m3 = 1, kFmtE5m2 = 2;
+// bf16 W (kFmtBf16) is read as it is: its words are the mma's bf16x2 operands.
+constexpr int kFmtNvfp4 = 0, kFmtE4m3 = 1, kFmtE5m2 = 2, kFmtBf16 = 3;
 __host__ __device__ constexpr bool wide_lut(int fmt, int max_warps) {
   return fmt == kFmtNvfp4 && max_warps > 8;
 }
@@ -118,13 +120,14 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW)
     decode_kernel(GemmOperandView a, GemmOperandView w, int64_t n, const GemmGroupDesc* groups,
                   DeviceEpilogue ep, GemmOutView out, int slice_blocks, int spb_arg) {
   extern __shared__ __align__(16) uint8_t smem[];
-  constexpr bool kNvfp4 = kFmt == kFmtNvfp4;
+  constexpr bool kNvfp4 = kFmt == kFmtNvfp4, kBf16 = kFmt == kFmtBf16;
   constexpr int kM = kNT * 8;
-  constexpr int kRing = kNvfp4 ? kRingNvfp4 : kRing8Bit;
-  constexpr int kVec = kNvfp4 ? 1 : 2;               // 16-byte loads per row per thread per k block
-  constexpr int kBytesPerBlock = kNvfp4 ? 64 : 128;  // per row per 128-wide k block
-  constexpr int kScaleStep = kNvfp4 ? 8 : 4;         // scale bytes per row per k block
-  const int spb = kBlk ? spb_arg : 1;  // slices per block (whole-block mode: all of them)
+  constexpr int kRing = kNvfp4 ? kRingNvfp4 : kBf16 ? kRingBf16 : kRing8Bit;
+  // 16-byte loads per row per thread per k block, bytes per row per 128-wide k block.
+  constexpr int kVec = kNvfp4 ? 1 : kBf16 ? 4 : 2;
+  constexpr int kBytesPerBlock = 16 * 4 * kVec;
+  constexpr int kScaleStep = kNvfp4 ? 8 : 4;  // scale bytes per row per k block
+  const int spb = kBlk ? spb_arg : 1;         // slices per block (whole-block mode: all of them)
   const int AS = a_stride(spb * slice_blocks);
   constexpr int kFixed = smem_fixed(kFmt, kMaxW);  // the wide table for kMaxW 16 (nw > 8)
   constexpr bool kWide = wide_lut(kFmt, kMaxW);
@@ -177,7 +180,7 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW)
   }
   const int64_t wr0 = G.w_row0 + (v0 ? j0 : 0),
                 wr1 = G.w_row0 + (v1 ? j1 : 0);  // clamped; discarded
-  const bool mx = w.format == Format::kMxfp8;
+  const bool mx = !kBf16 && w.format == Format::kMxfp8;
   const uint8_t* wd = static_cast<const uint8_t*>(w.data);
 
   // Thread (g, t) reads elements [k + 32t, k + 32t + 32) of rows j0 and j1 for each 128-wide k.
@@ -190,6 +193,10 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW)
     p1 = wd + wr1 * (K / 2) + (k0 + 32 * t) / 2;
     s0p = w.block_scale + wr0 * (K / 16) + (k0 + 32 * t) / 16;
     s1p = w.block_scale + wr1 * (K / 16) + (k0 + 32 * t) / 16;
+  } else if constexpr (kBf16) {
+    p0 = wd + (wr0 * K + k0 + 32 * t) * 2;
+    p1 = wd + (wr1 * K + k0 + 32 * t) * 2;
+    s0p = s1p = nullptr;
   } else {
     p0 = wd + wr0 * K + k0 + 32 * t;
     p1 = wd + wr1 * K + k0 + 32 * t;
@@ -365,7 +372,10 @@ __global__ void __launch_bounds__(kMaxW * 32, kMaxWarps / kMaxW)
         // mma k slots (2t, 2t+1) <- elements 4s, 4s+1 of the thread's 32; (2t+8, 2t+9) <- 4s+2,
         // 4s+3. A (activations) uses the same permutation, so the sum over k is unchanged.
         uint32_t a0, a1, a2, a3;
-        if constexpr (kNvfp4) {
+        if constexpr (kBf16) {  // elements 4s .. 4s+3: words 2s, 2s+1 of the thread's 32
+          a0 = w0[2 * s], a2 = w0[2 * s + 1];
+          a1 = w1[2 * s], a3 = w1[2 * s + 1];
+        } else if constexpr (kNvfp4) {
           const uint32_t q0 = w0[s >> 1], q1 = w1[s >> 1];
           const int k = (s & 1) * 2;  // bytes k, k+1 of the word: elements 4s .. 4s+3
           const uint32_t m0 = s < 4 ? sA : sA2, m1 = s < 4 ? sB : sB2;

@@ -15,7 +15,7 @@ namespace lockstep {
 enum class GemmVariant : uint8_t {
   kAuto,              // the library's choice (within GemmConfig::kernel when that is not kAuto)
   kCpu,               // the CPU path
-  kDecode,            // small M, packed W streamed
+  kDecode,            // small M, W streamed
   kDecodeBlockSplit,  // the decode kernel with its K split in whole blocks
   kTiled,             // mma.sync tiles, any M; the only one taking fp8 1x128 / 128x128
   kWgmma,             // the library's choice among the five wgmma variants below

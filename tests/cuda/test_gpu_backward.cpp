@@ -128,7 +128,7 @@ void dense_backward() {
           {"dW = dY^T X", &dy, &x, Copy::kColwise, Copy::kColwise, &r.act, &r.act, N, M}};
       for (const Layout& L : layouts) {
         const bool ch = chunked_cfg(r, *L.qa) || chunked_cfg(r, *L.qb);
-        const std::vector<GemmVariant> ks = kernels_for(ch, r.dense, L.rows, L.k);
+        const std::vector<GemmVariant> ks = kernels_for(ch, L.rows, L.k);
         if (ks.empty()) skip(base + " " + L.what, "no applicable kernel");
         GemmConfig cfg;
         cfg.a_copy = L.ca, cfg.w_copy = L.cb;
@@ -179,8 +179,7 @@ void grouped_backward() {
     // dgrad: out [rows, K], group e = dY_e W_e (GEMM K = N).
     for (int place = 0; place < 2; ++place) {
       const bool ch = chunked_cfg(r, r.act) || chunked_cfg(r, r.wgt);
-      for (GemmVariant k :
-           kernels_for(ch, r.dense, place == 0 ? 3 * r.row_multiple : rows, N, place == 0)) {
+      for (GemmVariant k : kernels_for(ch, place == 0 ? 3 * r.row_multiple : rows, N, place == 0)) {
         const std::string name =
             base + " dgrad " + (place == 0 ? "host" : "device") + " offsets " + kernel_label(k);
         if (!selected(name)) continue;
@@ -201,7 +200,7 @@ void grouped_backward() {
     }
     // wgrad: out [E * N, K], group e = dY_e^T X_e (GEMM K = the group's rows, padded on CUDA).
     const bool ch = chunked_cfg(r, r.act);
-    for (GemmVariant k : kernels_for(ch, r.dense, N, 64)) {
+    for (GemmVariant k : kernels_for(ch, N, 64)) {
       const std::string name = base + " wgrad (groups along K) " + kernel_label(k);
       run_case(name, [&] {
         std::string err;
@@ -262,7 +261,7 @@ void test_chain() {
     for (bool ints : {true, false}) {
       const std::string base = "chain " + ch.name + (ints ? " ints" : " random");
       const bool chunk = ch.a.format == Format::kFp8;
-      for (GemmVariant k : kernels_for(chunk, false, M, K)) {
+      for (GemmVariant k : kernels_for(chunk, M, K)) {
         const std::string name = base + " " + kernel_label(k);
         if (!selected(name)) continue;
         const uint64_t seed = case_seed(base);

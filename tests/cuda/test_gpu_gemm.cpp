@@ -45,8 +45,7 @@ void grid_exact() {
       const uint64_t seed = case_seed(base);
       const Held a = make(p.a, grid_values_narrow(p.a, s.M, s.K, seed, 3), s.M, s.K);
       const Held w = make(p.w, grid_values_narrow(p.w, s.N, s.K, seed + 1, 5), s.N, s.K);
-      const std::vector<GemmVariant> ks =
-          kernels_for(chunked(p.a) || chunked(p.w), p.w.bf16, s.M, s.K);
+      const std::vector<GemmVariant> ks = kernels_for(chunked(p.a) || chunked(p.w), s.M, s.K);
       if (ks.empty()) skip(base, "no applicable kernel");
       if (ks.empty() || !any_order_exact(a.op(), w.op())) continue;
       const GemmResult cpu = qgemm(a.op(), w.op()),
@@ -78,8 +77,7 @@ void random_bound() {
       const uint64_t seed = case_seed(base);
       const Held a = make(p.a, random_values(s.M * s.K, seed, 2.0f), s.M, s.K);
       const Held w = make(p.w, random_values(s.N * s.K, seed + 1, 0.05f), s.N, s.K);
-      const std::vector<GemmVariant> ks =
-          kernels_for(chunked(p.a) || chunked(p.w), p.w.bf16, s.M, s.K);
+      const std::vector<GemmVariant> ks = kernels_for(chunked(p.a) || chunked(p.w), s.M, s.K);
       if (ks.empty()) skip(base, "no applicable kernel");
       if (ks.empty()) continue;
       const GemmF64 ref = qgemm_f64(a.op(), w.op());
@@ -117,7 +115,7 @@ void batch_invariance() {
                                kernel_label(kernel);
       if (!selected(name)) continue;
       // (a row alone has 1 row: every kernel taking M takes it too)
-      if (!applicable(kernel, ch, p.w.bf16, M, K, true)) {
+      if (!applicable(kernel, ch, M, K, true)) {
         skip(name, "kernel does not take the case");
         continue;
       }
@@ -254,13 +252,14 @@ void fast_path() {
   const std::string name = "gemm fast path routing";
   if (!selected(name)) return;
   const bool wg = cuda::wgmma_available(2048), cb = cuda::cublas_available();
-  auto route = [](Format wf, int groups, int64_t max_rows, int64_t k) {
+  // host: the group table from host offsets (else built on the device: no cuBLAS).
+  auto route = [](Format wf, int groups, int64_t max_rows, int64_t k, bool host = true) {
     cuda::GemmOperandView av, wv;
     av.format = Format::kBf16, av.cols = k;
     wv.format = wf, wv.cols = k;
     cuda::DeviceGroupTable t;
     t.groups = groups, t.max_rows = max_rows, t.total_rows = max_rows * groups;
-    t.host.resize(size_t(groups));
+    if (host) t.host.resize(size_t(groups));
     return cuda::choose_kernel(GemmVariant::kAuto, GemmOrder::kFast, av, wv, t);
   };
   const GemmVariant dense_mx = cb   ? GemmVariant::kCublas
@@ -281,6 +280,9 @@ void fast_path() {
   expect(route(Format::kMxfp8, 1, 4096, 2048), dense_mx, "dense mxfp8");
   expect(route(Format::kBf16, 1, 4, 2048), dense_mx, "bf16 W 4 rows");
   expect(route(Format::kBf16, 128, 512, 2048), dense_mx, "grouped bf16 W");
+  expect(route(Format::kBf16, 8, 1, 2048, false), GemmVariant::kDecode,
+         "bf16 W, 1 row per expert, device offsets");
+  expect(route(Format::kBf16, 8, 17, 2048, false), packed, "bf16 W, 17 rows, device offsets");
   expect(route(Format::kNvfp4, 4, 100, 96), cb ? GemmVariant::kCublas : GemmVariant::kTiled,
          "K = 96");
   // kFast gives the bits of the kernel it names (grouped nvfp4, random inputs).

@@ -32,13 +32,13 @@ struct DevHeld {
 };
 DevHeld dev(const Held& h);
 
-// Whether `k` takes a case: chunked operands, bf16 W, rows per group, K, host offsets.
-bool applicable(GemmVariant k, bool any_chunked, bool w_bf16, int64_t rows_per_group, int64_t K,
+// Whether `k` takes a case: chunked operands, rows per group, K, host offsets.
+bool applicable(GemmVariant k, bool any_chunked, int64_t rows_per_group, int64_t K,
                 bool host_offsets);
 // The kernels a case runs: --kernel alone (empty when it cannot take the case), else every
 // applicable one.
-std::vector<GemmVariant> kernels_for(bool any_chunked, bool w_bf16, int64_t rows_per_group,
-                                     int64_t K, bool host_offsets = true);
+std::vector<GemmVariant> kernels_for(bool any_chunked, int64_t rows_per_group, int64_t K,
+                                     bool host_offsets = true);
 // Whether the reported kernel is the one asked for (a wgmma request reports one of its variants).
 bool kernel_matches(GemmVariant asked, GemmVariant ran);
 std::string kernel_label(GemmVariant k);

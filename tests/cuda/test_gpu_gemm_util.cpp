@@ -55,14 +55,14 @@ DevHeld dev(const Held& h) {
   return d;
 }
 
-bool applicable(GemmVariant k, bool any_chunked, bool w_bf16, int64_t rows_per_group, int64_t K,
+bool applicable(GemmVariant k, bool any_chunked, int64_t rows_per_group, int64_t K,
                 bool host_offsets) {
   switch (k) {
     case GemmVariant::kTiled:
       return K % 32 == 0;
     case GemmVariant::kDecode:
     case GemmVariant::kDecodeBlockSplit:
-      return !any_chunked && !w_bf16 && rows_per_group <= 16 && K % 128 == 0;
+      return !any_chunked && rows_per_group <= 16 && K % 128 == 0;
     case GemmVariant::kWgmma:
     case GemmVariant::kWgmmaInloop:
     case GemmVariant::kWgmmaStaged:
@@ -77,17 +77,17 @@ bool applicable(GemmVariant k, bool any_chunked, bool w_bf16, int64_t rows_per_g
   }
 }
 
-std::vector<GemmVariant> kernels_for(bool any_chunked, bool w_bf16, int64_t rows_per_group,
-                                     int64_t K, bool host_offsets) {
+std::vector<GemmVariant> kernels_for(bool any_chunked, int64_t rows_per_group, int64_t K,
+                                     bool host_offsets) {
   if (g_opt.kernel != GemmVariant::kAuto) {
-    if (applicable(g_opt.kernel, any_chunked, w_bf16, rows_per_group, K, host_offsets))
+    if (applicable(g_opt.kernel, any_chunked, rows_per_group, K, host_offsets))
       return {g_opt.kernel};
     return {};
   }
   std::vector<GemmVariant> ks;
   for (GemmVariant k :
        {GemmVariant::kTiled, GemmVariant::kDecode, GemmVariant::kWgmma, GemmVariant::kCublas})
-    if (applicable(k, any_chunked, w_bf16, rows_per_group, K, host_offsets)) ks.push_back(k);
+    if (applicable(k, any_chunked, rows_per_group, K, host_offsets)) ks.push_back(k);
   return ks;
 }
 
