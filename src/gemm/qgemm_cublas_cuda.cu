@@ -243,7 +243,7 @@ void launch_cublas(const GemmOperandView& a, const GemmOperandView& w, int64_t n
   if (K % 16 != 0 || K > INT32_MAX || n > INT32_MAX || groups.max_rows > INT32_MAX)
     throw GemmError(cat("qgemm cublas path: needs K % 16 == 0 and dimensions below 2^31 (K = ", K,
                         ", N = ", n, ")"));
-  if (groups.host.size() != size_t(groups.groups))
+  if (!groups.on_host())
     throw GemmError(
         "qgemm cublas path: needs the group offsets on the host (it loops over the groups); pass "
         "host "

@@ -59,6 +59,8 @@ struct DeviceGroupTable {
   int64_t total_rows = 0;
   std::vector<GemmGroupDesc> host;  // empty when the offsets live only on the device
   Tensor storage;                   // owns `table`
+  // Built from host offsets (the cuBLAS path needs them); a host table has at least one group.
+  bool on_host() const { return !host.empty(); }
 };
 // From host offsets (validated): uploaded through kernel parameters (no host wait).
 DeviceGroupTable make_group_table(std::span<const int64_t> offsets, int64_t n_per_group,

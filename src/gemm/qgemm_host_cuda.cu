@@ -85,11 +85,11 @@ __global__ void zero_f32_kernel(float* p, int64_t n) {
     p[i] = 0.0f;
 }
 
-// bf16 W only where cuBLAS cannot take the call (offsets on the device: a decode step's
-// experts), where the alternative is the small-M wgmma kernel; cuBLAS streams dense bf16 W at
+// bf16 W only with device offsets (a decode step's experts), which the cuBLAS path cannot take and
+// where the alternative is the small-M wgmma kernel; with host offsets cuBLAS streams bf16 W at
 // bandwidth already.
 bool decode_takes(Format wf, int64_t k, const DeviceGroupTable& groups) {
-  const bool host_offsets = groups.host.size() == size_t(groups.groups);
+  const bool host_offsets = groups.on_host();
   return groups.max_rows <= gemm_detail::kDecodeMaxRows && k % 128 == 0 &&
          (wf != Format::kBf16 || !host_offsets) && gemm_detail::decode_fits(wf, k, groups.max_rows);
 }
@@ -164,7 +164,7 @@ GemmVariant choose_kernel(GemmVariant forced, GemmOrder order, const GemmOperand
   // kFast, from `lockstep bench gemm` on the H200 (docs/gemm.md "Kernel policy"): the wgmma kernel
   // for nvfp4 and fp8 W and for grouped calls with mxfp8 W; cuBLAS (which needs host offsets) for
   // dense calls with mxfp8 W and for bf16 W.
-  const bool cb = cublas_available() && k % 16 == 0 && groups.host.size() == size_t(groups.groups);
+  const bool cb = cublas_available() && k % 16 == 0 && groups.on_host();
   const bool prefer_wg = w.format == Format::kNvfp4 || w.format == Format::kFp8 ||
                          (groups.groups > 1 && w.format == Format::kMxfp8);
   if (prefer_wg && wg) return GemmVariant::kWgmma;

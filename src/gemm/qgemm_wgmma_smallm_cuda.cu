@@ -204,7 +204,7 @@ bool smallm_wgmma_preferred(const DeviceGroupTable& groups, int64_t n) {
   if (groups.max_rows > kSmallMMaxRows) return false;
   if (groups.max_rows <= 32) return true;
   int64_t busy = groups.groups;
-  if (groups.host.size() == size_t(groups.groups))
+  if (groups.on_host())
     busy = std::count_if(groups.host.begin(), groups.host.end(),
                          [](const GemmGroupDesc& g) { return g.rows > 0; });
   return (n + 127) / 128 * busy < sm_count();

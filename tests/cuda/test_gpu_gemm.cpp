@@ -282,7 +282,8 @@ void fast_path() {
   expect(route(Format::kBf16, 128, 512, 2048), dense_mx, "grouped bf16 W");
   expect(route(Format::kBf16, 8, 1, 2048, false), GemmVariant::kDecode,
          "bf16 W, 1 row per expert, device offsets");
-  expect(route(Format::kBf16, 8, 17, 2048, false), packed, "bf16 W, 17 rows, device offsets");
+  expect(route(Format::kBf16, 8, 17, 2048, false), wg ? GemmVariant::kWgmma : GemmVariant::kTiled,
+         "bf16 W, 17 rows, device offsets");
   expect(route(Format::kNvfp4, 4, 100, 96), cb ? GemmVariant::kCublas : GemmVariant::kTiled,
          "K = 96");
   // kFast gives the bits of the kernel it names (grouped nvfp4, random inputs).
