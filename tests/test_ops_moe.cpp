@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 
 #include "lockstep/numerics/transcendental.h"
 #include "lockstep/ops/moe_routing.h"
@@ -123,6 +126,55 @@ TEST(OpsMoeRouter, TopkFollowsSoftmaxWithTiesToTheLowerExpert) {
   EXPECT_THROW(moe_router_topk_fwd_cpu<float>(logits.data(), T, E, E + 1, false, probs.data(),
                                               ids.data(), w.data()),
                std::invalid_argument);
+}
+
+// Rows wider than the 32 lanes (several experts per lane), -inf logits (probabilities of exactly
+// +0 that tie and go to the lower expert) and rows without a distribution (a NaN logit, every
+// logit -inf: experts 0..k-1 with NaN weights); weights compared bit for bit.
+TEST(OpsMoeRouter, TopkOnWideRowsWithZeroProbabilitiesAndRowsWithoutADistribution) {
+  SeedTrace seed;
+  std::mt19937_64 g(seed.value);
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  for (const int64_t E : {int64_t(33), int64_t(128), int64_t(200)}) {
+    const int64_t T = 6;
+    std::vector<float> logits(static_cast<size_t>(T * E));
+    for (auto& l : logits) l = float(int(g() % 7)) * 0.25f - 1.0f;
+    for (int64_t e = 0; e < E; ++e) {
+      if (e % 3 != 1) logits[size_t(E + e)] = kNegInf;  // token 1: most experts at p = +0
+      logits[size_t(3 * E + e)] = kNegInf;              // token 3: no distribution
+    }
+    logits[size_t(2 * E + E / 2)] = std::numeric_limits<float>::quiet_NaN();  // token 2
+    for (const int64_t k : {int64_t(1), int64_t(8), E}) {
+      for (const bool renorm : {false, true}) {
+        std::vector<float> probs(static_cast<size_t>(T * E)), w(static_cast<size_t>(T * k)),
+            row(static_cast<size_t>(E));
+        std::vector<int32_t> ids(static_cast<size_t>(T * k));
+        moe_router_topk_fwd_cpu<float>(logits.data(), T, E, k, renorm, probs.data(), ids.data(),
+                                       w.data());
+        for (int64_t t = 0; t < T; ++t) {
+          const std::string at =
+              "E " + std::to_string(E) + " k " + std::to_string(k) + " token " + std::to_string(t);
+          softmax_row(HostRouterLanes{}, logits.data() + t * E, E, row.data());
+          if (t == 2 || t == 3) {  // no distribution: experts 0..k-1, NaN weights
+            for (int64_t s = 0; s < k; ++s) {
+              ASSERT_EQ(ids[size_t(t * k + s)], s) << at;
+              ASSERT_TRUE(std::isnan(w[size_t(t * k + s)])) << at;
+            }
+            continue;
+          }
+          const auto ref = topk_reference(row.data(), E, k);
+          float sum = 0;
+          for (int64_t s = 0; s < k; ++s) sum += row[size_t(ref[size_t(s)])];
+          for (int64_t s = 0; s < k; ++s) {
+            ASSERT_EQ(ids[size_t(t * k + s)], ref[size_t(s)]) << at << " slot " << s;
+            const float p = row[size_t(ref[size_t(s)])], want = renorm ? p / sum : p;
+            ASSERT_EQ(std::bit_cast<uint32_t>(w[size_t(t * k + s)]), std::bit_cast<uint32_t>(want))
+                << at << " slot " << s;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(OpsMoeRouter, GradientMatchesFiniteDifferences) {
