@@ -87,6 +87,20 @@ std::vector<int32_t> topk_reference(const float* probs, int64_t E, int64_t k) {
   return idx;
 }
 
+// One token's router output against the stable-sort reference over its softmax row: ids in
+// (p descending, e ascending) order, weights p or p / (sum of the k p in slot order), bit for bit.
+void expect_topk_of_row(const std::vector<float>& row, const int32_t* ids, const float* w,
+                        int64_t E, int64_t k, bool renorm, const std::string& at) {
+  const auto ref = topk_reference(row.data(), E, k);
+  float sum = 0;
+  for (int64_t s = 0; s < k; ++s) sum += row[size_t(ref[size_t(s)])];
+  for (int64_t s = 0; s < k; ++s) {
+    ASSERT_EQ(ids[s], ref[size_t(s)]) << at << " slot " << s;
+    const float p = row[size_t(ref[size_t(s)])], want = renorm ? p / sum : p;
+    ASSERT_EQ(std::bit_cast<uint32_t>(w[s]), std::bit_cast<uint32_t>(want)) << at << " slot " << s;
+  }
+}
+
 }  // namespace
 
 TEST(OpsMoeRouter, TopkFollowsSoftmaxWithTiesToTheLowerExpert) {
@@ -108,14 +122,8 @@ TEST(OpsMoeRouter, TopkFollowsSoftmaxWithTiesToTheLowerExpert) {
         softmax_row(HostRouterLanes{}, logits.data() + t * E, E, row.data());
         ASSERT_TRUE(ops_test::same_bits(
             row, std::vector<float>(probs.begin() + t * E, probs.begin() + (t + 1) * E)));
-        const auto ref = topk_reference(row.data(), E, k);
-        float sum = 0;
-        for (int64_t s = 0; s < k; ++s) sum += row[size_t(ref[size_t(s)])];
-        for (int64_t s = 0; s < k; ++s) {
-          ASSERT_EQ(ids[size_t(t * k + s)], ref[size_t(s)]) << "token " << t << " slot " << s;
-          const float p = row[size_t(ref[size_t(s)])];
-          ASSERT_EQ(w[size_t(t * k + s)], renorm ? p / sum : p);
-        }
+        expect_topk_of_row(row, ids.data() + t * k, w.data() + t * k, E, k, renorm,
+                           "token " + std::to_string(t));
       }
       // token 0 ties everywhere: experts 0..k-1 in order.
       for (int64_t s = 0; s < k; ++s) EXPECT_EQ(ids[size_t(s)], s);
@@ -162,15 +170,7 @@ TEST(OpsMoeRouter, TopkOnWideRowsWithZeroProbabilitiesAndRowsWithoutADistributio
             }
             continue;
           }
-          const auto ref = topk_reference(row.data(), E, k);
-          float sum = 0;
-          for (int64_t s = 0; s < k; ++s) sum += row[size_t(ref[size_t(s)])];
-          for (int64_t s = 0; s < k; ++s) {
-            ASSERT_EQ(ids[size_t(t * k + s)], ref[size_t(s)]) << at << " slot " << s;
-            const float p = row[size_t(ref[size_t(s)])], want = renorm ? p / sum : p;
-            ASSERT_EQ(std::bit_cast<uint32_t>(w[size_t(t * k + s)]), std::bit_cast<uint32_t>(want))
-                << at << " slot " << s;
-          }
+          expect_topk_of_row(row, ids.data() + t * k, w.data() + t * k, E, k, renorm, at);
         }
       }
     }

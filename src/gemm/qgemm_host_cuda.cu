@@ -89,9 +89,9 @@ __global__ void zero_f32_kernel(float* p, int64_t n) {
 // where the alternative is the small-M wgmma kernel; with host offsets cuBLAS streams bf16 W at
 // bandwidth already.
 bool decode_takes(Format wf, int64_t k, const DeviceGroupTable& groups) {
-  const bool host_offsets = groups.on_host();
   return groups.max_rows <= gemm_detail::kDecodeMaxRows && k % 128 == 0 &&
-         (wf != Format::kBf16 || !host_offsets) && gemm_detail::decode_fits(wf, k, groups.max_rows);
+         (wf != Format::kBf16 || !groups.on_host()) &&
+         gemm_detail::decode_fits(wf, k, groups.max_rows);
 }
 
 }  // namespace
@@ -132,8 +132,8 @@ DeviceGroupTable make_group_table_device(const int64_t* offsets, int groups, con
   t.total_rows = total_rows;
   t.storage = Tensor::empty(DType::kU8, {int64_t(groups) * int64_t(sizeof(GemmGroupDesc)) + 1},
                             device, stream);
-  t.table = static_cast<const GemmGroupDesc*>(t.storage.raw());
   auto* out = static_cast<GemmGroupDesc*>(t.storage.raw());
+  t.table = out;
   if (groups > 0 && groups <= kCompactGroups) {
     group_table_compact_kernel<<<1, unsigned((groups + 31) / 32 * 32), 0, cu(stream)>>>(
         offsets, groups, tokens, n_per_group, max_rows, total_rows, out);
