@@ -87,6 +87,19 @@ std::vector<int32_t> topk_reference(const float* probs, int64_t E, int64_t k) {
   return idx;
 }
 
+// The CPU router over T tokens of E logits.
+struct TopkOut {
+  std::vector<float> probs, w;
+  std::vector<int32_t> ids;
+};
+TopkOut run_topk(const std::vector<float>& logits, int64_t T, int64_t E, int64_t k, bool renorm) {
+  TopkOut o{std::vector<float>(size_t(T * E)), std::vector<float>(size_t(T * k)),
+            std::vector<int32_t>(size_t(T * k))};
+  moe_router_topk_fwd_cpu<float>(logits.data(), T, E, k, renorm, o.probs.data(), o.ids.data(),
+                                 o.w.data());
+  return o;
+}
+
 // One token's router output against the stable-sort reference over its softmax row: ids in
 // (p descending, e ascending) order, weights p or p / (sum of the k p in slot order), bit for bit.
 void expect_topk_of_row(const std::vector<float>& row, const int32_t* ids, const float* w,
@@ -113,11 +126,8 @@ TEST(OpsMoeRouter, TopkFollowsSoftmaxWithTiesToTheLowerExpert) {
   std::fill(logits.begin(), logits.begin() + E, 1.0f);  // token 0: all experts tie
   for (const int64_t k : {int64_t(1), int64_t(2), E}) {
     for (const bool renorm : {false, true}) {
-      std::vector<float> probs(static_cast<size_t>(T * E)), w(static_cast<size_t>(T * k)),
-          row(static_cast<size_t>(E));
-      std::vector<int32_t> ids(static_cast<size_t>(T * k));
-      moe_router_topk_fwd_cpu<float>(logits.data(), T, E, k, renorm, probs.data(), ids.data(),
-                                     w.data());
+      const auto [probs, w, ids] = run_topk(logits, T, E, k, renorm);
+      std::vector<float> row(static_cast<size_t>(E));
       for (int64_t t = 0; t < T; ++t) {
         softmax_row(HostRouterLanes{}, logits.data() + t * E, E, row.data());
         ASSERT_TRUE(ops_test::same_bits(
@@ -154,11 +164,8 @@ TEST(OpsMoeRouter, TopkOnWideRowsWithZeroProbabilitiesAndRowsWithoutADistributio
     logits[size_t(2 * E + E / 2)] = std::numeric_limits<float>::quiet_NaN();  // token 2
     for (const int64_t k : {int64_t(1), int64_t(8), E}) {
       for (const bool renorm : {false, true}) {
-        std::vector<float> probs(static_cast<size_t>(T * E)), w(static_cast<size_t>(T * k)),
-            row(static_cast<size_t>(E));
-        std::vector<int32_t> ids(static_cast<size_t>(T * k));
-        moe_router_topk_fwd_cpu<float>(logits.data(), T, E, k, renorm, probs.data(), ids.data(),
-                                       w.data());
+        const auto [probs, w, ids] = run_topk(logits, T, E, k, renorm);
+        std::vector<float> row(static_cast<size_t>(E));
         for (int64_t t = 0; t < T; ++t) {
           const std::string at =
               "E " + std::to_string(E) + " k " + std::to_string(k) + " token " + std::to_string(t);
