@@ -179,7 +179,7 @@ void launch_epilogue_fast(const float* acc, const GemmOperandView& a, const Gemm
   const int threads = 256;
   const dim3 grid(unsigned((n / 4 + threads - 1) / threads),
                   unsigned(std::min<int64_t>(groups.max_rows, 65535)), unsigned(groups.groups));
-  epilogue4_kernel<<<grid, threads, 0, stream>>>(acc, a, w, n, groups.table, ep, out);
+  epilogue4_kernel<<<grid, threads, 0, stream>>>(acc, a, w, n, groups.device_table(), ep, out);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 

@@ -47,20 +47,29 @@ struct GemmGroupDesc {
   int32_t tokens = 0;
 };
 
-// The group table of a call: on the device always; on the host too when the offsets are (the
-// cuBLAS path loops over it). max_rows bounds the rows of every group (the kernels' row tiles).
-// `groups` is the number of entries the kernels visit (their grids' z): from host offsets every
-// group in order; from device offsets (up to 1024 groups) the groups with rows come first and only
-// min(groups, total rows) entries are visited, since no more groups than rows can have any.
+// The group table of a call: on the device always (device_table()); on the host too when the
+// offsets are (the cuBLAS path loops over it). max_rows bounds the rows of every group (the
+// kernels' row tiles). `groups` is the number of entries the kernels visit (their grids' z): from
+// host offsets every group in order; from device offsets (up to 1024 groups) the groups with rows
+// come first and only min(groups, total rows) entries are visited, since no more groups than rows
+// can have any.
 struct DeviceGroupTable {
-  const GemmGroupDesc* table = nullptr;  // device, groups entries
   int groups = 0;
   int64_t max_rows = 0;
   int64_t total_rows = 0;
   std::vector<GemmGroupDesc> host;  // empty when the offsets live only on the device
-  Tensor storage;                   // owns `table`
   // Built from host offsets (the cuBLAS path needs them); a host table has at least one group.
   bool on_host() const { return !host.empty(); }
+  // The table on the device, `groups` entries, for the kernels that read it. A host table goes up
+  // (kernel parameters, no host wait) on the stream it was made for, at the first call: a call that
+  // cuBLAS serves whole (no epilogue kernel) uploads nothing.
+  const GemmGroupDesc* device_table() const;
+
+  // Set by make_group_table / make_group_table_device.
+  Device device;
+  Stream stream;
+  mutable Tensor storage;                        // owns the device table
+  mutable const GemmGroupDesc* table = nullptr;  // the device table once built
 };
 // From host offsets (validated): uploaded through kernel parameters (no host wait).
 DeviceGroupTable make_group_table(std::span<const int64_t> offsets, int64_t n_per_group,

@@ -115,18 +115,27 @@ DeviceGroupTable make_group_table(std::span<const int64_t> offsets, int64_t n_pe
     t.max_rows = std::max(t.max_rows, rows);
   }
   t.total_rows = offsets.back();
-  t.storage = Tensor::empty(DType::kU8, {int64_t(t.host.size() * sizeof(GemmGroupDesc)) + 1},
-                            device, stream);
-  upload_words(reinterpret_cast<const uint32_t*>(t.host.data()),
-               t.host.size() * sizeof(GemmGroupDesc) / 4, t.storage.raw(), cu(stream));
-  t.table = static_cast<const GemmGroupDesc*>(t.storage.raw());
+  t.device = device;
+  t.stream = stream;
   return t;
+}
+
+const GemmGroupDesc* DeviceGroupTable::device_table() const {
+  if (table || host.empty()) return table;
+  storage =
+      Tensor::empty(DType::kU8, {int64_t(host.size() * sizeof(GemmGroupDesc)) + 1}, device, stream);
+  upload_words(reinterpret_cast<const uint32_t*>(host.data()),
+               host.size() * sizeof(GemmGroupDesc) / 4, storage.raw(), cu(stream));
+  table = static_cast<const GemmGroupDesc*>(storage.raw());
+  return table;
 }
 
 DeviceGroupTable make_group_table_device(const int64_t* offsets, int groups, const int64_t* tokens,
                                          int64_t n_per_group, int64_t max_rows, int64_t total_rows,
                                          Device device, Stream stream) {
   DeviceGroupTable t;
+  t.device = device;
+  t.stream = stream;
   t.groups = groups;
   t.max_rows = max_rows;
   t.total_rows = total_rows;

@@ -183,9 +183,9 @@ void launch_tiled(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
   const dim3 grid(unsigned((n + kBN - 1) / kBN), unsigned((groups.max_rows + kBM - 1) / kBM),
                   unsigned(groups.groups));
   if (chunked)
-    tiled_kernel<true><<<grid, kThreads, 0, stream>>>(a, w, n, groups.table, ep, out, raw);
+    tiled_kernel<true><<<grid, kThreads, 0, stream>>>(a, w, n, groups.device_table(), ep, out, raw);
   else
-    tiled_kernel<false><<<grid, kThreads, 0, stream>>>(a, w, n, groups.table, ep, out, raw);
+    tiled_kernel<false><<<grid, kThreads, 0, stream>>>(a, w, n, groups.device_table(), ep, out, raw);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
   if (raw) launch_epilogue(raw, 1, groups.total_rows, a, w, n, groups, ep, out, stream);
 }

@@ -162,7 +162,7 @@ void launch_smallm_t(dim3 grid, cudaStream_t stream, const GemmOperandView& a,
     attr_set = true;
   }
   launch_pdl(wgmma_smallm_kernel<FA, FW>, grid, dim3(kThreads), size_t(smem), stream, a, w, n,
-             groups.table, ep, out, raw);
+             groups.device_table(), ep, out, raw);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 

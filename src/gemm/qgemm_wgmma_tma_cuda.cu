@@ -225,7 +225,7 @@ void launch_wgmma_staged(const GemmOperandView& a, const GemmOperandView& w, int
   const unsigned grid = unsigned(std::min<int64_t>(ctas, ts.units));
   // Programmatic dependent launch: the CTAs start (barriers) while the dequantize passes finish.
   launch_pdl(wgmma_staged_kernel, dim3(grid), dim3(kThreads), size_t(kSmemBytes), stream, ma, mw, a,
-             w, n, groups.table, ep, out, raw, ts);
+             w, n, groups.device_table(), ep, out, raw, ts);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
   if (raw) launch_epilogue(raw, 1, groups.total_rows, a, w, n, groups, ep, out, stream);
 }
