@@ -24,32 +24,50 @@ __global__ void __launch_bounds__(kRowThreads)
   rmsnorm_row(WarpLanes{int(threadIdx.x % 32)}, x + r * d, w, d, eps, y + r * d, rstd + r);
 }
 
-// Few rows (a decode step): a block per row. Its first warp computes rstd with the row function's
-// 32-lane sum; then every thread of the block writes its elements of y, four loads in flight.
+// Few rows (a decode step): a block per row. The block loads the row into shared memory (rows up
+// to kWideStagedCols; every thread's loads in flight together), so that the first warp's 32-lane
+// sum of the row function reads shared memory instead of waiting for one global load per step of
+// its lanes; then every thread writes its elements of y, eight loads of w in flight.
 constexpr int kWideThreads = 256;
 constexpr int64_t kWideMaxRows = 1024;
+constexpr int64_t kWideStagedCols = 8192;  // 32 KB of shared memory
 
+template <bool kStaged>
 __global__ void __launch_bounds__(kWideThreads)
     rmsnorm_fwd_wide_kernel(const float* x, const float* w, int64_t d, float eps, float* y,
                             float* rstd) {
   __shared__ float rs_shared;
+  __shared__ float staged[kStaged ? kWideStagedCols : 1];
+  constexpr int64_t kStep = kWideThreads;
   const int64_t r = blockIdx.x;
   const float* xr = x + r * d;
   float* yr = y + r * d;
+  if constexpr (kStaged) {
+    int64_t c = threadIdx.x;
+    for (; c + 7 * kStep < d; c += 8 * kStep) {
+      float v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) v[u] = xr[c + u * kStep];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) staged[c + u * kStep] = v[u];
+    }
+    for (; c < d; c += kStep) staged[c] = xr[c];
+    __syncthreads();
+    xr = staged;
+  }
   if (threadIdx.x < 32) {
     const float rs = rmsnorm_rstd(WarpLanes{int(threadIdx.x)}, xr, d, eps);
     if (threadIdx.x == 0) rstd[r] = rs_shared = rs;
   }
   __syncthreads();
   const float rs = rs_shared;
-  constexpr int64_t kStep = kWideThreads;
   int64_t c = threadIdx.x;
-  for (; c + 3 * kStep < d; c += 4 * kStep) {
-    float xv[4], wv[4];
+  for (; c + 7 * kStep < d; c += 8 * kStep) {
+    float xv[8], wv[8];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) xv[u] = xr[c + u * kStep], wv[u] = w[c + u * kStep];
+    for (int u = 0; u < 8; ++u) xv[u] = xr[c + u * kStep], wv[u] = w[c + u * kStep];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) yr[c + u * kStep] = rmsnorm_elem(xv[u], rs, wv[u]);
+    for (int u = 0; u < 8; ++u) yr[c + u * kStep] = rmsnorm_elem(xv[u], rs, wv[u]);
   }
   for (; c < d; c += kStep) yr[c] = rmsnorm_elem(xr[c], rs, w[c]);
 }
@@ -124,9 +142,12 @@ void rmsnorm_fwd_cuda(const float* x, const float* w, int64_t rows, int64_t d, f
                       float* rstd, Device device) {
   if (rows == 0) return;
   lockstep::cuda::DeviceGuard guard(device);
-  if (rows <= kWideMaxRows)
-    rmsnorm_fwd_wide_kernel<<<unsigned(rows), kWideThreads, 0, lockstep::cuda::cu(Stream{})>>>(
-        x, w, d, eps, y, rstd);
+  if (rows <= kWideMaxRows && d <= kWideStagedCols)
+    rmsnorm_fwd_wide_kernel<true>
+        <<<unsigned(rows), kWideThreads, 0, lockstep::cuda::cu(Stream{})>>>(x, w, d, eps, y, rstd);
+  else if (rows <= kWideMaxRows)
+    rmsnorm_fwd_wide_kernel<false>
+        <<<unsigned(rows), kWideThreads, 0, lockstep::cuda::cu(Stream{})>>>(x, w, d, eps, y, rstd);
   else
     rmsnorm_fwd_kernel<<<row_blocks(rows), kRowThreads, 0, lockstep::cuda::cu(Stream{})>>>(
         x, w, rows, d, eps, y, rstd);
