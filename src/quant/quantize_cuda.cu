@@ -86,7 +86,7 @@ template <class Loader>
 void rows_with(const Loader& ld, RowFmt f, const RowParams& p, cudaStream_t st) {
   if (p.rows == 0 || p.nchunks == 0) return;
   const unsigned grid = unsigned(p.rows);
-  const int threads = row_threads(p.nchunks);
+  const int threads = row_threads(p.nchunks, p.rows);
   if (try_rows_fast(ld, f, p, grid, threads, st)) {
     LOCKSTEP_CUDA_CHECK_LAUNCH();
     return;

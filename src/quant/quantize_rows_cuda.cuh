@@ -135,9 +135,14 @@ __global__ void __launch_bounds__(256) quantize_rows_kernel(Loader ld, RowParams
   }
 }
 
-// Threads per CTA for a row of `nchunks` chunks: enough for kRegChunks chunks each, 32..256.
-inline int row_threads(int64_t nchunks) {
-  int64_t t = (nchunks + kRegChunks - 1) / kRegChunks;
+// Threads per CTA for a row of `nchunks` chunks: enough for kRegChunks chunks each, 32..256. With
+// fewer than kFewRows rows (a decode step) a thread takes one chunk, up to 256 threads, so that a
+// lone row is not the serial work of one warp on one SM. Bytes never depend on the thread count:
+// chunks encode independently and the row amax is an exact max.
+inline constexpr int64_t kFewRows = 128;
+inline int row_threads(int64_t nchunks, int64_t rows) {
+  const int64_t per = rows < kFewRows ? 1 : kRegChunks;
+  int64_t t = (nchunks + per - 1) / per;
   t = (t + 31) / 32 * 32;
   return int(t < 32 ? 32 : (t > 256 ? 256 : t));
 }

@@ -13,7 +13,8 @@ template <class Inner>
 void launch_swiglu_generic(const Inner& ld, const float* prob, int64_t half, const RowParams& p,
                            cudaStream_t st) {
   quantize_rows_kernel<LoadSwiglu<Inner>, RowFmt::kNvfp4>
-      <<<unsigned(p.rows), row_threads(p.nchunks), 0, st>>>(LoadSwiglu<Inner>{ld, prob, half}, p);
+      <<<unsigned(p.rows), row_threads(p.nchunks, p.rows), 0, st>>>(
+          LoadSwiglu<Inner>{ld, prob, half}, p);
 }
 
 // Whether the device gives a CTA the bf16 kernel's shared memory (the table and the row buffers).
