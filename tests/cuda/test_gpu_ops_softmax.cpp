@@ -185,9 +185,10 @@ void router_cases() {
   struct R {
     int64_t rows, experts, k;
   };
-  std::vector<R> rs = {{16384, 128, 8}, {1, 128, 8},  {7, 64, 1}, {5, 32, 32},
-                       {3, 1, 1},       {33, 100, 5}, {9, 256, 8}};
-  if (g_opt.reduced) rs = {{1, 128, 8}, {33, 100, 5}, {5, 32, 32}};
+  // Rows wider than the 32 lanes several times over (512, 600 experts) beside the Qwen3 shapes.
+  std::vector<R> rs = {{16384, 128, 8}, {1, 128, 8}, {7, 64, 1},  {5, 32, 32}, {3, 1, 1},
+                       {33, 100, 5},    {9, 256, 8}, {9, 512, 8}, {10, 600, 8}};
+  if (g_opt.reduced) rs = {{1, 128, 8}, {33, 100, 5}, {5, 32, 32}, {10, 600, 8}};
   for (const R& c : rs)
     for (const std::string& d : dists())
       for (bool renorm : {false, true}) {
