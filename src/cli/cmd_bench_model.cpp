@@ -62,6 +62,7 @@ int32_t rand_id(uint64_t i, int64_t vocab) {
 struct DecodeRow {
   int64_t batch = 0;
   double tps = 0, step_ms = 0, prefill_tps = 0, base = 0;
+  double replay_ms = 0;  // the recorded step replayed back to back (0: no graph)
   int64_t graph_replays = 0;
   std::string graphs_off;
   GraphNodes nodes;  // the recorded decode step's graph (zero when steps run call by call)
@@ -156,6 +157,7 @@ DecodeRow decode_rate(model::Sampler& sampler, const model::SamplerConfig& sc,
   d.step_ms = steps > 0 ? 1e3 * t_dec / steps : 0.0;
   d.prefill_tps = double(prompt_tokens) / t_one;
   d.graph_replays = sampler.stats().graph_replays - replays0;
+  d.replay_ms = 1e3 * sampler.replayed_step_seconds(d.batch, 50);
   d.graphs_off = sampler.stats().graphs_off;
   d.nodes = nodes;
   return d;
@@ -338,6 +340,7 @@ void run_bench_model(const BenchModelArgs& a) {
         dec.push_back({{"batch", d.batch},
                        {"tokens_per_s", d.tps},
                        {"step_ms", d.step_ms},
+                       {"replayed_step_ms", d.replay_ms},
                        {"prefill_tokens_per_s", d.prefill_tps},
                        {"ratio_to_torch", ratio(d.tps, d.base)},
                        {"graph_replays", d.graph_replays},
@@ -389,14 +392,19 @@ void run_bench_model(const BenchModelArgs& a) {
                  r.learner_tflops,
                  peak > 0 ? fmt::format("{:.1f}%", 100.0 * r.learner_tflops / peak) : "-",
                  r.step_ms, r.export_ms, r.export_bf16_ms);
-  fmt::print("{:<16} {:<17} {:>6} {:>12} {:>9} {:>8} {:>9} {:>6}\n", "preset", "recipe", "batch",
-             "decode tok/s", "step ms", "x torch", "replays", "nodes");
+  fmt::print("{:<16} {:<17} {:>6} {:>12} {:>9} {:>9} {:>8} {:>9} {:>6}\n", "preset", "recipe",
+             "batch", "decode tok/s", "step ms", "replay ms", "x torch", "replays", "nodes");
   for (const Row& r : rows)
     for (const DecodeRow& d : r.decode)
-      fmt::print("{:<16} {:<17} {:>6} {:>12.0f} {:>9.3f} {:>8} {:>9} {:>6}\n", r.preset, r.recipe,
-                 d.batch, d.tps, d.step_ms,
+      fmt::print("{:<16} {:<17} {:>6} {:>12.0f} {:>9.3f} {:>9} {:>8} {:>9} {:>6}\n", r.preset,
+                 r.recipe, d.batch, d.tps, d.step_ms,
+                 d.replay_ms > 0 ? fmt::format("{:.3f}", d.replay_ms) : "-",
                  d.base > 0 ? fmt::format("{:.2f}", d.tps / d.base) : "-", d.graph_replays,
                  d.nodes.total());
+  if (want("decode") && dev.is_cuda())
+    fmt::print(
+        "replay ms: the recorded decode step replayed 50 times back to back (device time, no host "
+        "work between steps); step ms adds the host's part of each step\n");
   if (a.graph_nodes)
     for (const Row& r : rows)
       for (const DecodeRow& d : r.decode) {

@@ -7,23 +7,28 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <numeric>
 
 #include "lockstep/ops/tensor_ops.h"
 #include "lockstep/tensor/graph.h"
+#include "lockstep/tensor/storage.h"
 
 namespace lockstep::model {
 
 // One batch size's decode step on a device: its inputs, outputs and (once recorded) its graph.
 // The step reads and writes only these tensors, the policy's weights and the KV cache, so a
 // replay after new inputs are copied in is the step on those inputs.
+// Each step's inputs go up from, and its outputs come back to, page-locked host mirrors: two
+// copies that return at once, the step, and one copy back that waits for the step.
 struct DecodeStep {
-  Tensor in;        // I32 [4, B]: ids, positions, slots, Philox streams
-  Tensor lens;      // I64 [B]: tokens in the cache after the step (the Philox counter)
-  Tensor tokens;    // I32 [B]
-  Tensor logprobs;  // F32 [B]
+  Tensor in;    // I32 [4, B]: ids, positions, slots, Philox streams
+  Tensor lens;  // I64 [B]: tokens in the cache after the step (the Philox counter)
+  Tensor out;   // I32 [2, B]: the sampled tokens, then the bits of their F32 log-probs
+  Tensor host_in, host_lens, host_out;  // pinned host mirrors of in, lens and out
   DeviceGraph graph;
 };
 
@@ -50,8 +55,13 @@ struct Sampler::Impl {
     DecodeStep s;
     s.in = Tensor::empty(DType::kI32, {4, B}, cfg.device);
     s.lens = Tensor::empty(DType::kI64, {B}, cfg.device);
-    s.tokens = Tensor::empty(DType::kI32, {B}, cfg.device);
-    s.logprobs = Tensor::empty(DType::kF32, {B}, cfg.device);
+    s.out = Tensor::empty(DType::kI32, {2, B}, cfg.device);
+    auto pinned = [&](const Tensor& t) {
+      return Tensor::wrap(Storage::allocate_pinned(t.nbytes(), cfg.device), t.dtype(), t.shape());
+    };
+    s.host_in = pinned(s.in);
+    s.host_lens = pinned(s.lens);
+    s.host_out = pinned(s.out);
     return steps.emplace(B, std::move(s)).first->second;
   }
   // The decode step's calls: every temporary is freed before it returns (a graph records it).
@@ -60,8 +70,10 @@ struct Sampler::Impl {
     auto row = [&](int64_t r) { return s.in.slice_rows(r, r + 1).view({B}); };
     const Tensor logits = dec->forward_cached_device(row(0), row(1), row(2), *cache);
     const ops::SampledTokens st = ops::sample_tokens(logits, row(3), s.lens, sc);
-    s.tokens.copy_from(st.tokens);
-    s.logprobs.copy_from(st.logprobs);
+    auto* out = static_cast<std::byte*>(s.out.raw());
+    const size_t row_bytes = size_t(B) * 4;
+    copy_bytes(out, cfg.device, st.tokens.raw(), cfg.device, row_bytes);
+    copy_bytes(out + row_bytes, cfg.device, st.logprobs.raw(), cfg.device, row_bytes);
   }
   // Runs the step on the inputs already in `s`: a replay when recorded, else the calls one by one
   // followed (the first time) by recording them for the next step of this batch size.
@@ -207,6 +219,18 @@ void Sampler::load_policy(PolicyVersion p, int64_t expected_version,
   impl_->policy = std::move(p);
 }
 
+double Sampler::replayed_step_seconds(int64_t batch, int reps) {
+  Impl& m = *impl_;
+  const auto it = m.steps.find(batch);
+  if (it == m.steps.end() || !it->second.graph.defined() || reps < 1 || !m.stream) return 0.0;
+  const Stream st = m.stream->get();
+  synchronize(m.cfg.device, st);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) it->second.graph.replay(st);
+  synchronize(m.cfg.device, st);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+}
+
 std::vector<SampleResult> Sampler::generate(std::span<const SampleRequest> requests) {
   Impl& m = *impl_;
   m.check_ready();
@@ -272,18 +296,21 @@ std::vector<SampleResult> Sampler::generate(std::span<const SampleRequest> reque
       // Recording the routing takes the call-by-call path below: a graph writes only the step's
       // fixed buffers, and the experts are tensors of each call.
       DecodeStep& s = m.step_for(B);
-      std::vector<int32_t> in(size_t(4 * B));
+      int32_t* in = s.host_in.ptr<int32_t>();
       for (int64_t i = 0; i < B; ++i) {
-        in[size_t(i)] = ids[size_t(i)];
-        in[size_t(B + i)] = int32_t(pos[size_t(i)]);
-        in[size_t(2 * B + i)] = int32_t(slots[size_t(i)]);
-        in[size_t(3 * B + i)] = streams[size_t(i)];
+        in[i] = ids[size_t(i)];
+        in[B + i] = int32_t(pos[size_t(i)]);
+        in[2 * B + i] = int32_t(slots[size_t(i)]);
+        in[3 * B + i] = streams[size_t(i)];
       }
-      s.in.copy_from(Tensor::from_vector<int32_t>(in, {4, B}, DType::kI32));
-      s.lens.copy_from(Tensor::from_vector<int64_t>(lens, {B}, DType::kI64));
+      std::copy(lens.begin(), lens.end(), s.host_lens.ptr<int64_t>());
+      s.in.copy_from(s.host_in);
+      s.lens.copy_from(s.host_lens);
       m.decode(s, sc);
-      tokens = s.tokens.to(Device::cpu());
-      logprobs = s.logprobs.to(Device::cpu());
+      s.host_out.copy_from(s.out);  // waits for the step
+      tokens = s.host_out.slice_rows(0, 1).view({B});
+      logprobs = Tensor::empty(DType::kF32, {B});
+      std::memcpy(logprobs.raw(), s.host_out.ptr<int32_t>() + B, size_t(B) * 4);
     } else {
       const Tensor idt = Tensor::from_vector<int32_t>(ids, {int64_t(ids.size())}, DType::kI32);
       Routing routing;

@@ -95,6 +95,19 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device, Stream s
 #endif
 }
 
+std::shared_ptr<Storage> Storage::allocate_pinned(size_t bytes, Device device) {
+  if (device.is_cpu() || bytes == 0) return allocate(bytes, Device::cpu());
+#if defined(LOCKSTEP_HAVE_CUDA)
+  DeviceGuard guard(device);
+  void* p = nullptr;
+  check(cudaMallocHost(&p, bytes), "cudaMallocHost", device, bytes);
+  std::shared_ptr<const void> owner(p, [](const void* q) { cudaFreeHost(const_cast<void*>(q)); });
+  return wrap_host(p, bytes, std::move(owner));
+#else
+  no_cuda(device);
+#endif
+}
+
 std::shared_ptr<Storage> Storage::wrap_host(void* ptr, size_t bytes,
                                             std::shared_ptr<const void> owner) {
   return wrap(ptr, bytes, Device::cpu(), std::move(owner));

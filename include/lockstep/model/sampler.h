@@ -102,6 +102,13 @@ class Sampler {
 
   const SamplerStats& stats() const;
 
+  // Seconds per decode step of `batch` sequences with no host work between steps: the step that
+  // generate recorded for that batch size, replayed `reps` times back to back on the sampler's
+  // stream (its inputs are the last step's; the KV cache positions it writes are rewritten before
+  // any later step reads them). 0 when no step of that batch size is recorded (CPU, graphs off).
+  // A step of generate takes this plus the host's part (inputs up, tokens back, bookkeeping).
+  double replayed_step_seconds(int64_t batch, int reps);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -24,6 +24,11 @@ class Storage {
   // Storage sharing it. Several Storages may share one owner (one per tensor of a mapped file).
   static std::shared_ptr<Storage> wrap_host(void* ptr, size_t bytes,
                                             std::shared_ptr<const void> owner);
+  // `bytes` of page-locked host memory for copies with `device` (cudaMallocHost): a copy between
+  // it and the device needs no staging through pageable memory, so a host-to-device copy returns
+  // at once and a device-to-host one as soon as the bytes land. Plain host memory when `device`
+  // is the CPU. Throws std::runtime_error when the allocation fails.
+  static std::shared_ptr<Storage> allocate_pinned(size_t bytes, Device device);
   // The same for memory on any device (a CUDA buffer another framework allocated, handed over
   // through DLPack): lockstep reads and writes it in place and never frees it.
   static std::shared_ptr<Storage> wrap(void* ptr, size_t bytes, Device device,
