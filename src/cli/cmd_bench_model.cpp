@@ -34,6 +34,7 @@ struct BenchModelArgs {
   std::string device = "auto";
   bool deterministic = false;
   bool no_graphs = false;
+  bool no_overlap = false;
   bool graph_nodes = false;
   bool json = false;
 };
@@ -269,6 +270,7 @@ void run_bench_model(const BenchModelArgs& a) {
       sc.max_new = a.new_tokens;
       sc.device = dev;
       sc.cuda_graphs = !a.no_graphs;
+      sc.overlap_steps = !a.no_overlap;
       sc.mode = lc.mode;
       model::Sampler sampler(sc);
       sampler.load_policy(std::move(policy), learner.version(), recipe.name);
@@ -331,6 +333,7 @@ void run_bench_model(const BenchModelArgs& a) {
     j["device"] = dev.str();
     j["mode"] = a.deterministic ? "deterministic" : "fast";
     j["cuda_graphs"] = !a.no_graphs;
+    j["overlap_steps"] = !a.no_overlap;
     j["copy_gbps"] = copy_gbps;
     j["bf16_tflops"] = peak;
     j["results"] = Json::array();
@@ -374,9 +377,10 @@ void run_bench_model(const BenchModelArgs& a) {
   fmt::print(
       "lockstep bench model ({}, {} threads, {} mode; learner: {} sequences of {}-{} tokens; "
       "decode "
-      "{} new tokens each, prefill excluded, CUDA graphs {})\n",
+      "{} new tokens each, prefill excluded, CUDA graphs {}, steps overlapped {})\n",
       dev.str(), omp_get_max_threads(), a.deterministic ? "deterministic" : "fast", a.batch,
-      a.min_len, a.max_len, a.new_tokens, a.no_graphs || !dev.is_cuda() ? "off" : "on");
+      a.min_len, a.max_len, a.new_tokens, a.no_graphs || !dev.is_cuda() ? "off" : "on",
+      a.no_graphs || a.no_overlap || !dev.is_cuda() ? "no" : "yes");
   if (peak > 0)
     fmt::print("measured now: copy {:.0f} GB/s, cuBLAS bf16 {:.0f} TFLOP/s (MFU's denominator)\n",
                copy_gbps, peak);
@@ -470,6 +474,8 @@ void register_bench_model_command(CLI::App& bench) {
               "time the deterministic mode (batch-invariant GEMMs, row-wise attention)");
   c->add_flag("--no-cuda-graphs", a->no_graphs,
               "run every decode step call by call (the CUDA-graph replay's baseline)");
+  c->add_flag("--no-overlap", a->no_overlap,
+              "read each decode step's tokens before queuing the next (the overlap's baseline)");
   c->add_flag("--graph-nodes", a->graph_nodes,
               "list each recorded decode step's graph nodes by kernel (the table counts them)");
   add_device_option(*c, a->device);

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <numeric>
 
@@ -21,14 +22,17 @@ namespace lockstep::model {
 
 // One batch size's decode step on a device: its inputs, outputs and (once recorded) its graph.
 // The step reads and writes only these tensors, the policy's weights and the KV cache, so a
-// replay after new inputs are copied in is the step on those inputs.
-// Each step's inputs go up from, and its outputs come back to, page-locked host mirrors: two
-// copies that return at once, the step, and one copy back that waits for the step.
+// replay after new inputs are copied in is the step on those inputs. The step also writes its
+// sampled tokens into its ids row, so the next step of the same sequences can run before the
+// host has read them (SamplerConfig::overlap_steps); the host sends what it knows ahead
+// (positions, lengths). Inputs go up from, and outputs come back to, two page-locked host slots
+// used by alternate steps, each with an event that marks its outputs' arrival.
 struct DecodeStep {
   Tensor in;    // I32 [4, B]: ids, positions, slots, Philox streams
   Tensor lens;  // I64 [B]: tokens in the cache after the step (the Philox counter)
   Tensor out;   // I32 [2, B]: the sampled tokens, then the bits of their F32 log-probs
-  Tensor host_in, host_lens, host_out;  // pinned host mirrors of in, lens and out
+  Tensor host_in[2], host_lens[2], host_out[2];  // pinned host mirrors of in, lens and out
+  std::unique_ptr<StreamEvent> arrived[2];       // host_out[h] holds its step's outputs
   DeviceGraph graph;
 };
 
@@ -59,9 +63,12 @@ struct Sampler::Impl {
     auto pinned = [&](const Tensor& t) {
       return Tensor::wrap(Storage::allocate_pinned(t.nbytes(), cfg.device), t.dtype(), t.shape());
     };
-    s.host_in = pinned(s.in);
-    s.host_lens = pinned(s.lens);
-    s.host_out = pinned(s.out);
+    for (int h = 0; h < 2; ++h) {
+      s.host_in[h] = pinned(s.in);
+      s.host_lens[h] = pinned(s.lens);
+      s.host_out[h] = pinned(s.out);
+      s.arrived[h] = std::make_unique<StreamEvent>(cfg.device);
+    }
     return steps.emplace(B, std::move(s)).first->second;
   }
   // The decode step's calls: every temporary is freed before it returns (a graph records it).
@@ -74,6 +81,7 @@ struct Sampler::Impl {
     const size_t row_bytes = size_t(B) * 4;
     copy_bytes(out, cfg.device, st.tokens.raw(), cfg.device, row_bytes);
     copy_bytes(out + row_bytes, cfg.device, st.logprobs.raw(), cfg.device, row_bytes);
+    copy_bytes(s.in.raw(), cfg.device, st.tokens.raw(), cfg.device, row_bytes);  // next ids
   }
   // Runs the step on the inputs already in `s`: a replay when recorded, else the calls one by one
   // followed (the first time) by recording them for the next step of this batch size.
@@ -290,27 +298,84 @@ std::vector<SampleResult> Sampler::generate(std::span<const SampleRequest> reque
       lens.push_back(a.len);
     }
     const int64_t B = int64_t(active.size());
-    Tensor tokens, logprobs;
+    // Takes sequence i's token of a step (its a.len already counts the step): false when that
+    // finishes the sequence, whose cache slot is then released.
+    auto take = [&](Active& a, int32_t tok, float logp) {
+      if (tok < 0)
+        throw std::domain_error(fmt::format(
+            "sampler: the logits of request {} are not finite (a NaN or +inf logit): no "
+            "distribution to sample",
+            a.req));
+      SampleResult& res = out[a.req];
+      res.tokens.push_back(tok);
+      res.logprobs.push_back(logp);
+      res.eos = m.cfg.eos && tok == *m.cfg.eos;
+      const bool done = res.eos || int64_t(res.tokens.size()) >= m.cfg.max_new ||
+                        a.len + 1 >= c.max_position_embeddings;
+      if (done) cache.release(a.slot);
+      return !done;
+    };
+    std::vector<Active> still;
     if (int64_t(ids.size()) == B && dev.is_cuda() && !m.cfg.record_routing) {
-      // A decode step: its inputs go up in two copies, the step runs (or replays) on the device.
-      // Recording the routing takes the call-by-call path below: a graph writes only the step's
-      // fixed buffers, and the experts are tensors of each call.
+      // Decode steps of this batch on the device. Recording the routing takes the call-by-call
+      // path below: a graph writes only the step's fixed buffers, and the experts are tensors of
+      // each call. With a recorded step and overlap_steps, the steps run ahead up to the first
+      // length limit of the batch (known in advance): step j + 1 is queued before step j's tokens
+      // are read. A sequence that an eos of step j finishes got one more token from step j + 1,
+      // which is dropped (its cache rows are its own and released); the others keep theirs.
       DecodeStep& s = m.step_for(B);
-      int32_t* in = s.host_in.ptr<int32_t>();
-      for (int64_t i = 0; i < B; ++i) {
-        in[i] = ids[size_t(i)];
-        in[B + i] = int32_t(pos[size_t(i)]);
-        in[2 * B + i] = int32_t(slots[size_t(i)]);
-        in[3 * B + i] = streams[size_t(i)];
+      int64_t run = 1;
+      if (s.graph.defined() && m.cfg.overlap_steps) {
+        run = std::numeric_limits<int64_t>::max();
+        for (const Active& a : active) {
+          const int64_t made = int64_t(out[a.req].tokens.size());  // before this step
+          run = std::min(run,
+                         1 + std::max<int64_t>(0, std::min(m.cfg.max_new - made - 1,
+                                                           c.max_position_embeddings - a.len - 1)));
+        }
       }
-      std::copy(lens.begin(), lens.end(), s.host_lens.ptr<int64_t>());
-      s.in.copy_from(s.host_in);
-      s.lens.copy_from(s.host_lens);
-      m.decode(s, sc);
-      s.host_out.copy_from(s.out);  // waits for the step
-      tokens = s.host_out.slice_rows(0, 1).view({B});
-      logprobs = Tensor::empty(DType::kF32, {B});
-      std::memcpy(logprobs.raw(), s.host_out.ptr<int32_t>() + B, size_t(B) * 4);
+      const Stream st = m.stream->get();
+      auto queue = [&](int64_t j) {  // step j of the run, inputs from host slot j % 2
+        const int h = int(j % 2);
+        int32_t* in = s.host_in[h].ptr<int32_t>();
+        int64_t* ln = s.host_lens[h].ptr<int64_t>();
+        for (int64_t i = 0; i < B; ++i) {
+          in[i] = ids[size_t(i)];
+          in[B + i] = int32_t(pos[size_t(i)] + j);
+          in[2 * B + i] = int32_t(slots[size_t(i)]);
+          in[3 * B + i] = streams[size_t(i)];
+          ln[i] = lens[size_t(i)] + j;
+        }
+        // Step 0 sends the ids too; a later step's ids are the previous step's tokens.
+        const size_t skip = j == 0 ? 0 : size_t(B) * 4;
+        copy_bytes_async(static_cast<std::byte*>(s.in.raw()) + skip, dev,
+                         reinterpret_cast<const std::byte*>(in) + skip, Device::cpu(),
+                         s.in.nbytes() - skip, st);
+        copy_bytes_async(s.lens.raw(), dev, ln, Device::cpu(), s.lens.nbytes(), st);
+        m.decode(s, sc);
+        copy_bytes_async(s.host_out[h].raw(), Device::cpu(), s.out.raw(), dev, s.out.nbytes(), st);
+        s.arrived[h]->record(st);
+      };
+      std::vector<char> live(size_t(B), 1);
+      queue(0);
+      for (int64_t j = 0; j < run; ++j) {
+        if (j + 1 < run) queue(j + 1);
+        s.arrived[j % 2]->synchronize();
+        const int32_t* o = s.host_out[j % 2].ptr<int32_t>();
+        bool finished = false;
+        for (int64_t i = 0; i < B; ++i) {
+          if (!live[size_t(i)]) continue;
+          Active& a = active[size_t(i)];
+          if (j > 0) ++a.len;
+          float logp;
+          std::memcpy(&logp, o + B + i, sizeof logp);
+          if (!take(a, o[i], logp)) live[size_t(i)] = 0, finished = true;
+        }
+        // Step j + 1, already queued, is the last of the run: the batch changes after it.
+        if (finished && j + 1 < run) run = j + 2;
+      }
+      for (int64_t i = 0; i < B; ++i)
+        if (live[size_t(i)]) still.push_back(active[size_t(i)]);
     } else {
       const Tensor idt = Tensor::from_vector<int32_t>(ids, {int64_t(ids.size())}, DType::kI32);
       Routing routing;
@@ -326,29 +391,11 @@ std::vector<SampleResult> Sampler::generate(std::span<const SampleRequest> reque
       const ops::SampledTokens st =
           ops::sample_tokens(rows, Tensor::from_vector<int32_t>(streams, {B}, DType::kI32).to(dev),
                              Tensor::from_vector<int64_t>(lens, {B}, DType::kI64).to(dev), sc);
-      tokens = st.tokens.to(Device::cpu());
-      logprobs = st.logprobs.to(Device::cpu());
-    }
-    std::vector<Active> still;
-    for (int64_t i = 0; i < B; ++i) {
-      const Active& a = active[size_t(i)];
-      const int32_t tok = tokens.ptr<int32_t>()[i];
-      const float logp = logprobs.ptr<float>()[i];
-      if (tok < 0)
-        throw std::domain_error(fmt::format(
-            "sampler: the logits of request {} are not finite (a NaN or +inf logit): no "
-            "distribution to sample",
-            a.req));
-      SampleResult& res = out[a.req];
-      res.tokens.push_back(tok);
-      res.logprobs.push_back(logp);
-      res.eos = m.cfg.eos && tok == *m.cfg.eos;
-      const bool done = res.eos || int64_t(res.tokens.size()) >= m.cfg.max_new ||
-                        a.len + 1 >= c.max_position_embeddings;
-      if (done)
-        cache.release(a.slot);
-      else
-        still.push_back(a);
+      const Tensor tokens = st.tokens.to(Device::cpu()), logprobs = st.logprobs.to(Device::cpu());
+      for (int64_t i = 0; i < B; ++i) {
+        Active& a = active[size_t(i)];
+        if (take(a, tokens.ptr<int32_t>()[i], logprobs.ptr<float>()[i])) still.push_back(a);
+      }
     }
     active = std::move(still);
   }

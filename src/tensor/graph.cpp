@@ -36,6 +36,26 @@ OwnedStream::~OwnedStream() {
   cudaGetLastError();
 }
 
+StreamEvent::StreamEvent(Device device) : device_(device) {
+  if (!device.is_cuda())
+    throw std::invalid_argument(fmt::format("StreamEvent: {} is not a CUDA device", device.str()));
+  cuda::DeviceGuard guard(device);
+  cudaEvent_t e = nullptr;
+  LOCKSTEP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  event_ = e;
+}
+
+StreamEvent::~StreamEvent() { cudaEventDestroy(static_cast<cudaEvent_t>(event_)); }
+
+void StreamEvent::record(Stream stream) {
+  cuda::DeviceGuard guard(device_);
+  LOCKSTEP_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event_), cuda::cu(stream)));
+}
+
+void StreamEvent::synchronize() const {
+  LOCKSTEP_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)));
+}
+
 bool stream_capturing(Stream stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(cuda::cu(stream), &status) != cudaSuccess) {
@@ -178,6 +198,14 @@ OwnedStream::OwnedStream(Device device) : device_(device) {
       device.str()));
 }
 OwnedStream::~OwnedStream() = default;
+StreamEvent::StreamEvent(Device device) : device_(device) {
+  throw std::runtime_error(fmt::format(
+      "StreamEvent: {} needs a CUDA build of lockstep (configure with -DLOCKSTEP_CUDA=ON)",
+      device.str()));
+}
+StreamEvent::~StreamEvent() = default;
+void StreamEvent::record(Stream) {}
+void StreamEvent::synchronize() const {}
 bool stream_capturing(Stream) { return false; }
 bool device_graphs_available(Device) { return false; }
 

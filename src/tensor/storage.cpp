@@ -139,8 +139,10 @@ Storage::~Storage() {
 #endif
 }
 
-void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
-                Stream stream) {
+namespace {
+
+void copy_bytes_impl(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
+                     Stream stream, bool wait) {
   if (bytes == 0) return;
   if (dst_device.is_cpu() && src_device.is_cpu()) {
     std::memcpy(dst, src, bytes);
@@ -170,12 +172,25 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   } else {
     check(cudaMemcpyAsync(dst, src, bytes, kind, cu(stream)), "cudaMemcpyAsync", on, bytes);
   }
-  if (dst_device.is_cpu())
+  if (dst_device.is_cpu() && wait)
     check(cudaStreamSynchronize(cu(stream)), "cudaStreamSynchronize", on, bytes);
 #else
   (void)stream;
+  (void)wait;
   no_cuda(dst_device.is_cuda() ? dst_device : src_device);
 #endif
+}
+
+}  // namespace
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
+                Stream stream) {
+  copy_bytes_impl(dst, dst_device, src, src_device, bytes, stream, true);
+}
+
+void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_device,
+                      size_t bytes, Stream stream) {
+  copy_bytes_impl(dst, dst_device, src, src_device, bytes, stream, false);
 }
 
 void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,

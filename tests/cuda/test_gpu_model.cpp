@@ -205,9 +205,10 @@ void deterministic_cases() {
   }
 }
 
-// Decode steps replayed from CUDA graphs give the tokens and log-prob bits of the same steps run
-// call by call (every batch size from 4 down to 1 as sequences of different prompt lengths
-// finish; the sampler's batch-invariant and fast GEMM orders), and the graphs are really used.
+// Decode steps replayed from CUDA graphs, overlapped (each step queued before the previous one's
+// tokens are read) or not, give the tokens and log-prob bits of the same steps run call by call
+// (every batch size from 4 down to 1 as sequences of different prompt lengths finish, some at an
+// eos; the sampler's batch-invariant and fast GEMM orders), and the graphs are really used.
 void graph_cases() {
   for (ExecMode mode : {ExecMode::kDeterministic, ExecMode::kFast})
     for (bool moe : {false, true})
@@ -231,10 +232,21 @@ void graph_cases() {
             sc.device = gpu();
             sc.mode = mode;
             std::vector<SampleRequest> reqs = model_requests(c, seed, 7);
+            // eos: the first request's third token without one, so that sequences stop early,
+            // some in the middle of a run of overlapped steps (which then drops a token).
+            {
+              SamplerConfig probe = sc;
+              probe.cuda_graphs = false;
+              Sampler sampler(probe);
+              sampler.load_policy(export_policy(w, recipe, 0), 0, rn);
+              sc.eos = sampler.generate(reqs)[0].tokens[2];
+            }
             std::vector<std::vector<SampleResult>> runs;
             std::vector<SamplerStats> stats;
-            for (bool graphs : {false, true}) {
+            const std::pair<bool, bool> configs[] = {{false, false}, {true, true}, {true, false}};
+            for (const auto& [graphs, overlap] : configs) {
               sc.cuda_graphs = graphs;
+              sc.overlap_steps = overlap;
               Sampler sampler(sc);
               sampler.load_policy(export_policy(w, recipe, 0), 0, rn);
               runs.push_back(sampler.generate(reqs));
@@ -244,8 +256,15 @@ void graph_cases() {
             }
             if (stats[0].graph_replays != 0 || stats[0].graph_captures != 0)
               return "graphs were used with cuda_graphs = false";
-            if (!stats[1].graphs_off.empty()) return "graphs were refused: " + stats[1].graphs_off;
-            if (stats[1].graph_replays == 0) return "no decode step was replayed from a graph";
+            for (size_t k = 1; k < stats.size(); ++k) {
+              if (!stats[k].graphs_off.empty())
+                return "graphs were refused: " + stats[k].graphs_off;
+              if (stats[k].graph_replays == 0) return "no decode step was replayed from a graph";
+            }
+            bool stopped = false;
+            for (const SampleResult& r : runs[0])
+              stopped = stopped || (r.eos && int64_t(r.tokens.size()) < sc.max_new);
+            if (!stopped) return "no sequence stopped at eos before max_new";
             for (size_t r = 1; r < runs.size(); ++r)
               for (size_t i = 0; i < reqs.size(); ++i) {
                 const std::string what =

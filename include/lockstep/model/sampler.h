@@ -32,6 +32,10 @@ struct SamplerConfig {
   // per batch size into a device graph and replayed: the same kernels with the same arguments,
   // so the same tokens and log-probs as running the step's calls one by one.
   bool cuda_graphs = true;
+  // With a recorded decode step, the next step is queued before the host reads the tokens of
+  // the current one (the step feeds its tokens to the next itself), so the host's part of a step
+  // overlaps the device's. The same tokens and log-probs either way.
+  bool overlap_steps = true;
   // The GEMM kernels of the sampler's layers. kDeterministic: the batch-invariant kernels the
   // deterministic learner runs, whatever the batch (learner == sampler bit for bit). kFast: the
   // fastest kernel for each shape (on a GPU the decode kernel for <= 16 rows, cuBLAS for bf16

@@ -30,6 +30,23 @@ class OwnedStream {
   Stream stream_;
 };
 
+// A point in a stream's work: record() marks everything queued on the stream so far, and
+// synchronize() returns once that has run (while later work may still be queued or running).
+// Throws on a CPU device or a build without CUDA.
+class StreamEvent {
+ public:
+  explicit StreamEvent(Device device);
+  ~StreamEvent();
+  StreamEvent(const StreamEvent&) = delete;
+  StreamEvent& operator=(const StreamEvent&) = delete;
+  void record(Stream stream);
+  void synchronize() const;
+
+ private:
+  Device device_;
+  void* event_ = nullptr;
+};
+
 // True while work queued on `stream` (resolved as tensor/device.h does) is being recorded rather
 // than run. Always false without CUDA.
 bool stream_capturing(Stream stream);

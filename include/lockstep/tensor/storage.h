@@ -60,6 +60,11 @@ class Storage {
 // memory and whose source is device memory returns only when the bytes are there.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
                 Stream stream = {});
+// copy_bytes without its wait: a device-to-host copy is complete once the work queued on `stream`
+// up to it has run (synchronize, or a StreamEvent recorded after it). For pinned host memory
+// (Storage::allocate_pinned); a copy from or to pageable memory may wait anyway.
+void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_device,
+                      size_t bytes, Stream stream = {});
 // Copies `rows` rows of `width` bytes between two buffers of one device (row starts `dst_pitch` and
 // `src_pitch` bytes apart), ordered on `stream`: the 2-D block copy under padding, cropping and
 // column splits and concatenations.
