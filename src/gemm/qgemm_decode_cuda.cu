@@ -163,8 +163,8 @@ void launch_decode_t(int slice_blocks, int slices, bool block_split, cudaStream_
   auto kern = best_spb > 1   ? decode_kernel<kFmt, kNT, 16, true>
               : best_nw <= 8 ? decode_kernel<kFmt, kNT, 8, false>
                              : decode_kernel<kFmt, kNT, 16, false>;
-  LOCKSTEP_CUDA_CHECK(
-      cudaLaunchKernelEx(&cfg, kern, a, w, n, groups.device_table(), ep, out, slice_blocks, best_spb));
+  LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, a, w, n, groups.device_table(), ep, out,
+                                         slice_blocks, best_spb));
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
@@ -184,8 +184,8 @@ void launch_epilogue(const float* ws, int slices, int64_t rows_total, const Gemm
   const int threads = 256;
   const dim3 grid(unsigned((oc + threads - 1) / threads),
                   unsigned(std::min<int64_t>(groups.max_rows, 65535)), unsigned(groups.groups));
-  epilogue_kernel<<<grid, threads, 0, stream>>>(ws, slices, rows_total, a, w, n, groups.device_table(), ep,
-                                                out);
+  epilogue_kernel<<<grid, threads, 0, stream>>>(ws, slices, rows_total, a, w, n,
+                                                groups.device_table(), ep, out);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 

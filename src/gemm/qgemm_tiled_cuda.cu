@@ -185,7 +185,8 @@ void launch_tiled(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
   if (chunked)
     tiled_kernel<true><<<grid, kThreads, 0, stream>>>(a, w, n, groups.device_table(), ep, out, raw);
   else
-    tiled_kernel<false><<<grid, kThreads, 0, stream>>>(a, w, n, groups.device_table(), ep, out, raw);
+    tiled_kernel<false>
+        <<<grid, kThreads, 0, stream>>>(a, w, n, groups.device_table(), ep, out, raw);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
   if (raw) launch_epilogue(raw, 1, groups.total_rows, a, w, n, groups, ep, out, stream);
 }

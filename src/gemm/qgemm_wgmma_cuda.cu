@@ -154,7 +154,8 @@ void launch_wgmma_t(dim3 grid, cudaStream_t stream, const GemmOperandView& a,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     attr_set = true;
   }
-  wgmma_kernel<kBN, FA, FW><<<grid, kThreads, smem, stream>>>(a, w, n, groups.device_table(), ep, out, raw);
+  wgmma_kernel<kBN, FA, FW>
+      <<<grid, kThreads, smem, stream>>>(a, w, n, groups.device_table(), ep, out, raw);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 

@@ -431,8 +431,8 @@ void launch_wreg_t(const CUtensorMap& ma, const CUtensorMap& mc, const GemmOpera
                                           kThreads, T::kSmemBytes);
   const TileSpace ts = tile_space(groups, n, T::kTA, T::kTW);
   const unsigned grid = unsigned(std::min<int64_t>(ctas, ts.units));
-  wgmma_wreg_kernel<TA>
-      <<<grid, kThreads, T::kSmemBytes, stream>>>(ma, mc, a, w, n, groups.device_table(), ep, out, raw, ts);
+  wgmma_wreg_kernel<TA><<<grid, kThreads, T::kSmemBytes, stream>>>(
+      ma, mc, a, w, n, groups.device_table(), ep, out, raw, ts);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
