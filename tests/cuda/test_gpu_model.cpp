@@ -340,8 +340,13 @@ void cpu_gpu_cases() {
 
 // Gradients of every weight, GPU learner vs CPU learner (bf16 and nvfp4_per_token, deterministic
 // and fast, dense and MoE), then five AdamW steps on both: the relative L2 difference of each
-// gradient and of the weights after the steps is printed. Deterministic mode: below 0.05 (only the
-// GEMMs' summation orders differ; H200: 0.007 bf16, 0.026 nvfp4). Fast mode: below 1, a bound that
+// gradient and of the weights after the steps is printed. The GPU learner replays the CPU
+// learner's experts (routing replay, every forward): a last-bit difference of the router's GEMM
+// can flip a near-tie between two experts, which moves both experts' gradients by a whole token's
+// share, an effect of the choice and not of the summation order (the selection itself is compared
+// bit for bit by the router cases; H200, MoE nvfp4_per_token without replay, one seed in several:
+// 0.072). Deterministic mode: below 0.05 (only the GEMMs' summation orders differ; H200: 0.007
+// bf16, 0.026 nvfp4). Fast mode: below 1, a bound that
 // only a zeroed, sign-flipped or garbage gradient exceeds; the GPU's fast attention rounds Q and P
 // to bf16, and different activations re-quantized to 4 bits move NVFP4 gradients by 10-20% (the
 // router's by up to 55%) on these tiny models (H200), so a tighter bound would be a guess.
@@ -363,12 +368,18 @@ void cpu_gpu_grad_cases() {
           for (int64_t i = 0; i < n; ++i) dl[size_t(i)] = i % 3 == 0 ? -1.0f / 16 : 1.0f / 64;
           const Tensor dlogp = Tensor::from_vector<float>(dl, {n}, DType::kF32);
           std::unique_ptr<Learner> l[2];
+          Routing cpu_experts;  // the CPU learner's routing of the latest forward (MoE)
+          auto forward = [&](int d) {
+            l[d]->forward(test::ids_tensor(p.ids), p.cu, test::ids_tensor(p.targets),
+                          moe && d == 1 ? &cpu_experts : nullptr,
+                          moe && d == 0 ? &cpu_experts : nullptr);
+          };
           for (int d = 0; d < 2; ++d) {
             LearnerConfig lc;
             lc.mode = mode;
             lc.device = d ? gpu() : Device::cpu();
             l[d] = std::make_unique<Learner>(w, model_recipe(rn), lc);
-            l[d]->forward(test::ids_tensor(p.ids), p.cu, test::ids_tensor(p.targets));
+            forward(d);
             l[d]->backward(dlogp, Tensor());
           }
           auto rel = [](const Tensor& a, const Tensor& b) {
@@ -397,7 +408,7 @@ void cpu_gpu_grad_cases() {
           for (int step = 0; step < 5; ++step)
             for (int d = 0; d < 2; ++d) {
               if (step > 0) {
-                l[d]->forward(test::ids_tensor(p.ids), p.cu, test::ids_tensor(p.targets));
+                forward(d);
                 l[d]->backward(dlogp, Tensor());
               }
               l[d]->step();
