@@ -357,22 +357,31 @@ std::vector<SampleResult> Sampler::generate(std::span<const SampleRequest> reque
         s.arrived[h]->record(st);
       };
       std::vector<char> live(size_t(B), 1);
-      queue(0);
-      for (int64_t j = 0; j < run; ++j) {
-        if (j + 1 < run) queue(j + 1);
-        s.arrived[j % 2]->synchronize();
-        const int32_t* o = s.host_out[j % 2].ptr<int32_t>();
-        bool finished = false;
-        for (int64_t i = 0; i < B; ++i) {
-          if (!live[size_t(i)]) continue;
-          Active& a = active[size_t(i)];
-          if (j > 0) ++a.len;
-          float logp;
-          std::memcpy(&logp, o + B + i, sizeof logp);
-          if (!take(a, o[i], logp)) live[size_t(i)] = 0, finished = true;
+      try {
+        queue(0);
+        for (int64_t j = 0; j < run; ++j) {
+          if (j + 1 < run) {
+            queue(j + 1);
+            ++m.stats.steps_ahead;
+          }
+          s.arrived[j % 2]->synchronize();
+          const int32_t* o = s.host_out[j % 2].ptr<int32_t>();
+          bool finished = false;
+          for (int64_t i = 0; i < B; ++i) {
+            if (!live[size_t(i)]) continue;
+            Active& a = active[size_t(i)];
+            if (j > 0) ++a.len;
+            float logp;
+            std::memcpy(&logp, o + B + i, sizeof logp);
+            if (!take(a, o[i], logp)) live[size_t(i)] = 0, finished = true;
+          }
+          // Step j + 1, already queued, is the last of the run: the batch changes after it.
+          if (finished && j + 1 < run) run = j + 2;
         }
-        // Step j + 1, already queued, is the last of the run: the batch changes after it.
-        if (finished && j + 1 < run) run = j + 2;
+      } catch (...) {
+        // A step may still be queued: nothing may free or reuse the host slots before it ends.
+        synchronize(dev, st);
+        throw;
       }
       for (int64_t i = 0; i < B; ++i)
         if (live[size_t(i)]) still.push_back(active[size_t(i)]);

@@ -219,7 +219,10 @@ void graph_cases() {
               (moe ? "moe " : "dense ") + rn + (kv == KvDtype::kBf16 ? " kv bf16" : " kv fp8");
           run_case(name, [&]() -> std::string {
             const uint64_t seed = case_seed(name);
-            const ModelConfig c = gpu_tiny_config(moe);
+            // A context of 36 positions: the 31-token prompt stops at the context limit (a run of
+            // overlapped steps ends there), the others at max_new or at the eos.
+            ModelConfig c = gpu_tiny_config(moe);
+            c.max_position_embeddings = 36;
             const ModelWeights w = test::tiny_weights(c, seed, 0.1f);
             const lockstep::Recipe& recipe = model_recipe(rn);
             SamplerConfig sc;
@@ -261,6 +264,12 @@ void graph_cases() {
                 return "graphs were refused: " + stats[k].graphs_off;
               if (stats[k].graph_replays == 0) return "no decode step was replayed from a graph";
             }
+            if (stats[1].steps_ahead == 0) return "overlap_steps queued no step ahead";
+            if (stats[0].steps_ahead != 0 || stats[2].steps_ahead != 0)
+              return "steps were queued ahead without overlap_steps";
+            const SampleResult& longest = runs[0][6];  // unless the eos came first
+            if (longest.eos ? longest.tokens.size() > 5 : longest.tokens.size() != 5)
+              return "the 31-token prompt did not stop at the 36-position context after 5 tokens";
             bool stopped = false;
             for (const SampleResult& r : runs[0])
               stopped = stopped || (r.eos && int64_t(r.tokens.size()) < sc.max_new);

@@ -34,7 +34,11 @@ struct SamplerConfig {
   bool cuda_graphs = true;
   // With a recorded decode step, the next step is queued before the host reads the tokens of
   // the current one (the step feeds its tokens to the next itself), so the host's part of a step
-  // overlaps the device's. The same tokens and log-probs either way.
+  // overlaps the device's. A sequence that stops at an eos then rides along one more step (its
+  // token dropped), and waiting requests join a step later: the same tokens and log-probs either
+  // way wherever a sequence's bits do not depend on its batch (the deterministic mode with
+  // row-local recipes); in fast mode, as with any other change of batch, they may round
+  // differently.
   bool overlap_steps = true;
   // The GEMM kernels of the sampler's layers. kDeterministic: the batch-invariant kernels the
   // deterministic learner runs, whatever the batch (learner == sampler bit for bit). kFast: the
@@ -53,6 +57,7 @@ struct SamplerStats {
   int64_t direct_steps = 0;    // decode steps run call by call
   int64_t graph_captures = 0;  // decode steps recorded into a graph (one per batch size)
   int64_t graph_replays = 0;   // decode steps run as one graph launch
+  int64_t steps_ahead = 0;     // of those, queued before the previous step's tokens were read
   std::string graphs_off;      // why graphs are not used now (empty: they are, where they can)
   GraphNodes graph_nodes;      // the nodes of the decode step recorded last
 };
