@@ -270,26 +270,37 @@ void moe_decode_row(GemmBenchResult& res, Cublas& cb, cudaStream_t s, bool quick
 // Small M: the small-M wgmma kernel (64 x 32 tiles) against the 128 x 128 in-loop wgmma kernel
 // (the batch-invariant choice for these shapes without it) and the decode kernel (fast order), at
 // M = 1 and 16 on the decode shapes of a small MoE (hidden 512) and a larger model, dense and
-// grouped over 32 experts with one active. Two rows per case: the small-M time with the in-loop
-// time as its baseline, and again with the decode time (ratio > 1: small-M is faster). Calls
-// back to back (kDecodeBatch per sample), two W copies in rotation.
+// grouped over 32 experts with one active, and on Qwen3-30B-A3B's query/key/value projection and
+// vocabulary head (bf16 W, as the recipes keep it). Three rows per case: the small-M time with the
+// in-loop time as its baseline, again with the decode time, and the 64 x 128 tiles' time with the
+// 64 x 32 tiles' as its baseline (ratio > 1: the first kernel is faster). Calls back to back
+// (kDecodeBatch per sample), two W copies in rotation.
 void small_m_rows(GemmBenchResult& res, const Tensor& act, cudaStream_t s, bool quick, int iters,
                   const std::function<bool(const std::string&, const std::string&)>& want) {
   struct Case {
     int64_t n, k, experts;
+    std::vector<Format> formats;
   };
-  std::vector<Case> cases = {{1536, 512, 1}, {768, 512, 32}, {4096, 2048, 1}, {2048, 4096, 1}};
-  if (quick) cases = {{1536, 512, 1}, {768, 512, 32}};
+  const std::vector<Format> packed = {Format::kNvfp4, Format::kFp8};
+  std::vector<Case> cases = {{1536, 512, 1, packed},           {768, 512, 32, packed},
+                             {4096, 2048, 1, packed},          {2048, 4096, 1, packed},
+                             {5120, 2048, 1, {Format::kBf16}}, {151936, 2048, 1, {Format::kBf16}}};
+  if (quick) cases.resize(2);
   if (!cuda::wgmma_available(64)) return;
   for (const Case& c : cases)
-    for (Format f : {Format::kNvfp4, Format::kFp8})
+    for (Format f : c.formats)
       for (int64_t m : {int64_t(1), int64_t(16)}) {
         const std::string label =
-            fmt::format("{} w{}a16 {}x{}{} M={}", fmt_name(f), f == Format::kNvfp4 ? "4" : "8", c.n,
-                        c.k, c.experts > 1 ? " grouped 32 experts, 1 active" : "", m);
+            fmt::format("{} w{}a16 {}x{}{} M={}", fmt_name(f),
+                        f == Format::kNvfp4  ? "4"
+                        : f == Format::kBf16 ? "16"
+                                             : "8",
+                        c.n, c.k, c.experts > 1 ? " grouped 32 experts, 1 active" : "", m);
         const std::string vs_inloop = label + " small_m vs cuda_wgmma_inloop",
-                          vs_decode = label + " small_m vs cuda_decode";
-        if (!want("small-m", vs_inloop) && !want("small-m", vs_decode)) continue;
+                          vs_decode = label + " small_m vs cuda_decode",
+                          wide_vs = label + " small_m_wide vs small_m";
+        if (!want("small-m", vs_inloop) && !want("small-m", vs_decode) && !want("small-m", wide_vs))
+          continue;
         PackedW w[2];
         for (int i = 0; i < 2; ++i) make_packed(w[i], f, c.experts * c.n, c.k, 700 + i);
         std::vector<int64_t> off(size_t(c.experts + 1), 0);
@@ -307,20 +318,24 @@ void small_m_rows(GemmBenchResult& res, const Tensor& act, cudaStream_t s, bool 
               kDecodeBatch);
         };
         const double small = time(GemmVariant::kWgmmaSmallM, GemmOrder::kBatchInvariant);
+        const double wide = time(GemmVariant::kWgmmaSmallMWide, GemmOrder::kBatchInvariant);
         const double inloop = time(GemmVariant::kWgmmaInloop, GemmOrder::kBatchInvariant);
-        const double decode = time(GemmVariant::kDecode, GemmOrder::kFast);
-        for (const auto& [name, base] :
-             {std::pair{vs_inloop, inloop}, std::pair{vs_decode, decode}}) {
+        const double decode =
+            f == Format::kBf16 ? 0.0 : time(GemmVariant::kDecode, GemmOrder::kFast);
+        for (const auto& [name, us, base] :
+             {std::tuple{vs_inloop, small, inloop}, std::tuple{vs_decode, small, decode},
+              std::tuple{wide_vs, wide, small}}) {
+          if (base == 0.0) continue;  // the decode kernel takes no bf16 W
           GemmBenchRow r;
           r.section = "small-m";
           r.name = name;
-          r.us = small;
+          r.us = us;
           r.bytes = w[0].bytes / double(c.experts);  // the active expert's weights
           r.gbps = r.bytes / r.us * 1e-3;
           r.ratio_copy = r.gbps / res.copy_gbps;
           r.tflops = 2.0 * double(m) * double(c.n) * double(c.k) / r.us * 1e-6;
           r.baseline_us = base;
-          r.ratio_baseline = base / small;
+          r.ratio_baseline = base / us;
           res.rows.push_back(r);
         }
       }

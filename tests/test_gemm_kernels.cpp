@@ -32,6 +32,8 @@ TEST(GemmKernels, EveryVariantBelongsToOneKernelAndIsReachableByName) {
   EXPECT_EQ(gemm_kernel_of(GemmVariant::kWgmmaWreg256), GemmKernel::kCudaWgmma);
   EXPECT_EQ(gemm_kernel_of(GemmVariant::kWgmmaSmallM), GemmKernel::kCudaWgmma);
   EXPECT_EQ(gemm_variant_name(GemmVariant::kWgmmaSmallM), "cuda_wgmma_small_m");
+  EXPECT_EQ(gemm_kernel_of(GemmVariant::kWgmmaSmallMWide), GemmKernel::kCudaWgmma);
+  EXPECT_EQ(gemm_variant_from_name("cuda_wgmma_small_m_wide"), GemmVariant::kWgmmaSmallMWide);
   EXPECT_EQ(gemm_kernel_of(GemmVariant::kDecodeBlockSplit), GemmKernel::kCudaDecode);
   EXPECT_EQ(gemm_variant_of(GemmKernel::kCudaWgmma), GemmVariant::kWgmma);
 }

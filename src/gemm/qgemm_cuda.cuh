@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "../tensor/cuda_launch.cuh"
 #include "lockstep/numerics/block_rules.h"
 #include "lockstep/numerics/codecs.h"
 #include "lockstep/numerics/hd.h"
@@ -27,15 +28,8 @@ std::string cat(const T&... x) {
   return os.str();
 }
 
-// Programmatic dependent launch (sm_90). A kernel launched with launch_pdl (or the attribute
-// cudaLaunchAttributeProgrammaticStreamSerialization) may start while the previous kernel in the
-// stream is still running: it must call pdl_wait() before it touches global memory that earlier
-// work writes or reads. pdl_launch_dependents() lets the next such kernel start early. Both are
-// no-ops for a kernel launched without the attribute.
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void pdl_launch_dependents() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
+// Programmatic dependent launch (launch_pdl, pdl_wait, pdl_launch_dependents):
+// tensor/cuda_launch.cuh.
 // Split cluster barrier (every thread of every block of the cluster, warp-uniform).
 __device__ __forceinline__ void cluster_arrive_relaxed() {
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
@@ -48,22 +42,6 @@ __device__ __forceinline__ void cluster_wait() {
 }
 __device__ __forceinline__ void cluster_wait_acquire() {
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-
-template <class... KArgs, class... Args>
-void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                Args&&... args) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  LOCKSTEP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
 // bf16 bits of a value that is exactly a bf16 (every inner value the kernels build is: docs/gemm.md
@@ -308,9 +286,9 @@ inline float* tile_grid_checks(const char* kernel, int bm, const DeviceGroupTabl
 // The Hopper wgmma kernel (qgemm_wgmma_cuda.cu): usable when the GPU is sm_90 and K % 64 == 0.
 bool wgmma_supported(int64_t k);
 // Runs one of the four wgmma kernels: `route` kWgmma chooses by format and rows per group;
-// kWgmmaInloop / Staged / Wreg128 / Wreg256 / SmallM ask for one, which runs wherever its operands
-// allow it (else the choice falls back as for kWgmma: every variant gives the same bits).
-// Returns the variant that ran.
+// kWgmmaInloop / Staged / Wreg128 / Wreg256 / SmallM / SmallMWide ask for one, which runs wherever
+// its operands allow it (else the choice falls back as for kWgmma: every variant gives the same
+// bits). Returns the variant that ran.
 GemmVariant launch_wgmma(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
                          const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
                          Scratch& scratch, GemmVariant route, cudaStream_t stream);
@@ -337,15 +315,20 @@ void launch_wgmma_wreg(int tile, const GemmOperandView& a, const GemmOperandView
                        const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
                        Scratch& scratch, cudaStream_t stream);
 
-// The small-M wgmma kernel (qgemm_wgmma_smallm_cuda.cu): 64 x 32 tiles, one warpgroup, the chain
-// of the other wgmma kernels (bit-identical output, tested). It takes any M (64-row tiles);
-// launch_wgmma runs it when asked for, or, choosing itself, when smallm_wgmma_preferred: at most
-// kSmallMMaxRows rows per group (the rule is in the .cu).
+// The small-M wgmma kernel (qgemm_wgmma_smallm_cuda.cu): 64 x 32 or 64 x 128 tiles, one
+// warpgroup, the chain of the other wgmma kernels (bit-identical output, tested). It takes any M
+// (64-row tiles); launch_wgmma runs it when asked for, or, choosing itself, when
+// smallm_wgmma_preferred: at most kSmallMMaxRows rows per group (the rule is in the .cu). `route`
+// kWgmmaSmallM / kWgmmaSmallMWide asks for a tile width, any other lets smallm_wgmma_cols choose
+// (128 columns once their tiles give every SM two or more: `busy_tiles` = row tiles x groups with
+// rows). Returns the variant (width) that ran.
 constexpr int64_t kSmallMMaxRows = 64;
 bool smallm_wgmma_preferred(const DeviceGroupTable& groups, int64_t n);
-void launch_wgmma_smallm(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
-                         const DeviceGroupTable& groups, const DeviceEpilogue& ep, GemmOutView out,
-                         Scratch& scratch, cudaStream_t stream);
+int smallm_wgmma_cols(int64_t n, int64_t busy_tiles);
+GemmVariant launch_wgmma_smallm(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
+                                const DeviceGroupTable& groups, const DeviceEpilogue& ep,
+                                GemmOutView out, Scratch& scratch, GemmVariant route,
+                                cudaStream_t stream);
 
 // bf16 inner values of `op` [rows, K] written to `scratch` (the data pointer itself for bf16
 // operands): the tiles' exact decode, one pass (qgemm_cublas_cuda.cu).

@@ -42,6 +42,7 @@ constexpr int kCompactGroups = 1024;
 __global__ void group_table_compact_kernel(const int64_t* off, int groups, const int64_t* tokens,
                                            int64_t n_per_group, int64_t max_rows,
                                            int64_t total_rows, GemmGroupDesc* out) {
+  lockstep::cuda::pdl_enter();
   __shared__ int per_warp[kCompactGroups / 32];
   const int e = int(threadIdx.x), lane = e & 31, warp = e >> 5;
   GemmGroupDesc d{};
@@ -144,8 +145,9 @@ DeviceGroupTable make_group_table_device(const int64_t* offsets, int groups, con
   auto* out = static_cast<GemmGroupDesc*>(t.storage.raw());
   t.table = out;
   if (groups > 0 && groups <= kCompactGroups) {
-    group_table_compact_kernel<<<1, unsigned((groups + 31) / 32 * 32), 0, cu(stream)>>>(
-        offsets, groups, tokens, n_per_group, max_rows, total_rows, out);
+    lockstep::cuda::launch_pdl(group_table_compact_kernel, 1, unsigned((groups + 31) / 32 * 32), 0,
+                               cu(stream), offsets, groups, tokens, n_per_group, max_rows,
+                               total_rows, out);
     LOCKSTEP_CUDA_CHECK_LAUNCH();
     // At most total_rows groups have rows: the kernels visit no more entries than that.
     t.groups = int(std::min<int64_t>(groups, total_rows));
@@ -222,6 +224,7 @@ GemmVariant qgemm_device(const GemmOperandView& a, const GemmOperandView& w, int
     case GemmVariant::kWgmmaWreg128:
     case GemmVariant::kWgmmaWreg256:
     case GemmVariant::kWgmmaSmallM:
+    case GemmVariant::kWgmmaSmallMWide:
       return gemm_detail::launch_wgmma(a, w, n, groups, ep, out, scratch, k, stream);
     case GemmVariant::kCublas:
       gemm_detail::launch_cublas(a, w, n, groups, ep, out, scratch, stream);

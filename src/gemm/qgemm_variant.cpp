@@ -27,6 +27,7 @@ constexpr std::array<VariantRow, size_t(GemmVariant::kCount)> kVariants{{
     {GemmVariant::kWgmmaWreg128, "cuda_wgmma_wreg128", GemmKernel::kCudaWgmma},
     {GemmVariant::kWgmmaWreg256, "cuda_wgmma_wreg256", GemmKernel::kCudaWgmma},
     {GemmVariant::kWgmmaSmallM, "cuda_wgmma_small_m", GemmKernel::kCudaWgmma},
+    {GemmVariant::kWgmmaSmallMWide, "cuda_wgmma_small_m_wide", GemmKernel::kCudaWgmma},
     {GemmVariant::kCublas, "cuda_cublas", GemmKernel::kCudaCublas},
 }};
 

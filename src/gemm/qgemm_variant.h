@@ -18,13 +18,14 @@ enum class GemmVariant : uint8_t {
   kDecode,            // small M, W streamed
   kDecodeBlockSplit,  // the decode kernel with its K split in whole blocks
   kTiled,             // mma.sync tiles, any M; the only one taking fp8 1x128 / 128x128
-  kWgmma,             // the library's choice among the five wgmma variants below
+  kWgmma,             // the library's choice among the six wgmma variants below
   kWgmmaInloop,
   kWgmmaStaged,
   kWgmmaWreg128,
   kWgmmaWreg256,
-  kWgmmaSmallM,  // 64 x 32 tiles, one warpgroup: few rows per group
-  kCublas,       // exact bf16 dequantize + cuBLAS
+  kWgmmaSmallM,      // 64 x 32 tiles, one warpgroup: few rows per group
+  kWgmmaSmallMWide,  // 64 x 128 tiles, one warpgroup: few rows per group, many columns
+  kCublas,           // exact bf16 dequantize + cuBLAS
   kCount,
 };
 

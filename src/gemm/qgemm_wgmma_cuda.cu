@@ -214,12 +214,12 @@ GemmVariant launch_wgmma(const GemmOperandView& a, const GemmOperandView& w, int
   if (!wgmma_supported(K))
     throw GemmError(
         cat("qgemm wgmma kernel: needs an sm_90 GPU and K % ", kBK, " == 0 (K = ", K, ")"));
-  if (route == GemmVariant::kWgmmaSmallM ||
+  if (route == GemmVariant::kWgmmaSmallM || route == GemmVariant::kWgmmaSmallMWide ||
       (route == GemmVariant::kWgmma && smallm_wgmma_preferred(groups, n))) {
-    // few rows per group: 64 x 32 tiles, the same chain
+    // few rows per group: 64 x 32 or 64 x 128 tiles, the same chain
     if (groups.groups > 0 && groups.max_rows > 0 && n > 0)
-      launch_wgmma_smallm(a, w, n, groups, ep, out, scratch, stream);
-    return GemmVariant::kWgmmaSmallM;
+      return launch_wgmma_smallm(a, w, n, groups, ep, out, scratch, route, stream);
+    return route == GemmVariant::kWgmmaSmallMWide ? route : GemmVariant::kWgmmaSmallM;
   }
   if (const int tile = wreg_wgmma_tile(
           a, w, groups, route)) {  // the same chain, nvfp4 W decoded inside the kernel

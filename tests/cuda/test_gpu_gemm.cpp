@@ -99,11 +99,11 @@ void batch_invariance() {
   std::vector<Pairing> ps = {all[0], all[4], all[5], all[6], all[7], all[9]};
   if (g_opt.reduced) ps = {all[0], all[9]};
   const std::vector<std::tuple<int64_t, GemmVariant, int64_t>> cases = {
-      {16, GemmVariant::kDecode, 2304},     {13, GemmVariant::kDecode, 2304},
-      {16, GemmVariant::kDecode, 8192},     {150, GemmVariant::kTiled, 2304},
-      {150, GemmVariant::kWgmma, 2304},     {300, GemmVariant::kWgmma, 2304},
-      {13, GemmVariant::kWgmma, 2304},      {40, GemmVariant::kWgmmaSmallM, 2304},
-      {13, GemmVariant::kWgmmaSmallM, 4096}};
+      {16, GemmVariant::kDecode, 2304},      {13, GemmVariant::kDecode, 2304},
+      {16, GemmVariant::kDecode, 8192},      {150, GemmVariant::kTiled, 2304},
+      {150, GemmVariant::kWgmma, 2304},      {300, GemmVariant::kWgmma, 2304},
+      {13, GemmVariant::kWgmma, 2304},       {40, GemmVariant::kWgmmaSmallM, 2304},
+      {13, GemmVariant::kWgmmaSmallM, 4096}, {13, GemmVariant::kWgmmaSmallMWide, 2304}};
   for (const Pairing& p : ps)
     for (const auto& [M, kernel0, K] : cases) {
       GemmVariant kernel = kernel0;

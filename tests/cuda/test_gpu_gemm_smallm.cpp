@@ -1,11 +1,13 @@
-// lockstep_test_gpu --op gemm_small_m: the small-M wgmma kernel (cuda_wgmma_small_m: 64 x 32 tiles,
-// m64n32k16) gives the output bytes of the wgmma kernels large M runs (in-loop m64n128k16, staged
+// lockstep_test_gpu --op gemm_small_m: the small-M wgmma kernel at both tile widths
+// (cuda_wgmma_small_m: 64 x 32 tiles, m64n32k16; cuda_wgmma_small_m_wide: 64 x 128 tiles,
+// m64n128k16) gives the output bytes of the wgmma kernels large M runs (in-loop m64n128k16, staged
 // m64n256k16, W in registers with the operand roles swapped) on random inputs, dense and grouped,
 // every non-chunked format pairing, F32 and BF16 outputs, the epilogues (bias, SwiGLU x router
 // prob, padding rows, row amax), and edge inputs (zeros, +-max, subnormals, +-inf, NaN). This is
 // the test of the hardware assumption docs/gemm.md states: an element's accumulation in a wgmma
 // does not depend on the instruction's N width, the other rows of the tile or the operand roles.
-// Also the routing: the automatic choice runs the small-M kernel for few rows per group.
+// Also the routing: the automatic choice runs the small-M kernel for few rows per group, with wide
+// tiles for outputs wide enough to give every SM two of them.
 #include <algorithm>
 #include <set>
 
@@ -44,15 +46,20 @@ GemmResult call(GemmVariant v, const GemmArg& a, const GemmArg& w, GemmConfig cf
 std::string small_m_equals_refs(const GemmArg& a, const GemmArg& w, const GemmConfig& cfg,
                                 const Tensor* offsets, bool nan_equal) {
   std::string err;
-  const GemmResult s = call(GemmVariant::kWgmmaSmallM, a, w, cfg, offsets);
-  if (ran(s) != GemmVariant::kWgmmaSmallM) err += " small-M request ran " + kernel_label(ran(s));
+  std::vector<GemmResult> refs;
   std::set<GemmVariant> seen;
   for (GemmVariant ref : kRefs) {
-    const GemmResult r = call(ref, a, w, cfg, offsets);
-    if (!seen.insert(ran(r)).second) continue;
-    const std::string what = "d vs " + kernel_label(ran(r));
-    err += compare_t(r.d, s.d, nan_equal, what.c_str());
-    if (cfg.epilogue.row_amax) err += compare_t(r.row_amax, s.row_amax, true, "row_amax");
+    GemmResult r = call(ref, a, w, cfg, offsets);
+    if (seen.insert(ran(r)).second) refs.push_back(std::move(r));
+  }
+  for (GemmVariant v : {GemmVariant::kWgmmaSmallM, GemmVariant::kWgmmaSmallMWide}) {
+    const GemmResult s = call(v, a, w, cfg, offsets);
+    if (ran(s) != v) err += " " + kernel_label(v) + " request ran " + kernel_label(ran(s));
+    for (const GemmResult& r : refs) {
+      const std::string what = kernel_label(v) + " d vs " + kernel_label(ran(r));
+      err += compare_t(r.d, s.d, nan_equal, what.c_str());
+      if (cfg.epilogue.row_amax) err += compare_t(r.row_amax, s.row_amax, true, "row_amax");
+    }
   }
   return err;
 }
@@ -213,6 +220,16 @@ void small_m_routing() {
     if (got_fast != want_fast)
       err += " fast M=" + std::to_string(M) + " ran " + kernel_label(got_fast);
   }
+  // A vocabulary-wide output at one row: 128-column tiles (N = 40,000: 313 of them, two or more
+  // per SM up to 156 SMs); the bytes are those of the in-loop kernel.
+  const int64_t wide_n = 40000, wide_k = 128;
+  const DevHeld ww = dev(make(p.w, random_values(wide_n * wide_k, 5, 0.05f), wide_n, wide_k));
+  const DevHeld wa = dev(make(p.a, random_values(wide_k, 6, 1.0f), 1, wide_k));
+  const GemmResult wide = gpu_qgemm(wa.op(), ww.op(), GemmConfig{});
+  if (ran(wide) != GemmVariant::kWgmmaSmallMWide)
+    err += " batch-invariant M=1 N=40000 ran " + kernel_label(ran(wide));
+  err += compare_t(call(GemmVariant::kWgmmaInloop, wa.op(), ww.op(), GemmConfig{}, nullptr).d,
+                   wide.d, false, "N=40000 d vs in-loop");
   report(name, err);
 }
 

@@ -69,6 +69,7 @@ bool applicable(GemmVariant k, bool any_chunked, int64_t rows_per_group, int64_t
     case GemmVariant::kWgmmaWreg128:
     case GemmVariant::kWgmmaWreg256:
     case GemmVariant::kWgmmaSmallM:
+    case GemmVariant::kWgmmaSmallMWide:
       return !any_chunked && cuda::wgmma_available(K);
     case GemmVariant::kCublas:
       return !any_chunked && host_offsets && cuda::cublas_available() && K % 16 == 0;
@@ -95,7 +96,8 @@ bool kernel_matches(GemmVariant asked, GemmVariant ran) {
   const auto wgmma = [](GemmVariant k) {
     return k == GemmVariant::kWgmma || k == GemmVariant::kWgmmaInloop ||
            k == GemmVariant::kWgmmaStaged || k == GemmVariant::kWgmmaWreg128 ||
-           k == GemmVariant::kWgmmaWreg256 || k == GemmVariant::kWgmmaSmallM;
+           k == GemmVariant::kWgmmaWreg256 || k == GemmVariant::kWgmmaSmallM ||
+           k == GemmVariant::kWgmmaSmallMWide;
   };
   if (wgmma(asked)) return wgmma(ran) && ran != GemmVariant::kWgmma;
   return asked == ran;

@@ -66,7 +66,8 @@ int usage(const char* argv0, int rc) {
       "cuda_decode_block_split,\n"
       "            cuda_wgmma, cuda_wgmma_inloop, cuda_wgmma_staged, cuda_wgmma_wreg128, "
       "cuda_wgmma_wreg256,\n"
-      "            cuda_wgmma_small_m, cuda_cublas); cases that kernel cannot take are skipped\n"
+      "            cuda_wgmma_small_m, cuda_wgmma_small_m_wide, cuda_cublas); cases that kernel "
+      "cannot take are skipped\n"
       "  example: LOCKSTEP_TEST_SEED=7 %s --op colwise --format nvfp4 --only '96x256'\n",
       argv0, kOps, argv0);
   return rc;
