@@ -10,7 +10,6 @@
 // row (8 MB at n = 4096: about 2 us of HBM at batch 1, 0.5 ms at batch 256); flops 4 n Hq D per
 // row on the CUDA cores (NH = 8 query heads share each K / V load; 17 G instructions at batch 256,
 // n = 4096, about 0.5 ms). FP8 codes halve the bytes and add one division per element.
-#include "../tensor/cuda_launch.cuh"
 #include "attention_cuda.h"
 #include "attention_cuda_common.cuh"
 #include "attention_rows_cuda.cuh"
@@ -56,7 +55,6 @@ __device__ __forceinline__ void nan_row(const CachedParams& p, int64_t r, int64_
 
 template <class Codes, int NH, int MaxD>
 __global__ void __launch_bounds__(kRowsWarps * 32) cached_warp_kernel(CachedParams p) {
-  lockstep::cuda::pdl_enter();
   extern __shared__ __align__(16) float smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t call = int64_t(blockIdx.x) * kRowsWarps + warp;
@@ -103,7 +101,6 @@ struct SplitLayout {
 
 template <class Codes, int NH, int MaxD, int W>
 __global__ void __launch_bounds__(W * 32) cached_split_kernel(CachedParams p) {
-  lockstep::cuda::pdl_enter();
   extern __shared__ __align__(16) float smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int64_t r = blockIdx.x / p.calls_per_row, h0 = (blockIdx.x % p.calls_per_row) * NH;
@@ -212,9 +209,8 @@ void launch(const CachedParams& p, CachedPath path, cudaStream_t st) {
   const int64_t calls = p.rows * p.calls_per_row;
   if (path == CachedPath::kWarp) {
     const size_t smem = size_t(kRowsWarps) * p.warp_floats * sizeof(float);
-    lockstep::cuda::launch_pdl(cached_warp_kernel<Codes, NH, MaxD>,
-                               unsigned((calls + kRowsWarps - 1) / kRowsWarps), kRowsWarps * 32,
-                               smem, st, p);
+    cached_warp_kernel<Codes, NH, MaxD>
+        <<<unsigned((calls + kRowsWarps - 1) / kRowsWarps), kRowsWarps * 32, smem, st>>>(p);
   } else {
     constexpr int W = split_warps(NH);
     const size_t smem = size_t(SplitLayout(NH, W, p.qs, p.cache.head_dim).total) * sizeof(float);
@@ -222,7 +218,7 @@ void launch(const CachedParams& p, CachedPath path, cudaStream_t st) {
     static const bool once =
         (allow_smem(kern, SplitLayout(NH, W, 256, 256).total * sizeof(float)), true);
     (void)once;
-    lockstep::cuda::launch_pdl(kern, unsigned(calls), W * 32, smem, st, p);
+    kern<<<unsigned(calls), W * 32, smem, st>>>(p);
   }
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }

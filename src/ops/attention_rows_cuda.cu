@@ -180,7 +180,6 @@ struct PrologueParams {
 constexpr int kPrologueWarps = 4;
 
 __global__ void __launch_bounds__(kPrologueWarps * 32) prologue_kernel(PrologueParams p) {
-  lockstep::cuda::pdl_enter();
   __shared__ float k_rows[kPrologueWarps][kAttentionMaxHeadDim];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t hkv = p.cache.kv_heads, D = p.cache.head_dim, half = D / 2;
@@ -300,9 +299,8 @@ void cached_qkv_prologue(const KvCacheView& cache, const Tensor& qkv, const Tens
   p.tokens = positions.numel(), p.hq = q_heads;
   const int64_t warps = p.tokens * (q_heads + 2 * cache.kv_heads);
   if (warps == 0) return;
-  lockstep::cuda::launch_pdl(prologue_kernel,
-                             unsigned((warps + kPrologueWarps - 1) / kPrologueWarps),
-                             kPrologueWarps * 32, 0, cuda::cu(Stream{}), p);
+  prologue_kernel<<<unsigned((warps + kPrologueWarps - 1) / kPrologueWarps), kPrologueWarps * 32, 0,
+                    cuda::cu(Stream{})>>>(p);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 

@@ -27,7 +27,6 @@ template <bool kVec4>
 __global__ void __launch_bounds__(kEmbedThreads)
     embedding_fwd_kernel(const float* table, int64_t vocab, int64_t d, const int32_t* ids,
                          float* out) {
-  lockstep::cuda::pdl_enter();
   const int64_t t = blockIdx.x;
   const int32_t id = ids[t];
   const bool ok = id >= 0 && int64_t(id) < vocab;
@@ -102,11 +101,11 @@ void embedding_fwd_cuda(const float* table, int64_t vocab, int64_t d, const int3
   lockstep::cuda::DeviceGuard guard(device);
   const cudaStream_t s = lockstep::cuda::cu(Stream{});
   if (d % 4 == 0 && aligned16(table) && aligned16(out))
-    lockstep::cuda::launch_pdl(embedding_fwd_kernel<true>, unsigned(tokens), kEmbedThreads, 0, s,
-                               table, vocab, d, ids, out);
+    embedding_fwd_kernel<true>
+        <<<unsigned(tokens), kEmbedThreads, 0, s>>>(table, vocab, d, ids, out);
   else
-    lockstep::cuda::launch_pdl(embedding_fwd_kernel<false>, unsigned(tokens), kEmbedThreads, 0, s,
-                               table, vocab, d, ids, out);
+    embedding_fwd_kernel<false>
+        <<<unsigned(tokens), kEmbedThreads, 0, s>>>(table, vocab, d, ids, out);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 

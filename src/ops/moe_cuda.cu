@@ -7,7 +7,6 @@
 // sums.
 #include <cub/device/device_radix_sort.cuh>
 
-#include "../tensor/cuda_launch.cuh"
 #include "../tensor/cuda_util.h"
 #include "lockstep/numerics/transcendental.h"
 #include "moe_cuda.h"
@@ -72,7 +71,6 @@ size_t small_route_smem(int64_t n, int64_t experts) {
 __global__ void __launch_bounds__(kSmallThreads)
     route_small_kernel(const int32_t* ids, int64_t n, int32_t experts, int64_t k, int64_t multiple,
                        int64_t rows, int64_t* off_out, int32_t* src_rows, int32_t* slot_row) {
-  lockstep::cuda::pdl_enter();
   extern __shared__ int64_t smem[];
   int64_t* off = smem;
   int32_t* keys = reinterpret_cast<int32_t*>(off + experts + 1);
@@ -132,7 +130,6 @@ __global__ void __launch_bounds__(kSmallThreads)
 // out[r] = x[src[r]] (0 when src[r] < 0); one block row-chunk per output row.
 __global__ void gather_kernel(const float* x, const int32_t* src, int64_t rows, int64_t d,
                               float* out) {
-  lockstep::cuda::pdl_enter();
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int32_t s = src[r];
     float* o = out + r * d;
@@ -150,7 +147,6 @@ __global__ void gather_kernel(const float* x, const int32_t* src, int64_t rows, 
 // slots' rows are loaded 8 at a time before they are added (in slot order).
 __global__ void combine_kernel(const float* __restrict__ rows, const int32_t* __restrict__ slot_row,
                                int64_t tokens, int64_t k, int64_t d, float* __restrict__ out) {
-  lockstep::cuda::pdl_enter();
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= d) return;
   for (int64_t t = blockIdx.y; t < tokens; t += gridDim.y) {
@@ -181,7 +177,6 @@ __global__ void scatter_kernel(const float* x, const int32_t* slot_row, int64_t 
 
 __global__ void scatter_slots_kernel(const float* w, const int32_t* slot_row, int64_t n,
                                      float* out) {
-  lockstep::cuda::pdl_enter();
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i < n) out[slot_row[i]] = w[i];
 }
@@ -211,10 +206,9 @@ void moe_route(const Tensor& ids, MoeRoute& r) {
   r.src_rows = Tensor::empty(DType::kI32, {r.rows}, dev);
   r.slot_row = Tensor::empty(DType::kI32, {n}, dev);
   if (n <= kSmallSlots && E <= kSmallExperts && r.row_multiple <= kSmallMaxMultiple) {
-    lockstep::cuda::launch_pdl(route_small_kernel, 1, kSmallThreads, small_route_smem(n, E), st,
-                               ids.ptr<int32_t>(), n, int32_t(E), r.top_k, r.row_multiple, r.rows,
-                               r.offsets.ptr<int64_t>(), r.src_rows.ptr<int32_t>(),
-                               r.slot_row.ptr<int32_t>());
+    route_small_kernel<<<1, kSmallThreads, small_route_smem(n, E), st>>>(
+        ids.ptr<int32_t>(), n, int32_t(E), r.top_k, r.row_multiple, r.rows,
+        r.offsets.ptr<int64_t>(), r.src_rows.ptr<int32_t>(), r.slot_row.ptr<int32_t>());
     LOCKSTEP_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -255,9 +249,8 @@ void moe_route(const Tensor& ids, MoeRoute& r) {
 void moe_gather(const Tensor& x, const MoeRoute& r, Tensor& out) {
   if (r.rows == 0 || x.cols() == 0) return;
   lockstep::cuda::DeviceGuard guard(x.device());
-  lockstep::cuda::launch_pdl(gather_kernel, row_blocks(r.rows), row_threads(x.cols()), 0,
-                             cu(Stream{}), x.ptr<float>(), r.src_rows.ptr<int32_t>(), r.rows,
-                             x.cols(), out.ptr<float>());
+  gather_kernel<<<row_blocks(r.rows), row_threads(x.cols()), 0, cu(Stream{})>>>(
+      x.ptr<float>(), r.src_rows.ptr<int32_t>(), r.rows, x.cols(), out.ptr<float>());
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
@@ -266,9 +259,9 @@ void moe_combine(const Tensor& rows, const MoeRoute& r, Tensor& out) {
   lockstep::cuda::DeviceGuard guard(rows.device());
   const int threads = row_threads(rows.cols());
   const dim3 grid(unsigned((rows.cols() + threads - 1) / threads), unsigned(row_blocks(r.tokens)));
-  lockstep::cuda::launch_pdl(combine_kernel, grid, threads, 0, cu(Stream{}), rows.ptr<float>(),
-                             r.slot_row.ptr<int32_t>(), r.tokens, r.top_k, rows.cols(),
-                             out.ptr<float>());
+  combine_kernel<<<grid, threads, 0, cu(Stream{})>>>(rows.ptr<float>(), r.slot_row.ptr<int32_t>(),
+                                                     r.tokens, r.top_k, rows.cols(),
+                                                     out.ptr<float>());
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
@@ -284,8 +277,8 @@ void moe_scatter_slots(const Tensor& w, const MoeRoute& r, Tensor& out) {
   const int64_t n = r.tokens * r.top_k;
   if (n == 0) return;
   lockstep::cuda::DeviceGuard guard(w.device());
-  lockstep::cuda::launch_pdl(scatter_slots_kernel, blocks_for(n), kThreads, 0, cu(Stream{}),
-                             w.ptr<float>(), r.slot_row.ptr<int32_t>(), n, out.ptr<float>());
+  scatter_slots_kernel<<<blocks_for(n), kThreads, 0, cu(Stream{})>>>(
+      w.ptr<float>(), r.slot_row.ptr<int32_t>(), n, out.ptr<float>());
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 

@@ -19,7 +19,6 @@ namespace {
 __global__ void __launch_bounds__(kRowThreads)
     rmsnorm_fwd_kernel(const float* x, const float* w, int64_t rows, int64_t d, float eps, float* y,
                        float* rstd) {
-  lockstep::cuda::pdl_enter();
   const int64_t r = warp_row();
   if (r >= rows) return;  // warp-uniform
   rmsnorm_row(WarpLanes{int(threadIdx.x % 32)}, x + r * d, w, d, eps, y + r * d, rstd + r);
@@ -37,7 +36,6 @@ template <bool kStaged>
 __global__ void __launch_bounds__(kWideThreads)
     rmsnorm_fwd_wide_kernel(const float* x, const float* w, int64_t d, float eps, float* y,
                             float* rstd) {
-  lockstep::cuda::pdl_enter();
   __shared__ float rs_shared;
   __shared__ float staged[kStaged ? kWideStagedCols : 1];
   constexpr int64_t kStep = kWideThreads;
@@ -145,14 +143,14 @@ void rmsnorm_fwd_cuda(const float* x, const float* w, int64_t rows, int64_t d, f
   if (rows == 0) return;
   lockstep::cuda::DeviceGuard guard(device);
   if (rows <= kWideMaxRows && d <= kWideStagedCols)
-    lockstep::cuda::launch_pdl(rmsnorm_fwd_wide_kernel<true>, unsigned(rows), kWideThreads, 0,
-                               lockstep::cuda::cu(Stream{}), x, w, d, eps, y, rstd);
+    rmsnorm_fwd_wide_kernel<true>
+        <<<unsigned(rows), kWideThreads, 0, lockstep::cuda::cu(Stream{})>>>(x, w, d, eps, y, rstd);
   else if (rows <= kWideMaxRows)
-    lockstep::cuda::launch_pdl(rmsnorm_fwd_wide_kernel<false>, unsigned(rows), kWideThreads, 0,
-                               lockstep::cuda::cu(Stream{}), x, w, d, eps, y, rstd);
+    rmsnorm_fwd_wide_kernel<false>
+        <<<unsigned(rows), kWideThreads, 0, lockstep::cuda::cu(Stream{})>>>(x, w, d, eps, y, rstd);
   else
-    lockstep::cuda::launch_pdl(rmsnorm_fwd_kernel, row_blocks(rows), kRowThreads, 0,
-                               lockstep::cuda::cu(Stream{}), x, w, rows, d, eps, y, rstd);
+    rmsnorm_fwd_kernel<<<row_blocks(rows), kRowThreads, 0, lockstep::cuda::cu(Stream{})>>>(
+        x, w, rows, d, eps, y, rstd);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "../tensor/cuda_launch.cuh"
 #include "../tensor/cuda_util.h"
 
 namespace lockstep::ops::cuda_detail {
@@ -29,7 +28,6 @@ inline unsigned map_blocks(int64_t n) {
 // f(i) for every i in [0, n).
 template <class F>
 __global__ void __launch_bounds__(kMapThreads) map_kernel(F f, int64_t n) {
-  lockstep::cuda::pdl_enter();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) f(i);
 }
@@ -37,8 +35,7 @@ __global__ void __launch_bounds__(kMapThreads) map_kernel(F f, int64_t n) {
 template <class F>
 void launch_map(F f, int64_t n) {
   if (n <= 0) return;
-  lockstep::cuda::launch_pdl(map_kernel<F>, map_blocks(n), kMapThreads, 0,
-                             lockstep::cuda::cu(Stream{}), f, n);
+  map_kernel<<<map_blocks(n), kMapThreads, 0, lockstep::cuda::cu(Stream{})>>>(f, n);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 

@@ -28,7 +28,6 @@
 #include <mutex>
 #include <type_traits>
 
-#include "../tensor/cuda_launch.cuh"
 #include "../tensor/cuda_util.h"
 #include "lockstep/ops/row_exec.h"
 
@@ -209,7 +208,6 @@ struct GridLanes {
 
 template <class Op>
 __global__ void __launch_bounds__(kBlockLanes) block_rows_kernel(Op op) {
-  lockstep::cuda::pdl_enter();
   __shared__ float scratch[kBlockLanes];
   const ops::BlockLanes ex{int(threadIdx.x), scratch};
   op(ex, int64_t(blockIdx.x));
@@ -218,7 +216,6 @@ __global__ void __launch_bounds__(kBlockLanes) block_rows_kernel(Op op) {
 template <class Op>
 __global__ void __launch_bounds__(kBlockLanes / 2)
     grid_rows_kernel(Op op, int phase, float* partials, float* results) {
-  lockstep::cuda::pdl_enter();
   __shared__ float buf[2 * kGridBuf];
   __shared__ float bcast[2];
   const int64_t row = blockIdx.y;
@@ -236,7 +233,6 @@ __global__ void __launch_bounds__(kBlockLanes / 2)
 template <class Op>
 __global__ void __launch_bounds__(kWarpLanes* kWarpRowsPerBlock)
     warp_rows_kernel(Op op, int64_t rows) {
-  lockstep::cuda::pdl_enter();
   const int64_t row = int64_t(blockIdx.x) * kWarpRowsPerBlock + threadIdx.x / kWarpLanes;
   if (row >= rows) return;  // the whole warp leaves together
   const ops::WarpLanes ex{int(threadIdx.x % kWarpLanes)};
@@ -277,7 +273,7 @@ void launch_block_rows(const Op& op, int64_t rows, int reductions, Device device
   const cudaStream_t st = cu(stream);
   const int ctas = grid_ctas(rows);
   if (ctas == 0) {
-    lockstep::cuda::launch_pdl(block_rows_kernel<Op>, unsigned(rows), kBlockLanes, 0, st, op);
+    block_rows_kernel<Op><<<unsigned(rows), kBlockLanes, 0, st>>>(op);
     LOCKSTEP_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -288,8 +284,8 @@ void launch_block_rows(const Op& op, int64_t rows, int reductions, Device device
   float* results = scratch.get<float>(size_t(rows * kGridResults));
   const int threads = std::max(kGridThreads, kBlockLanes / ctas);
   for (int phase = 0; phase <= reductions; ++phase) {
-    lockstep::cuda::launch_pdl(grid_rows_kernel<Op>, dim3(unsigned(ctas), unsigned(rows)), threads,
-                               0, st, op, phase, partials, results);
+    grid_rows_kernel<Op>
+        <<<dim3(unsigned(ctas), unsigned(rows)), threads, 0, st>>>(op, phase, partials, results);
     LOCKSTEP_CUDA_CHECK_LAUNCH();
   }
 }
@@ -300,8 +296,8 @@ void launch_warp_rows(const Op& op, int64_t rows, Device device, Stream stream) 
   if (rows == 0) return;
   DeviceGuard guard(device);
   const int64_t blocks = (rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
-  lockstep::cuda::launch_pdl(warp_rows_kernel<Op>, unsigned(blocks), kWarpLanes * kWarpRowsPerBlock,
-                             0, cu(stream), op, rows);
+  warp_rows_kernel<Op>
+      <<<unsigned(blocks), kWarpLanes * kWarpRowsPerBlock, 0, cu(stream)>>>(op, rows);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 

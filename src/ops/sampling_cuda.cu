@@ -107,7 +107,6 @@ __global__ void __launch_bounds__(kThreads)
     sample_block_sums_kernel(const float* x, const uint64_t* keys, const float* stats,
                              int64_t vocab, int64_t n, float inv_t, int bits, int64_t r0,
                              int64_t nb, float* P) {
-  lockstep::cuda::pdl_enter();
   __shared__ float w[kBlocksPerCta * (kSampleBlock + 1)];
   const int64_t r = r0 + blockIdx.y;
   const RowStats<float> st = load_stats(stats, r);
@@ -139,7 +138,6 @@ __global__ void __launch_bounds__(kThreads)
                          bool truncate_p, float top_p, uint64_t seed, const int32_t* streams,
                          const int32_t* pos32, const int64_t* pos64, int32_t* tokens,
                          float* logprobs) {
-  lockstep::cuda::pdl_enter();
   __shared__ float sp[kMaxBlocks];
   __shared__ float sw[kSampleBlock];
   __shared__ int s_first;
@@ -253,14 +251,13 @@ void sample_tokens_rows(const float* logits, int64_t rows, int64_t vocab, const 
                                                                   int(cr * vocab), int(cr), offsets,
                                                                   offsets + 1, 0, 32 + bits, st));
     }
-    lockstep::cuda::launch_pdl(
-        sample_block_sums_kernel,
-        dim3(unsigned((nb + kBlocksPerCta - 1) / kBlocksPerCta), unsigned(cr)), kThreads, 0, st,
+    sample_block_sums_kernel<<<
+        dim3(unsigned((nb + kBlocksPerCta - 1) / kBlocksPerCta), unsigned(cr)), kThreads, 0, st>>>(
         logits, keys, stats, vocab, n, inv_t, bits, r0, nb, P);
     LOCKSTEP_CUDA_CHECK_LAUNCH();
-    lockstep::cuda::launch_pdl(sample_finish_kernel, unsigned(cr), kThreads, 0, st, logits, keys,
-                               stats, vocab, n, inv_t, bits, r0, nb, P, cfg.top_p < 1.0,
-                               float(cfg.top_p), cfg.seed, streams, pos32, pos64, tokens, logprobs);
+    sample_finish_kernel<<<unsigned(cr), kThreads, 0, st>>>(
+        logits, keys, stats, vocab, n, inv_t, bits, r0, nb, P, cfg.top_p < 1.0, float(cfg.top_p),
+        cfg.seed, streams, pos32, pos64, tokens, logprobs);
     LOCKSTEP_CUDA_CHECK_LAUNCH();
   }
 }

@@ -21,7 +21,6 @@ constexpr int kElemThreads = 256;
 __global__ void __launch_bounds__(kElemThreads)
     swiglu_fwd_kernel(const float* __restrict__ x, const float* __restrict__ p, int64_t rows,
                       int64_t inter, float* __restrict__ y) {
-  lockstep::cuda::pdl_enter();
   const int64_t c = int64_t(blockIdx.x) * kElemThreads + threadIdx.x;
   if (c >= inter) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -48,8 +47,7 @@ void swiglu_fwd_cuda(const float* x, const float* p, int64_t rows, int64_t inter
   if (inter == 0) return;
   const dim3 grid(unsigned((inter + kElemThreads - 1) / kElemThreads),
                   unsigned(rows < 65535 ? rows : 65535));
-  lockstep::cuda::launch_pdl(swiglu_fwd_kernel, grid, kElemThreads, 0, lockstep::cuda::cu(Stream{}),
-                             x, p, rows, inter, y);
+  swiglu_fwd_kernel<<<grid, kElemThreads, 0, lockstep::cuda::cu(Stream{})>>>(x, p, rows, inter, y);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 

@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "cast_cuda.h"
-#include "cuda_launch.cuh"
 #include "cuda_util.h"
 #include "lockstep/numerics/hd.h"
 
@@ -50,7 +49,6 @@ __device__ F16 narrow<F16>(float v) {
 
 template <class From, class To>
 __global__ void __launch_bounds__(256) cast_kernel(const From* src, To* dst, int64_t n) {
-  lockstep::cuda::pdl_enter();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     dst[i] = narrow<To>(widen<From>(src[i]));
@@ -59,8 +57,8 @@ __global__ void __launch_bounds__(256) cast_kernel(const From* src, To* dst, int
 template <class From, class To>
 void launch(const void* src, void* dst, int64_t n) {
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t(1) << 16);
-  lockstep::cuda::launch_pdl(cast_kernel<From, To>, unsigned(blocks), 256, 0, cu(Stream{}),
-                             static_cast<const From*>(src), static_cast<To*>(dst), n);
+  cast_kernel<From, To><<<unsigned(blocks), 256, 0, cu(Stream{})>>>(static_cast<const From*>(src),
+                                                                    static_cast<To*>(dst), n);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
