@@ -42,7 +42,6 @@ constexpr int kCompactGroups = 1024;
 __global__ void group_table_compact_kernel(const int64_t* off, int groups, const int64_t* tokens,
                                            int64_t n_per_group, int64_t max_rows,
                                            int64_t total_rows, GemmGroupDesc* out) {
-  lockstep::cuda::pdl_enter();
   __shared__ int per_warp[kCompactGroups / 32];
   const int e = int(threadIdx.x), lane = e & 31, warp = e >> 5;
   GemmGroupDesc d{};
@@ -145,9 +144,8 @@ DeviceGroupTable make_group_table_device(const int64_t* offsets, int groups, con
   auto* out = static_cast<GemmGroupDesc*>(t.storage.raw());
   t.table = out;
   if (groups > 0 && groups <= kCompactGroups) {
-    lockstep::cuda::launch_pdl(group_table_compact_kernel, 1, unsigned((groups + 31) / 32 * 32), 0,
-                               cu(stream), offsets, groups, tokens, n_per_group, max_rows,
-                               total_rows, out);
+    group_table_compact_kernel<<<1, unsigned((groups + 31) / 32 * 32), 0, cu(stream)>>>(
+        offsets, groups, tokens, n_per_group, max_rows, total_rows, out);
     LOCKSTEP_CUDA_CHECK_LAUNCH();
     // At most total_rows groups have rows: the kernels visit no more entries than that.
     t.groups = int(std::min<int64_t>(groups, total_rows));

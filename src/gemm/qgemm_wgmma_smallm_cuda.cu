@@ -26,9 +26,9 @@
 // live rows (rows past the group or past N stay zero) into one of three bf16 steps, and issues the
 // wgmma of step k while it dequantizes step k + 1; one CTA barrier per step. The barrier waits
 // for the wgmma of step k - 1 only, so the wgmma of step k runs on through the barrier and the next
-// step's issue: the chain of dependent k16 instructions, which bounds a step when the tile is
-// narrow, overlaps the dequantization instead of following it. The instructions and their order on
-// each accumulator are the same either way. Launched with programmatic dependent launch.
+// step's issue (on the H200 this moved no shape's time by more than 3%: the chain of dependent k16
+// instructions does not bound a step). The instructions and their order on each accumulator are the
+// same either way. Launched with programmatic dependent launch.
 #include <algorithm>
 
 #include "qgemm_cuda.cuh"

@@ -1,12 +1,8 @@
-// Programmatic dependent launch (sm_90), shared by the CUDA kernels of every layer (private, .cu
-// files only). A kernel launched with launch_pdl may start while the kernel before it in the stream
-// is still running, so it must call pdl_wait() before it touches global memory that earlier work
-// writes or reads; pdl_launch_dependents() then lets the next such kernel start (its blocks wait in
-// their own pdl_wait). A kernel that calls pdl_enter() first (both, in that order) behaves as if
-// launched plainly, while the launch of the next kernel overlaps its run: in a decode step of a
-// hundred small kernels that overlap is most of what separates them. Both calls are no-ops for a
-// kernel launched without the attribute, and pdl_wait() waits for the previous kernel to finish
-// and its memory to be visible, so the order of every memory access is the plain launch's.
+// Programmatic dependent launch (sm_90) for the CUDA kernels (private, .cu files only). A kernel
+// launched with launch_pdl may start while the kernel before it in the stream is still running, so
+// it must call pdl_wait() before it touches global memory that earlier work writes or reads;
+// pdl_launch_dependents() then lets the next such kernel start (its blocks wait in their own
+// pdl_wait). Both calls are no-ops for a kernel launched without the attribute.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,13 +23,6 @@ __device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
-// The first statement of a kernel launched with launch_pdl that has no work to do before its
-// inputs are ready.
-__device__ __forceinline__ void pdl_enter() {
-  pdl_wait();
-  pdl_launch_dependents();
-}
-
 // kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization allowed.
 template <class... KArgs, class... Args>
 void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
