@@ -319,12 +319,10 @@ void launch_wgmma_wreg(int tile, const GemmOperandView& a, const GemmOperandView
 // warpgroup, the chain of the other wgmma kernels (bit-identical output, tested). It takes any M
 // (64-row tiles); launch_wgmma runs it when asked for, or, choosing itself, when
 // smallm_wgmma_preferred: at most kSmallMMaxRows rows per group (the rule is in the .cu). `route`
-// kWgmmaSmallM / kWgmmaSmallMWide asks for a tile width, any other lets smallm_wgmma_cols choose
-// (128 columns once their tiles give every SM two or more: `busy_tiles` = row tiles x groups with
-// rows). Returns the variant (width) that ran.
+// kWgmmaSmallM / kWgmmaSmallMWide asks for a tile width, any other lets the .cu choose (128
+// columns once their tiles give every SM two or more). Returns the variant (width) that ran.
 constexpr int64_t kSmallMMaxRows = 64;
 bool smallm_wgmma_preferred(const DeviceGroupTable& groups, int64_t n);
-int smallm_wgmma_cols(int64_t n, int64_t busy_tiles);
 GemmVariant launch_wgmma_smallm(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
                                 const DeviceGroupTable& groups, const DeviceEpilogue& ep,
                                 GemmOutView out, Scratch& scratch, GemmVariant route,

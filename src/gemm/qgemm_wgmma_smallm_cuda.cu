@@ -247,6 +247,20 @@ int sm_count() {
   return sms;
 }
 
+// Groups that hold rows: every group unless the host knows their sizes.
+int64_t busy_groups(const DeviceGroupTable& groups) {
+  if (!groups.on_host()) return groups.groups;
+  return std::count_if(groups.host.begin(), groups.host.end(),
+                       [](const GemmGroupDesc& g) { return g.rows > 0; });
+}
+
+// 128-column tiles once they give every SM (one CTA each) two tiles or more; below that the
+// 32-column tiles' four times as many CTAs hide more of the per-step latency. The width never
+// changes a bit.
+int smallm_wgmma_cols(int64_t n, int64_t busy_tiles) {
+  return (n + kWide - 1) / kWide * busy_tiles >= 2 * int64_t(sm_count()) ? kWide : kNarrow;
+}
+
 }  // namespace
 
 // Up to 32 rows per group the small-M kernel dequantizes at most as many values per output column
@@ -255,26 +269,10 @@ int sm_count() {
 // dequantizes up to 1.5x as many values per column, which pays while the in-loop grid would not
 // fill the GPU (latency-bound calls). Groups with no rows count only where the host knows them.
 // Reasoned from the work per step, not measured per threshold; the choice never changes a bit.
-namespace {
-// Groups that hold rows: every group unless the host knows their sizes.
-int64_t busy_groups(const DeviceGroupTable& groups) {
-  if (!groups.on_host()) return groups.groups;
-  return std::count_if(groups.host.begin(), groups.host.end(),
-                       [](const GemmGroupDesc& g) { return g.rows > 0; });
-}
-}  // namespace
-
 bool smallm_wgmma_preferred(const DeviceGroupTable& groups, int64_t n) {
   if (groups.max_rows > kSmallMMaxRows) return false;
   if (groups.max_rows <= 32) return true;
   return (n + 127) / 128 * busy_groups(groups) < sm_count();
-}
-
-// 128-column tiles once they give every SM (one CTA each) two tiles or more; below that the
-// 32-column tiles' four times as many CTAs hide more of the per-step latency. The width never
-// changes a bit.
-int smallm_wgmma_cols(int64_t n, int64_t busy_tiles) {
-  return (n + kWide - 1) / kWide * busy_tiles >= 2 * int64_t(sm_count()) ? kWide : kNarrow;
 }
 
 GemmVariant launch_wgmma_smallm(const GemmOperandView& a, const GemmOperandView& w, int64_t n,
