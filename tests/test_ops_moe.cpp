@@ -148,12 +148,16 @@ TEST(OpsMoeRouter, TopkFollowsSoftmaxWithTiesToTheLowerExpert) {
 
 // Rows wider than the 32 lanes (several experts per lane), -inf logits (probabilities of exactly
 // +0 that tie and go to the lower expert) and rows without a distribution (a NaN logit, every
-// logit -inf: experts 0..k-1 with NaN weights); weights compared bit for bit.
+// logit -inf: experts 0..k-1 with NaN weights); weights compared bit for bit. Rows up to
+// kRouterDimsExperts keep their probabilities in the executor's Dims array, wider rows read them
+// back from probs: both sides of that limit are covered.
 TEST(OpsMoeRouter, TopkOnWideRowsWithZeroProbabilitiesAndRowsWithoutADistribution) {
   SeedTrace seed;
   std::mt19937_64 g(seed.value);
   const float kNegInf = -std::numeric_limits<float>::infinity();
-  for (const int64_t E : {int64_t(33), int64_t(128), int64_t(200)}) {
+  static_assert(kRouterDimsExperts == 256);
+  for (const int64_t E :
+       {int64_t(33), int64_t(128), int64_t(200), int64_t(256), int64_t(257), int64_t(600)}) {
     const int64_t T = 6;
     std::vector<float> logits(static_cast<size_t>(T * E));
     for (auto& l : logits) l = float(int(g() % 7)) * 0.25f - 1.0f;

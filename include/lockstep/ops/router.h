@@ -31,31 +31,28 @@ namespace lockstep::ops {
 inline constexpr int kRouterLanes = kWarpLanes;
 using HostRouterLanes = HostLanes<kRouterLanes>;
 
-// One token: logits, probs: [E]; ids, weights: [k], 1 <= k <= E <= 2^24.
-template <class X, class T>
-LOCKSTEP_HD void router_topk_row(const X& ex, const T* logits, int64_t E, int64_t k,
-                                 bool renormalize, T* probs, int32_t* ids, T* weights) {
+// Experts up to this many keep their probabilities in registers for the selection (a Dims array
+// of the executor: 8 per lane on the GPU); more are read back from probs. Either way a selection
+// reads the stored value prob(e), so the two paths give the same bits.
+inline constexpr int kRouterDimsExperts = 256;
+
+namespace detail {
+
+// Slots 0..k-1 of router_topk_row, given the row's stats and `reduce(f)`: the 32-lane max over the
+// experts e of f(e, p_e).
+template <class X, class T, class Prob, class Reduce>
+LOCKSTEP_HD void router_select(const X& ex, const RowStats<T>& st, int64_t k, bool renormalize,
+                               const Prob& prob, const Reduce& reduce, int32_t* ids, T* weights) {
   constexpr T kInf = std::numeric_limits<T>::infinity();
-  const RowStats<T> st = softmax_stats<T>(ex, E, [&](int64_t e) { return logits[e]; });
-  const auto prob = [&](int64_t e) { return softmax_value(logits[e], st); };
-  ex.for_each(E, [&](int64_t e) { probs[e] = prob(e); });
   const bool valid = st.s >= T(1);  // S >= exp(0) = 1 whenever the row has a distribution
   T prev_p = kInf;                  // the previous slot's (probability, expert)
   int64_t prev_e = -1;
   T sum = 0;
-  // The selection reads p_e back from probs: the lane that wrote probs[e] is the lane that reads
-  // it (the executor's for_each and max give element e to the same lane), and the stored value is
-  // prob(e) itself, so the read is the recomputation without its exp and division per pass.
   for (int64_t s = 0; s < k; ++s) {
     const auto after = [&](int64_t e, T p) { return p < prev_p || (p == prev_p && e > prev_e); };
-    const T best = ex.template max<T>(E, [&](int64_t e) {
-      const T p = probs[e];
-      return after(e, p) ? p : -kInf;
-    });
-    const T neg_e = ex.template max<T>(E, [&](int64_t e) {
-      const T p = probs[e];
-      return after(e, p) && p == best ? -T(e) : -kInf;
-    });
+    const T best = reduce([&](int64_t e, T p) { return after(e, p) ? p : -kInf; });
+    const T neg_e =
+        reduce([&](int64_t e, T p) { return after(e, p) && p == best ? -T(e) : -kInf; });
     const bool found = valid && neg_e > -kInf;
     const int64_t e = found ? int64_t(-neg_e) : s;
     // A found expert's p equals best (p == best, both finite and >= +0: the same bits).
@@ -70,6 +67,38 @@ LOCKSTEP_HD void router_topk_row(const X& ex, const T* logits, int64_t E, int64_
   }
   if (renormalize && ex.leader())
     for (int64_t s = 0; s < k; ++s) weights[s] = weights[s] / sum;
+}
+
+}  // namespace detail
+
+// One token: logits, probs: [E]; ids, weights: [k], 1 <= k <= E <= 2^24.
+template <class X, class T>
+LOCKSTEP_HD void router_topk_row(const X& ex, const T* logits, int64_t E, int64_t k,
+                                 bool renormalize, T* probs, int32_t* ids, T* weights) {
+  const RowStats<T> st = softmax_stats<T>(ex, E, [&](int64_t e) { return logits[e]; });
+  const auto prob = [&](int64_t e) { return softmax_value(logits[e], st); };
+  if (E <= kRouterDimsExperts) {
+    // The selection reads p_e from the lane's Dims array, which holds the value stored to probs.
+    typename X::template Dims<T, kRouterDimsExperts> pv;
+    ex.template for_dims<kRouterDimsExperts>(E, [&](int64_t e, int i) {
+      pv[i] = prob(e);
+      probs[e] = pv[i];
+    });
+    const auto reduce = [&](const auto& f) {
+      return ex.template max_dims<kRouterDimsExperts, T>(
+          E, [&](int64_t e, int i) { return f(e, pv[i]); });
+    };
+    detail::router_select(ex, st, k, renormalize, prob, reduce, ids, weights);
+    return;
+  }
+  ex.for_each(E, [&](int64_t e) { probs[e] = prob(e); });
+  // The selection reads p_e back from probs: the lane that wrote probs[e] is the lane that reads
+  // it (the executor's for_each and max give element e to the same lane), and the stored value is
+  // prob(e) itself, so the read is the recomputation without its exp and division per pass.
+  const auto reduce = [&](const auto& f) {
+    return ex.template max<T>(E, [&](int64_t e) { return f(e, probs[e]); });
+  };
+  detail::router_select(ex, st, k, renormalize, prob, reduce, ids, weights);
 }
 
 // Routing replay: the experts of a token are given (ids [k], chosen by another forward, e.g. the

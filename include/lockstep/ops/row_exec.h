@@ -135,6 +135,12 @@ struct HostLanes {
   void for_dims(int64_t D, F&& f) const {
     for (int64_t d = 0; d < D; ++d) f(d, int(d));
   }
+  // max over d < D <= MaxDim of f(d, i), i as for_dims gives it: max's lanes, order and bits, for
+  // values a row function keeps in a Dims array (registers on the GPU) instead of memory.
+  template <int MaxDim, class T, class F>
+  T max_dims(int64_t D, F&& f) const {
+    return max<T>(D, [&](int64_t d) { return f(d, int(d)); });
+  }
 };
 
 using HostWarp = HostLanes<kWarpLanes>;
@@ -271,6 +277,25 @@ struct WarpLanes {
       const int64_t d = lane + int64_t(i) * kWarpLanes;
       if (d < D) f(d, i);
     }
+  }
+  // Lane l takes d = l, l + 32, ... in ascending order, as max does, unrolled as for_dims.
+  template <int MaxDim, class T, class F>
+  __device__ T max_dims(int64_t D, F&& f) const {
+    T p = -std::numeric_limits<T>::infinity();
+#pragma unroll
+    for (int i = 0; i < (MaxDim + kWarpLanes - 1) / kWarpLanes; ++i) {
+      const int64_t d = lane + int64_t(i) * kWarpLanes;
+      if (d < D) {
+        const T x = f(d, i);
+        p = x > p ? x : p;
+      }
+    }
+#pragma unroll
+    for (int off = kWarpLanes / 2; off >= 1; off /= 2) {
+      const T o = __shfl_down_sync(0xffffffffu, p, off);
+      if (lane < off) p = o > p ? o : p;
+    }
+    return __shfl_sync(0xffffffffu, p, 0);
   }
 };
 
