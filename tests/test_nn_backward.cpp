@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 
 #include "lockstep/gemm/qgemm.h"
 #include "lockstep/nn/grouped_linear.h"
@@ -61,6 +62,31 @@ struct Case {
 };
 
 }  // namespace
+
+// An inference forward of a module with a bf16 fprop activation operand lets the producer write
+// its input as bf16 (producer_dtype), and that input gives the F32 input's bits; a training
+// forward, or a quantized operand, keeps F32 and refuses a BF16 input.
+TEST(NnForward, Bf16ProducerInputGivesTheF32InputsBits) {
+  const int64_t T = 7, K = 64, N = 40;
+  const Tensor w = randf(N, K, 1, 0.2f), x = randf(T, K, 2, 2.0f);
+  const Tensor xb = cast(x, DType::kBF16);
+  const auto spec = [](const char* recipe, ModuleClass cls) {
+    return resolve_module(builtin_recipe_or_throw(recipe, "test").recipe, 0, cls, 8).spec;
+  };
+  nn::Linear bf("lin", w, Tensor(), spec("bf16", ModuleClass::kQkv));
+  EXPECT_EQ(bf.producer_dtype(false), std::optional<DType>(DType::kBF16));
+  EXPECT_EQ(bf.producer_dtype(true), std::nullopt);
+  expect_bits(bf.forward(xb, false), bf.forward(x, false), "bf16 linear");
+  const std::vector<int64_t> off{0, 3, 3, T};
+  const Tensor offsets = Tensor::from_vector<int64_t>(off, {4}, DType::kI64);
+  nn::GroupedLinear gbf("glin", randf(3 * N, K, 4, 0.2f), Tensor(), 3,
+                        spec("bf16", ModuleClass::kExpertsFc1));
+  EXPECT_EQ(gbf.producer_dtype(false), std::optional<DType>(DType::kBF16));
+  expect_bits(gbf.forward(xb, offsets, false), gbf.forward(x, offsets, false), "bf16 grouped");
+  nn::Linear q("lin", w, Tensor(), spec("nvfp4_per_token", ModuleClass::kExpertsFc1));
+  EXPECT_EQ(q.producer_dtype(false), std::nullopt);
+  EXPECT_THROW(q.forward(xb, false), std::invalid_argument);
+}
 
 TEST(NnBackward, LinearModesEqualExplicitCompositions) {
   const int64_t T = 40, K = 64, N = 48;  // T, N off the block multiples; fp8 blocks pad K too

@@ -6,7 +6,10 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <random>
+#include <vector>
 
 #include "lockstep/numerics/transcendental.h"
 #include "lockstep/ops/optim.h"
@@ -165,6 +168,48 @@ TEST(OpsEntryRope, TheTableCopyKeepsItsValuesAndTheEntryChecksShapes) {
   EXPECT_THROW(rope_inplace(x, pos, 3, t), std::invalid_argument);  // not [3, 3, 8]
   Tensor bad = Tensor::from_vector<int32_t>(std::vector<int32_t>{0, 16, 1}, {3}, DType::kI32);
   EXPECT_THROW(rope_inplace(x, bad, 2, t), std::out_of_range);
+}
+
+// The bf16 output of rmsnorm and swiglu (the input of a bf16 GEMM operand, written by its
+// producer) has the bits of the F32 output cast to bf16: values far apart, rounding ties, values
+// that round up to inf, NaN and inf; only F32 inputs narrow.
+TEST(OpsEntryBf16Output, RmsnormAndSwigluWriteTheCastOfTheirF32Output) {
+  SeedTrace seed;
+  std::mt19937_64 g(seed.value);
+  const int64_t rows = 5, d = 96;
+  std::vector<float> xv(static_cast<size_t>(rows * d)), wv(static_cast<size_t>(d));
+  std::normal_distribution<float> n(0.0f, 3.0f);
+  for (float& v : xv) v = n(g);
+  for (float& v : wv) v = n(g);
+  // Row 1: weights make outputs whose low 16 bits are exactly half an ulp of bf16 (ties) and
+  // values near float's largest (bf16 rounding overflows to inf); row 2: NaN; row 3: an inf.
+  for (int64_t c = 0; c < d; ++c) xv[size_t(d + c)] = 1.0f;
+  for (int64_t c = 0; c < 8; ++c) wv[size_t(c)] = std::bit_cast<float>(0x3F808000u + uint32_t(c));
+  wv[8] = 3.4e38f;
+  xv[size_t(2 * d + 7)] = std::numeric_limits<float>::quiet_NaN();
+  xv[size_t(3 * d + 3)] = std::numeric_limits<float>::infinity();
+  const Tensor x = Tensor::from_vector<float>(xv, {rows, d}, DType::kF32);
+  const Tensor w = f32(wv);
+  const auto same = [](const Tensor& a, const Tensor& b, const char* what) {
+    ASSERT_EQ(a.dtype(), DType::kBF16) << what;
+    ASSERT_EQ(a.shape(), b.shape()) << what;
+    const auto* pa = static_cast<const uint16_t*>(a.raw());
+    const auto* pb = static_cast<const uint16_t*>(b.raw());
+    for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(pa[i], pb[i]) << what << " element " << i;
+  };
+  Tensor rstd, rstd_b;
+  const Tensor y = rmsnorm(x, w, 1e-6, &rstd);
+  same(rmsnorm(x, w, 1e-6, &rstd_b, DType::kBF16), cast(y, DType::kBF16), "rmsnorm");
+  EXPECT_EQ(std::memcmp(rstd_b.raw(), rstd.raw(), size_t(rows) * 4), 0);
+  const Tensor p = f32({0.5f, -2.0f, 1.0f, 3.0e38f, 0.25f});
+  for (const Tensor& pp : {Tensor(), p})
+    same(swiglu(x, pp, DType::kBF16), cast(swiglu(x, pp), DType::kBF16), "swiglu");
+  // Only an F32 input narrows; an output dtype other than x's or BF16 is refused.
+  const Tensor xd = cast(x, DType::kF64), wd = cast(w, DType::kF64);
+  EXPECT_THROW(rmsnorm(xd, wd, 1e-6, nullptr, DType::kBF16), std::invalid_argument);
+  EXPECT_THROW(rmsnorm(x, w, 1e-6, nullptr, DType::kF64), std::invalid_argument);
+  EXPECT_THROW(swiglu(xd, Tensor(), DType::kBF16), std::invalid_argument);
+  EXPECT_THROW(swiglu(x, Tensor(), DType::kF16), std::invalid_argument);
 }
 
 TEST(OpsEntryEmbedding, BackwardChecksThatDoutHasARowPerToken) {

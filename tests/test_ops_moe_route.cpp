@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "lockstep/numerics/philox.h"
@@ -82,6 +83,20 @@ TEST(OpsMoeRoute, RefusesBadIds) {
   const ops::MoeRoute empty = ops::moe_route(ids_tensor2({}, 0, 2), 4, 16);
   EXPECT_EQ(empty.rows, 64);  // every row is padding, all of it the last expert's tail
   EXPECT_EQ(vec<int64_t>(empty.offsets), (std::vector<int64_t>{0, 0, 0, 0, 64}));
+}
+
+// BF16 rows (a bf16 GEMM operand) are gathered unchanged: the gather of the cast is the cast of
+// the gather, padding rows +0.
+TEST(OpsMoeRoute, GatherMovesBf16RowsUnchanged) {
+  const int64_t T = 9, k = 3, E = 4, d = 5, P = 8;
+  const ops::MoeRoute r = ops::moe_route(ids_tensor2(random_ids(T, k, E, 4, -1), T, k), E, P);
+  const Tensor x = cast(randd(T, d, 5), DType::kF32);
+  const Tensor g = ops::moe_gather(cast(x, DType::kBF16), r);
+  const Tensor want = cast(ops::moe_gather(x, r), DType::kBF16);
+  ASSERT_EQ(g.dtype(), DType::kBF16);
+  ASSERT_EQ(g.shape(), want.shape());
+  EXPECT_EQ(std::memcmp(g.raw(), want.raw(), size_t(g.numel()) * 2), 0);
+  EXPECT_THROW(ops::moe_gather(cast(x, DType::kF16), r), std::invalid_argument);
 }
 
 TEST(OpsMoeRoute, RowMovesAndTransposes) {

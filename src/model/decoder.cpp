@@ -157,7 +157,8 @@ Tensor Decoder::Impl::grad(const std::string& name) const {
 
 Tensor Decoder::Impl::final_logits(const Tensor& x, bool save) {
   Tensor rstd;
-  const Tensor xf = ops::rmsnorm(x, final_norm, c.rms_norm_eps, &rstd);
+  const Tensor xf =
+      ops::rmsnorm(x, final_norm, c.rms_norm_eps, &rstd, lm_head.producer_dtype(save));
   if (save) {
     x_final = x;
     final_rstd = rstd;

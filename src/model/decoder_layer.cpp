@@ -119,7 +119,8 @@ Tensor Decoder::Impl::mlp(Layer& L, const Tensor& x, bool save, const Tensor& re
                           Tensor* used) {
   if (L.moe) {
     Tensor rstd;
-    const Tensor xn = ops::rmsnorm(x, L.post_norm, c.rms_norm_eps, &rstd);
+    const Tensor xn =
+        ops::rmsnorm(x, L.post_norm, c.rms_norm_eps, &rstd, L.moe_block.producer_dtype(save));
     Tensor y = L.moe_block.forward(xn, save, replay, used);
     if (save) {
       L.mlp_in = x;
@@ -128,7 +129,7 @@ Tensor Decoder::Impl::mlp(Layer& L, const Tensor& x, bool save, const Tensor& re
     return y;
   }
   const Tensor h = L.gate_up.forward(x, save);
-  const Tensor a = ops::swiglu(h, Tensor());
+  const Tensor a = ops::swiglu(h, Tensor(), L.down.producer_dtype(save));
   Tensor y = L.down.forward(a, save);
   if (save) L.mlp_h = h;
   return y;

@@ -91,6 +91,10 @@ const Operand& GroupedLinear::dgrad_weight() {
   return w_dgrad_;
 }
 
+std::optional<DType> GroupedLinear::producer_dtype(bool save) const {
+  return detail::bf16_producer(spec_, save);
+}
+
 Tensor GroupedLinear::forward(const Tensor& x, const Tensor& offsets, bool save) {
   if (x.dim() != 2 || x.cols() != dims_.in || offsets.dtype() != DType::kI64 ||
       offsets.numel() != groups_ + 1 || (!offsets.is_cpu() && offsets.device() != x.device()))

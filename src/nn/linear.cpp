@@ -105,6 +105,10 @@ const Operand& Linear::dgrad_weight() {
   return w_dgrad_;
 }
 
+std::optional<DType> Linear::producer_dtype(bool save) const {
+  return detail::bf16_producer(spec_, save);
+}
+
 Tensor Linear::forward(const Tensor& x, bool save) {
   if (x.dim() != 2 || x.cols() != dims_.in)
     throw std::invalid_argument(
@@ -166,7 +170,7 @@ NormLinear::NormLinear(Tensor norm_weight, Tensor norm_grad, double eps, Linear 
 
 Tensor NormLinear::forward(const Tensor& x, bool save) {
   Tensor rstd;
-  const Tensor xn = ops::rmsnorm(x, norm_w_, eps_, &rstd);
+  const Tensor xn = ops::rmsnorm(x, norm_w_, eps_, &rstd, linear_.producer_dtype(save));
   if (save) {
     x_ = x;
     rstd_ = rstd;

@@ -67,6 +67,11 @@ ActivationOperands activation_operands(const Tensor& xp, const LinearSpec& spec,
   return out;
 }
 
+std::optional<DType> bf16_producer(const LinearSpec& spec, bool save) {
+  if (save || spec[Gemm::kFprop].a.format != Format::kBf16) return std::nullopt;
+  return DType::kBF16;
+}
+
 Operand wgrad_activation(const Operand& saved, const LinearSpec& spec) {
   if (spec.backward_mode != BackwardMode::kDequantized) return saved;
   Operand op;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -27,6 +28,9 @@ struct ActivationOperands {
 };
 ActivationOperands activation_operands(const Tensor& xp, const LinearSpec& spec, bool save,
                                        const std::string& name, std::span<const int64_t> offsets);
+// BF16 when an inference forward (save = false) multiplies a bf16 fprop activation operand, whose
+// producer may then write the input as bf16 (Linear::producer_dtype); nullopt otherwise.
+std::optional<DType> bf16_producer(const LinearSpec& spec, bool save);
 // The wgrad activation operand rebuilt from what the forward kept.
 Operand wgrad_activation(const Operand& saved, const LinearSpec& spec);
 

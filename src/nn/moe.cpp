@@ -37,12 +37,13 @@ Tensor MoeBlock::forward(const Tensor& xn, bool save, const Tensor& replay, Tens
   const Tensor prob = ops::moe_scatter_slots(route.weights, grouped);
   const Tensor xp = ops::moe_gather(xn, grouped);
   const Tensor fc1 = fc1_.forward(xp, grouped.offsets, save);
-  const Tensor h = ops::swiglu(fc1, prob);
+  const Tensor h = ops::swiglu(fc1, prob, fc2_.producer_dtype(save));
   const Tensor o = fc2_.forward(h, grouped.offsets, save);
   Tensor out = ops::moe_combine(o, grouped);
   if (shared_) {
     const Tensor s1 = shared_->gate_up.forward(xn, save);
-    const Tensor sh = shared_->down.forward(ops::swiglu(s1, Tensor()), save);
+    const Tensor sh =
+        shared_->down.forward(ops::swiglu(s1, Tensor(), shared_->down.producer_dtype(save)), save);
     Tensor g = shared_->gate.forward(xn, save);  // [T, 1]
     ops::sigmoid_inplace(g);
     ops::add_inplace(out, ops::scale_rows(sh, g));
@@ -60,6 +61,14 @@ Tensor MoeBlock::forward(const Tensor& xn, bool save, const Tensor& replay, Tens
     has_saved_ = true;
   }
   return out;
+}
+
+std::optional<DType> MoeBlock::producer_dtype(bool save) const {
+  const std::optional<DType> d = router_.producer_dtype(save);
+  const bool all = d && fc1_.producer_dtype(save) == d &&
+                   (!shared_ || (shared_->gate_up.producer_dtype(save) == d &&
+                                 shared_->gate.producer_dtype(save) == d));
+  return all ? d : std::nullopt;
 }
 
 Tensor MoeBlock::backward(const Tensor& dout) {

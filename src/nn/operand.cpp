@@ -45,9 +45,18 @@ Operand make_operand(const Tensor& x, const QuantSpec& spec, const OperandReques
     op.t = x;
     return op;
   }
+  if (x.dtype() == DType::kBF16) {
+    if (spec.format != Format::kBf16)
+      throw std::invalid_argument(fmt::format(
+          "operand '{}' {}: a BF16 tensor is an operand of the bf16 format only, not {}", name,
+          x.describe(), format_name(spec.format)));
+    op.t = x;
+    return op;
+  }
   if (x.dtype() != DType::kF32)
-    throw std::invalid_argument(
-        fmt::format("operand '{}' {}: modules take F32 (or F64) tensors", name, x.describe()));
+    throw std::invalid_argument(fmt::format(
+        "operand '{}' {}: modules take F32 (or F64, or BF16 for a bf16 operand) tensors", name,
+        x.describe()));
   if (!is_quantized(spec.format)) {
     op.t = spec.format == Format::kF32 ? x : cast(x, DType::kBF16);
     return op;

@@ -128,15 +128,16 @@ __global__ void __launch_bounds__(kSmallThreads)
 }
 
 // out[r] = x[src[r]] (0 when src[r] < 0); one block row-chunk per output row.
-__global__ void gather_kernel(const float* x, const int32_t* src, int64_t rows, int64_t d,
-                              float* out) {
+// E: float, or uint16_t for bf16 rows (moved unchanged; 0 is bf16 +0).
+template <class E>
+__global__ void gather_kernel(const E* x, const int32_t* src, int64_t rows, int64_t d, E* out) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int32_t s = src[r];
-    float* o = out + r * d;
+    E* o = out + r * d;
     if (s < 0) {
-      for (int64_t c = threadIdx.x; c < d; c += blockDim.x) o[c] = 0.0f;
+      for (int64_t c = threadIdx.x; c < d; c += blockDim.x) o[c] = E(0);
     } else {
-      const float* a = x + int64_t(s) * d;
+      const E* a = x + int64_t(s) * d;
       for (int64_t c = threadIdx.x; c < d; c += blockDim.x) o[c] = a[c];
     }
   }
@@ -249,8 +250,13 @@ void moe_route(const Tensor& ids, MoeRoute& r) {
 void moe_gather(const Tensor& x, const MoeRoute& r, Tensor& out) {
   if (r.rows == 0 || x.cols() == 0) return;
   lockstep::cuda::DeviceGuard guard(x.device());
-  gather_kernel<<<row_blocks(r.rows), row_threads(x.cols()), 0, cu(Stream{})>>>(
-      x.ptr<float>(), r.src_rows.ptr<int32_t>(), r.rows, x.cols(), out.ptr<float>());
+  if (x.dtype() == DType::kBF16)
+    gather_kernel<<<row_blocks(r.rows), row_threads(x.cols()), 0, cu(Stream{})>>>(
+        static_cast<const uint16_t*>(x.raw()), r.src_rows.ptr<int32_t>(), r.rows, x.cols(),
+        static_cast<uint16_t*>(out.raw()));
+  else
+    gather_kernel<<<row_blocks(r.rows), row_threads(x.cols()), 0, cu(Stream{})>>>(
+        x.ptr<float>(), r.src_rows.ptr<int32_t>(), r.rows, x.cols(), out.ptr<float>());
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 

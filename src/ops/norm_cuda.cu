@@ -16,8 +16,9 @@ using namespace cuda_detail;
 
 namespace {
 
+template <class Y>
 __global__ void __launch_bounds__(kRowThreads)
-    rmsnorm_fwd_kernel(const float* x, const float* w, int64_t rows, int64_t d, float eps, float* y,
+    rmsnorm_fwd_kernel(const float* x, const float* w, int64_t rows, int64_t d, float eps, Y* y,
                        float* rstd) {
   const int64_t r = warp_row();
   if (r >= rows) return;  // warp-uniform
@@ -32,16 +33,16 @@ constexpr int kWideThreads = 256;
 constexpr int64_t kWideMaxRows = 1024;
 constexpr int64_t kWideStagedCols = 8192;  // 32 KB of shared memory
 
-template <bool kStaged>
+template <bool kStaged, class Y>
 __global__ void __launch_bounds__(kWideThreads)
-    rmsnorm_fwd_wide_kernel(const float* x, const float* w, int64_t d, float eps, float* y,
+    rmsnorm_fwd_wide_kernel(const float* x, const float* w, int64_t d, float eps, Y* y,
                             float* rstd) {
   __shared__ float rs_shared;
   __shared__ float staged[kStaged ? kWideStagedCols : 1];
   constexpr int64_t kStep = kWideThreads;
   const int64_t r = blockIdx.x;
   const float* xr = x + r * d;
-  float* yr = y + r * d;
+  Y* yr = y + r * d;
   if constexpr (kStaged) {
     int64_t c = threadIdx.x;
     for (; c + 7 * kStep < d; c += 8 * kStep) {
@@ -136,22 +137,30 @@ void launch_rope(float* x, const int32_t* positions, int64_t tokens, int64_t hea
     launch_map(RopeOp<kBackward, int64_t>{x, positions, cos, sin, heads, h, max_pos}, pairs);
 }
 
+template <class Y>
+void launch_rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t d, float eps, Y* y,
+                        float* rstd) {
+  const cudaStream_t s = lockstep::cuda::cu(Stream{});
+  if (rows <= kWideMaxRows && d <= kWideStagedCols)
+    rmsnorm_fwd_wide_kernel<true, Y><<<unsigned(rows), kWideThreads, 0, s>>>(x, w, d, eps, y, rstd);
+  else if (rows <= kWideMaxRows)
+    rmsnorm_fwd_wide_kernel<false, Y>
+        <<<unsigned(rows), kWideThreads, 0, s>>>(x, w, d, eps, y, rstd);
+  else
+    rmsnorm_fwd_kernel<Y><<<row_blocks(rows), kRowThreads, 0, s>>>(x, w, rows, d, eps, y, rstd);
+  LOCKSTEP_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void rmsnorm_fwd_cuda(const float* x, const float* w, int64_t rows, int64_t d, float eps, float* y,
-                      float* rstd, Device device) {
+                      uint16_t* y_bf16, float* rstd, Device device) {
   if (rows == 0) return;
   lockstep::cuda::DeviceGuard guard(device);
-  if (rows <= kWideMaxRows && d <= kWideStagedCols)
-    rmsnorm_fwd_wide_kernel<true>
-        <<<unsigned(rows), kWideThreads, 0, lockstep::cuda::cu(Stream{})>>>(x, w, d, eps, y, rstd);
-  else if (rows <= kWideMaxRows)
-    rmsnorm_fwd_wide_kernel<false>
-        <<<unsigned(rows), kWideThreads, 0, lockstep::cuda::cu(Stream{})>>>(x, w, d, eps, y, rstd);
+  if (y_bf16)
+    launch_rmsnorm_fwd(x, w, rows, d, eps, reinterpret_cast<num::Bf16Out*>(y_bf16), rstd);
   else
-    rmsnorm_fwd_kernel<<<row_blocks(rows), kRowThreads, 0, lockstep::cuda::cu(Stream{})>>>(
-        x, w, rows, d, eps, y, rstd);
-  LOCKSTEP_CUDA_CHECK_LAUNCH();
+    launch_rmsnorm_fwd(x, w, rows, d, eps, y, rstd);
 }
 
 void rmsnorm_bwd_cuda(const float* dy, const float* x, const float* w, const float* rstd,

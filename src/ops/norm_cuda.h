@@ -9,9 +9,11 @@
 
 namespace lockstep::ops {
 
-// x, y: [rows, d] (y may alias x); w: [d]; rstd: [rows]. A warp per row.
+// x, y: [rows, d] (y may alias x); w: [d]; rstd: [rows]. A warp per row (a block per row up to
+// 1024 rows). With y_bf16 set the rows are stored there as bf16 (f32_to_bf16 of each fp32 value)
+// and y is not written.
 void rmsnorm_fwd_cuda(const float* x, const float* w, int64_t rows, int64_t d, float eps, float* y,
-                      float* rstd, Device device);
+                      uint16_t* y_bf16, float* rstd, Device device);
 // dy, x, dx: [rows, d]; w: [d]; rstd: [rows]; dw: [d]. dx a warp per row; dw as chunk partials
 // (a thread per (chunk, column)) in pool scratch, then a thread per column.
 void rmsnorm_bwd_cuda(const float* dy, const float* x, const float* w, const float* rstd,

@@ -18,9 +18,11 @@ namespace {
 // threadIdx.x; rows blockIdx.y, blockIdx.y + gridDim.y, ...
 constexpr int kElemThreads = 256;
 
+// Y: float, or num::Bf16Out for rows stored as bf16.
+template <class Y>
 __global__ void __launch_bounds__(kElemThreads)
     swiglu_fwd_kernel(const float* __restrict__ x, const float* __restrict__ p, int64_t rows,
-                      int64_t inter, float* __restrict__ y) {
+                      int64_t inter, Y* __restrict__ y) {
   const int64_t c = int64_t(blockIdx.x) * kElemThreads + threadIdx.x;
   if (c >= inter) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -41,13 +43,18 @@ __global__ void __launch_bounds__(kRowThreads)
 }  // namespace
 
 void swiglu_fwd_cuda(const float* x, const float* p, int64_t rows, int64_t inter, float* y,
-                     Device device) {
+                     uint16_t* y_bf16, Device device) {
   if (rows == 0) return;
   lockstep::cuda::DeviceGuard guard(device);
   if (inter == 0) return;
   const dim3 grid(unsigned((inter + kElemThreads - 1) / kElemThreads),
                   unsigned(rows < 65535 ? rows : 65535));
-  swiglu_fwd_kernel<<<grid, kElemThreads, 0, lockstep::cuda::cu(Stream{})>>>(x, p, rows, inter, y);
+  const cudaStream_t s = lockstep::cuda::cu(Stream{});
+  if (y_bf16)
+    swiglu_fwd_kernel<<<grid, kElemThreads, 0, s>>>(x, p, rows, inter,
+                                                    reinterpret_cast<num::Bf16Out*>(y_bf16));
+  else
+    swiglu_fwd_kernel<<<grid, kElemThreads, 0, s>>>(x, p, rows, inter, y);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 

@@ -91,7 +91,10 @@ MoeRoute moe_route(const Tensor& ids_in, int64_t experts, int64_t row_multiple) 
 
 Tensor moe_gather(const Tensor& x_in, const MoeRoute& r) {
   check_route(r, "moe_gather");
-  const Tensor x = rows_operand(x_in, r, "moe_gather", "x");
+  // A gather moves rows unchanged, so BF16 rows (a bf16 GEMM operand) are gathered as they are.
+  const bool bf16 = x_in.defined() && x_in.dtype() == DType::kBF16;
+  const Tensor x = bf16 ? x_in.contiguous() : rows_operand(x_in, r, "moe_gather", "x");
+  if (bf16) same_device("moe_gather", {{&x, "x"}, {&r.slot_row, "route"}});
   check(x.dim() == 2 && x.rows() == r.tokens,
         fmt::format("moe_gather: x {} is not [{} tokens, d]", x.describe(), r.tokens));
   const int64_t d = x.cols();
@@ -100,11 +103,11 @@ Tensor moe_gather(const Tensor& x_in, const MoeRoute& r) {
     LOCKSTEP_OPS_CUDA("moe_gather", cuda::moe_gather(x, r, out));
     return out;
   }
-  by_dtype(x, [&](auto z) {
+  const auto gather = [&](auto z) {
     using T = decltype(z);
-    const T* xp = x.ptr<T>();
+    const T* xp = static_cast<const T*>(x.raw());
     const int32_t* src = r.src_rows.ptr<int32_t>();
-    T* o = out.ptr<T>();
+    T* o = static_cast<T*>(out.raw());
 #pragma omp parallel for schedule(static) if (r.rows * d >= kParallelMinWork)
     for (int64_t row = 0; row < r.rows; ++row) {
       if (src[row] >= 0)
@@ -112,7 +115,11 @@ Tensor moe_gather(const Tensor& x_in, const MoeRoute& r) {
       else
         std::fill_n(o + row * d, d, T(0));
     }
-  });
+  };
+  if (bf16)
+    gather(uint16_t{});  // bf16 +0 is the zero bit pattern
+  else
+    by_dtype(x, gather);
   return out;
 }
 

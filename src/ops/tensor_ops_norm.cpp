@@ -14,7 +14,8 @@ namespace lockstep::ops {
 
 using namespace detail;
 
-Tensor rmsnorm(const Tensor& x_in, const Tensor& w_in, double eps, Tensor* rstd) {
+Tensor rmsnorm(const Tensor& x_in, const Tensor& w_in, double eps, Tensor* rstd,
+               std::optional<DType> out) {
   const char* op = "rmsnorm";
   const Device dev = same_device(op, {{&x_in, "x"}, {&w_in, "w"}});
   const Tensor x = operand(x_in, op, "x"), w = operand(w_in, op, "w");
@@ -23,20 +24,28 @@ Tensor rmsnorm(const Tensor& x_in, const Tensor& w_in, double eps, Tensor* rstd)
   check(
       w.dim() == 1 && d >= 1 && x.numel() % d == 0,
       fmt::format("rmsnorm: x {} does not have rows of the weight's {} elements", x.describe(), d));
+  const DType yt = out.value_or(x.dtype());
+  check(yt == x.dtype() || (yt == DType::kBF16 && x.dtype() == DType::kF32),
+        fmt::format("rmsnorm: an output of {} from x {} (x's dtype, or BF16 from F32)",
+                    dtype_name(yt), x.describe()));
   const int64_t rows = rows_of(x, d);
-  Tensor y = Tensor::empty(x.dtype(), x.shape(), dev);
   Tensor r = Tensor::empty(x.dtype(), {rows}, dev);
-  if (dev.is_cuda()) {
-    LOCKSTEP_OPS_CUDA(op, rmsnorm_fwd_cuda(x.ptr<float>(), w.ptr<float>(), rows, d, float(eps),
-                                           y.ptr<float>(), r.ptr<float>(), dev));
-  } else {
-    by_dtype(x, [&](auto t) {
-      using T = decltype(t);
-      rmsnorm_fwd_cpu<T>(x.ptr<T>(), w.ptr<T>(), rows, d, T(eps), y.ptr<T>(), r.ptr<T>());
-    });
-  }
   if (rstd) *rstd = r;
-  return y;
+  if (dev.is_cuda()) {
+    Tensor y = Tensor::empty(yt, x.shape(), dev);
+    const bool bf16 = yt == DType::kBF16;
+    LOCKSTEP_OPS_CUDA(op, rmsnorm_fwd_cuda(x.ptr<float>(), w.ptr<float>(), rows, d, float(eps),
+                                           bf16 ? nullptr : y.ptr<float>(),
+                                           bf16 ? static_cast<uint16_t*>(y.raw()) : nullptr,
+                                           r.ptr<float>(), dev));
+    return y;
+  }
+  Tensor y = Tensor::empty(x.dtype(), x.shape(), dev);
+  by_dtype(x, [&](auto t) {
+    using T = decltype(t);
+    rmsnorm_fwd_cpu<T>(x.ptr<T>(), w.ptr<T>(), rows, d, T(eps), y.ptr<T>(), r.ptr<T>());
+  });
+  return yt == y.dtype() ? y : cast(y, yt);
 }
 
 Tensor rmsnorm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& w_in,

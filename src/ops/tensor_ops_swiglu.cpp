@@ -12,12 +12,16 @@ namespace lockstep::ops {
 
 using namespace detail;
 
-Tensor swiglu(const Tensor& x_in, const Tensor& p_in) {
+Tensor swiglu(const Tensor& x_in, const Tensor& p_in, std::optional<DType> out) {
   const char* op = "swiglu";
   const Device dev = same_device(op, {{&x_in, "x"}, {&p_in, "p"}});
   const Tensor x = operand(x_in, op, "x");
   check(x.dim() == 2 && x.cols() % 2 == 0 && x.cols() >= 2,
         fmt::format("swiglu: x {} must be [rows, 2I] with I >= 1", x.describe()));
+  const DType yt = out.value_or(x.dtype());
+  check(yt == x.dtype() || (yt == DType::kBF16 && x.dtype() == DType::kF32),
+        fmt::format("swiglu: an output of {} from x {} (x's dtype, or BF16 from F32)",
+                    dtype_name(yt), x.describe()));
   const int64_t rows = x.rows(), inter = x.cols() / 2;
   Tensor p;
   if (p_in.defined()) {
@@ -25,17 +29,20 @@ Tensor swiglu(const Tensor& x_in, const Tensor& p_in) {
     same_dtype(x, p, op);
     check(p.numel() == rows, fmt::format("swiglu: p {} is not [{}]", p.describe(), rows));
   }
-  Tensor y = Tensor::empty(x.dtype(), {rows, inter}, dev);
   if (dev.is_cuda()) {
+    Tensor y = Tensor::empty(yt, {rows, inter}, dev);
+    const bool bf16 = yt == DType::kBF16;
     LOCKSTEP_OPS_CUDA(op, swiglu_fwd_cuda(x.ptr<float>(), p.defined() ? p.ptr<float>() : nullptr,
-                                          rows, inter, y.ptr<float>(), dev));
+                                          rows, inter, bf16 ? nullptr : y.ptr<float>(),
+                                          bf16 ? static_cast<uint16_t*>(y.raw()) : nullptr, dev));
     return y;
   }
+  Tensor y = Tensor::empty(x.dtype(), {rows, inter}, dev);
   by_dtype(x, [&](auto t) {
     using T = decltype(t);
     swiglu_fwd_cpu<T>(x.ptr<T>(), p.defined() ? p.ptr<T>() : nullptr, rows, inter, y.ptr<T>());
   });
-  return y;
+  return yt == y.dtype() ? y : cast(y, yt);
 }
 
 SwigluGrads swiglu_backward(const Tensor& x_in, const Tensor& p_in, const Tensor& dy_in) {

@@ -94,11 +94,13 @@ void test_rmsnorm() {
       const Tensor w = values(1, sh.cols, Dist::kNormal, seed + 1).view({sh.cols});
       const Tensor dy = values(sh.rows, sh.cols, Dist::kNormal, seed + 2);
       const Tensor xd = to_gpu(x), wd = to_gpu(w), dyd = to_gpu(dy);
+      // The bf16 output (a bf16 GEMM operand's producer): the CPU's is cast(y, BF16).
       auto run = [](const Tensor& x, const Tensor& w, const Tensor& dy) -> Outs {
         Tensor rstd, dw;
         const Tensor y = ops::rmsnorm(x, w, 1e-6, &rstd);
         const Tensor dx = ops::rmsnorm_backward(dy, x, w, rstd, &dw);
-        return {y, rstd, dx, dw};
+        const Tensor yb = ops::rmsnorm(x, w, 1e-6, nullptr, DType::kBF16);
+        return {y, rstd, dx, dw, yb};
       };
       check_outs(
           name, [&] { return run(x, w, dy); }, [&] { return run(xd, wd, dyd); });
@@ -179,7 +181,7 @@ void test_swiglu() {
         auto run = [](const Tensor& x, const Tensor& p, const Tensor& dy) -> Outs {
           const Tensor y = ops::swiglu(x, p);
           const ops::SwigluGrads g = ops::swiglu_backward(x, p, dy);
-          return {y, g.dx, g.dp};
+          return {y, g.dx, g.dp, ops::swiglu(x, p, DType::kBF16)};
         };
         check_outs(
             name, [&] { return run(x, p, dy); }, [&] { return run(xd, pd, dyd); });

@@ -43,7 +43,7 @@ Tensor ids_tensor(const std::vector<int32_t>& v, int64_t T, int64_t k) {
 }
 
 // The route of `ids` and every row move over it, on the ids' device: offsets, src_rows, slot_row,
-// gather(x), combine(rows), scatter(x), scatter_slots(w), gather_slots(v).
+// gather(x), combine(rows), scatter(x), scatter_slots(w), gather_slots(v), gather(x as bf16).
 std::vector<Tensor> route_and_moves(const Tensor& ids, int64_t E, int64_t P, const Tensor& x,
                                     const Tensor& rows, const Tensor& w, const Tensor& v) {
   const ops::MoeRoute r = ops::moe_route(ids, E, P);
@@ -54,7 +54,8 @@ std::vector<Tensor> route_and_moves(const Tensor& ids, int64_t E, int64_t P, con
           ops::moe_combine(rows, r),
           ops::moe_scatter(x, r),
           ops::moe_scatter_slots(w, r),
-          ops::moe_gather_slots(v, r)};
+          ops::moe_gather_slots(v, r),
+          ops::moe_gather(cast(x, DType::kBF16), r)};
 }
 
 void route_cases() {

@@ -37,6 +37,8 @@ class GroupedLinear {
   // group sizes there (a training forward: columnwise copies and the wgrad GEMM loop over groups;
   // per_group activation scaling); an inference forward never waits for the device.
   Tensor forward(const Tensor& x, const Tensor& offsets, bool save);
+  // As Linear::producer_dtype: BF16 for an inference forward with a bf16 fprop activation operand.
+  std::optional<DType> producer_dtype(bool save) const;
   // dy: [R, N] -> dx [R, K]; adds dW into the grad tensor.
   Tensor backward(const Tensor& dy);
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "lockstep/nn/operand.h"
@@ -43,9 +44,14 @@ class Linear {
   static Linear from_operand(std::string name, Operand fprop_weight, int64_t out, int64_t in,
                              LinearSpec spec);
 
-  // x: [T, K] F32 (F64 with f32 specs) -> y [T, N] of x's dtype. save: keep the backward's
-  // operands (the mode's choice).
+  // x: [T, K] F32 (F64 with f32 specs; BF16 where producer_dtype allows it) -> y [T, N] F32 (F64
+  // for F64 x). save: keep the backward's operands (the mode's choice).
   Tensor forward(const Tensor& x, bool save);
+  // The dtype the op producing this module's input may write it in: BF16 for an inference
+  // forward (save = false) whose fprop activation operand is bf16, so that the producer's output
+  // is the operand itself (the bits of the F32 output cast to bf16, without the cast's kernel);
+  // nullopt (its own dtype) otherwise.
+  std::optional<DType> producer_dtype(bool save) const;
   // dy: [T, N] -> dx [T, K]; adds dW into the grad tensor. Uses and drops the saved state.
   Tensor backward(const Tensor& dy);
 

@@ -41,6 +41,9 @@ class MoeBlock {
   Tensor forward(const Tensor& xn, bool save, const Tensor& replay = Tensor(),
                  Tensor* expert_ids = nullptr);
   Tensor backward(const Tensor& dout);
+  // BF16 when every module reading xn (router, experts' FC1, shared expert) takes a bf16 operand
+  // in this forward (Linear::producer_dtype), so xn can be normalized straight into bf16.
+  std::optional<DType> producer_dtype(bool save) const;
 
   int64_t top_k() const { return opt_.top_k; }
   void weights_changed();

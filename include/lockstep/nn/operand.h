@@ -44,7 +44,8 @@ struct OperandRequest {
   uint32_t stream = 0;
 };
 
-// x: [rows, cols] F32 (any spec) or F64 (f32 spec only: the float64 gradient-check path).
+// x: [rows, cols] F32 (any spec), F64 (f32 spec only: the float64 gradient-check path) or BF16
+// (bf16 spec only: the operand is x itself, written as bf16 by the op that produced it).
 // bf16 -> cast(x, BF16) (RNE); f32 -> x; quantized formats -> quantize(x, QuantConfig{spec}).
 // offsets non-empty: a grouped buffer (quantize_grouped; per_group = one domain per group).
 Operand make_operand(const Tensor& x, const QuantSpec& spec, const OperandRequest& req,

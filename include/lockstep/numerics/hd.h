@@ -116,6 +116,17 @@ LOCKSTEP_HD inline uint16_t f32_to_bf16(float v) {
   return uint16_t(b >> 16);
 }
 
+// A bf16 element written by a row function that computes in fp32: assigning a float stores its
+// f32_to_bf16 bits, so `y[c] = v` writes the same bits as an fp32 row followed by cast() to bf16.
+struct Bf16Out {
+  uint16_t bits;
+  LOCKSTEP_HD Bf16Out& operator=(float v) {
+    bits = f32_to_bf16(v);
+    return *this;
+  }
+};
+static_assert(sizeof(Bf16Out) == 2, "Bf16Out is one bf16 element");
+
 // IEEE binary16 -> fp32, exact.
 LOCKSTEP_HD inline float f16_to_f32(uint16_t h) {
   uint32_t sign = uint32_t(h & 0x8000u) << 16;

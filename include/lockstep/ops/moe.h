@@ -36,7 +36,8 @@ int64_t moe_grouped_rows(int64_t tokens, int64_t top_k, int64_t experts, int64_t
 // and above to E - 1). row_multiple >= 1.
 MoeRoute moe_route(const Tensor& expert_ids, int64_t experts, int64_t row_multiple);
 
-// x [T, d] -> [rows, d]: row r = x[src_rows[r]], zero for a padding row.
+// x [T, d] -> [rows, d]: row r = x[src_rows[r]], zero for a padding row. x is F32, F64 or BF16
+// (rows moved unchanged).
 Tensor moe_gather(const Tensor& x, const MoeRoute& route);
 // rows [R, d] -> [T, d]: out[t] = sum over s = 0..k-1 of rows[slot_row[t * k + s]] (from +0).
 // The transpose of moe_gather (its backward) and the MoE block's output combine.

@@ -42,9 +42,10 @@ LOCKSTEP_HD T rmsnorm_elem(T x, T rs, T w) {
   return (x * rs) * w;
 }
 
-// One row: x, y: [d] (y may alias x); w: [d]; *rstd written by the executor's leader.
-template <class X, class T>
-LOCKSTEP_HD void rmsnorm_row(const X& ex, const T* x, const T* w, int64_t d, T eps, T* y, T* rstd) {
+// One row: x, y: [d] (y may alias x); w: [d]; *rstd written by the executor's leader. Y is T, or
+// num::Bf16Out for a row stored as bf16 (each element's value of T rounded by f32_to_bf16).
+template <class X, class T, class Y>
+LOCKSTEP_HD void rmsnorm_row(const X& ex, const T* x, const T* w, int64_t d, T eps, Y* y, T* rstd) {
   const T rs = rmsnorm_rstd(ex, x, d, eps);
   if (ex.leader()) *rstd = rs;
   ex.for_each(d, [&](int64_t c) { y[c] = rmsnorm_elem(x[c], rs, w[c]); });

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -25,8 +26,11 @@ class DeviceNotSupported : public std::runtime_error {
 
 // ---- norms --------------------------------------------------------------------------------------
 // x: [rows, d]; w: [d] (same dtype). Returns y [rows, d]; *rstd: [rows], saved for the backward.
-// Row sums over 32 lanes (ops/rmsnorm.h); CPU and CUDA give the same bits.
-Tensor rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor* rstd);
+// Row sums over 32 lanes (ops/rmsnorm.h); CPU and CUDA give the same bits. out: y's dtype, x's
+// own or BF16 for an F32 x (the bits of cast(rmsnorm(x), BF16), one kernel on a GPU: the input of
+// a bf16 GEMM operand without a separate cast).
+Tensor rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor* rstd,
+               std::optional<DType> out = std::nullopt);
 // Returns dx [rows, d]; *dw: [d], the weight gradient of this call (overwritten; rows summed in
 // chunks of 256, chunk partials in ascending order: ops/rmsnorm.h).
 Tensor rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
@@ -121,8 +125,8 @@ Tensor attention_cached(const Tensor& q, const KvCacheLayer& layer, const Tensor
 
 // ---- MLP and MoE --------------------------------------------------------------------------------
 // x: [rows, 2I] (gate | up); p: [rows] or undefined. Returns y [rows, I]. dp sums a row over 32
-// lanes (ops/swiglu.h).
-Tensor swiglu(const Tensor& x, const Tensor& p);
+// lanes (ops/swiglu.h). out: y's dtype, as rmsnorm's (x's own, or BF16 from F32 x).
+Tensor swiglu(const Tensor& x, const Tensor& p, std::optional<DType> out = std::nullopt);
 struct SwigluGrads {
   Tensor dx, dp;  // dp defined when p is
 };
