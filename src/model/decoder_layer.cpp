@@ -91,7 +91,8 @@ Tensor Decoder::Impl::attention_cached(Layer& L, const Tensor& x, const Tensor& 
   ops::KvCacheLayer& layer = cache.layer(L.index);
   const Tensor q =
       ops::cached_qkv_prologue(qkv, L.q_norm, L.k_norm, eps, positions, rope, layer, slots, hq);
-  const Tensor o = ops::attention_cached(q, layer, slots, positions, {hq, hkv, D});
+  const Tensor o = ops::attention_cached(q, layer, slots, positions, {hq, hkv, D}, nullptr,
+                                         L.o_proj.producer_dtype(false));
   return L.o_proj.forward(o, false);
 }
 

@@ -29,7 +29,8 @@ struct CachedParams {
   const void* positions = nullptr;
   bool slots64 = false, pos64 = false;
   float* out = nullptr;
-  float* lse = nullptr;  // may be null
+  num::Bf16Out* out_bf16 = nullptr;  // set instead of out: the output stored as bf16
+  float* lse = nullptr;              // may be null
   int64_t rows = 0, hq = 0, calls_per_row = 0;
   int qs = 0;           // q row stride in shared memory
   int warp_floats = 0;  // warp schedule: shared floats per warp
@@ -49,7 +50,12 @@ __device__ __forceinline__ void nan_row(const CachedParams& p, int64_t r, int64_
                                         int tid, int threads) {
   const int64_t D = p.cache.head_dim;
   const float nan = __int_as_float(0x7FC00000);
-  for (int64_t i = tid; i < nh * D; i += threads) p.out[(r * p.hq + h0) * D + i] = nan;
+  for (int64_t i = tid; i < nh * D; i += threads) {
+    if (p.out_bf16)
+      p.out_bf16[(r * p.hq + h0) * D + i] = nan;
+    else
+      p.out[(r * p.hq + h0) * D + i] = nan;
+  }
   if (p.lse && tid < nh) p.lse[r * p.hq + h0 + tid] = nan;
 }
 
@@ -78,8 +84,12 @@ __global__ void __launch_bounds__(kRowsWarps * 32) cached_warp_kernel(CachedPara
   ex.lane = lane;
   ex.ring = q_s + NH * p.qs;
   ex.slot_floats = NH;
-  attention_row<NH, MaxD>(ex, src, pos + 1, D, p.scale, p.out + (r * p.hq + h0) * D, D,
-                          p.lse ? p.lse + r * p.hq + h0 : lse_s, 1);
+  float* lse = p.lse ? p.lse + r * p.hq + h0 : lse_s;
+  if (p.out_bf16)
+    attention_row<NH, MaxD>(ex, src, pos + 1, D, p.scale, p.out_bf16 + (r * p.hq + h0) * D, D, lse,
+                            1);
+  else
+    attention_row<NH, MaxD>(ex, src, pos + 1, D, p.scale, p.out + (r * p.hq + h0) * D, D, lse, 1);
 }
 
 // Shared layout of the split schedule (floats): q [NH][qs], per-warp rings [W][2][32][NH], per
@@ -191,12 +201,15 @@ __global__ void __launch_bounds__(W * 32) cached_split_kernel(CachedParams p) {
     if (tid < NH) mrun_s[tid] = mafter_s[(A - 1) * NH + tid];
   }
   __syncthreads();
-  float* out = p.out + (r * p.hq + h0) * D;
+  const int64_t o0 = (r * p.hq + h0) * D;
 #pragma unroll
   for (int k = 0; k < kPairs; ++k) {
     const int64_t idx = tid + int64_t(k) * W * 32;
     if (idx >= NH * D) continue;
-    out[idx] = attention_out(acc[k], lp[k]);
+    if (p.out_bf16)
+      p.out_bf16[o0 + idx] = attention_out(acc[k], lp[k]);
+    else
+      p.out[o0 + idx] = attention_out(acc[k], lp[k]);
     if (idx % D == 0 && p.lse)
       p.lse[r * p.hq + h0 + idx / D] = attention_lse(mrun_s[idx / D], lp[k]);
   }
@@ -259,7 +272,10 @@ void attention_cached(const Tensor& q, const KvCacheView& cache, const Tensor& s
   p.cache = cache;
   p.slots = slots.raw(), p.positions = positions.raw();
   p.slots64 = slots.dtype() == DType::kI64, p.pos64 = positions.dtype() == DType::kI64;
-  p.out = out.ptr<float>();
+  if (out.dtype() == DType::kBF16)
+    p.out_bf16 = static_cast<num::Bf16Out*>(out.raw());
+  else
+    p.out = out.ptr<float>();
   p.lse = lse ? lse->ptr<float>() : nullptr;
   p.rows = q.numel() / (q_heads * cache.head_dim), p.hq = q_heads;
   p.scale = scale;

@@ -48,9 +48,9 @@ void cached_qkv_prologue(const KvCacheView& cache, const Tensor& qkv, const Tens
                          const Tensor& cos, const Tensor& sin, int64_t rope_max_pos,
                          int64_t q_heads, Tensor& q);
 
-// out [rows, Hq * D] (and lse [rows, Hq] when lse is defined) of q [rows, Hq * D] against the
-// cache. nh: query heads per row call (0: the largest of attention_row_heads that keeps the GPU
-// busy; else 1, 2, 4 or 8 dividing Hq / Hkv).
+// out [rows, Hq * D] F32 or BF16 (and lse [rows, Hq] when lse is defined) of q [rows, Hq * D]
+// against the cache. nh: query heads per row call (0: the largest of attention_row_heads that keeps
+// the GPU busy; else 1, 2, 4 or 8 dividing Hq / Hkv).
 void attention_cached(const Tensor& q, const KvCacheView& cache, const Tensor& slots,
                       const Tensor& positions, int64_t q_heads, float scale, Tensor& out,
                       Tensor* lse, CachedPath path = CachedPath::kAuto, int nh = 0);

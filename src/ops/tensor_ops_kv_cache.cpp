@@ -209,7 +209,8 @@ Tensor cached_qkv_prologue(const Tensor& qkv, const Tensor& q_norm, const Tensor
 }
 
 Tensor attention_cached(const Tensor& q_in, const KvCacheLayer& layer, const Tensor& slots_in,
-                        const Tensor& positions_in, const AttentionShape& s, Tensor* lse) {
+                        const Tensor& positions_in, const AttentionShape& s, Tensor* lse,
+                        std::optional<DType> out_dtype) {
   const char* op = "attention_cached";
   const KvCacheView c = layer_view(layer, op);
   const Device dev = layer.k.device();
@@ -226,7 +227,10 @@ Tensor attention_cached(const Tensor& q_in, const KvCacheLayer& layer, const Ten
   const int64_t rows = q.numel() / (s.q_heads * s.head_dim);
   const Tensor slots = index_tensor(slots_in, rows, dev, op, "slots");
   const Tensor positions = index_tensor(positions_in, rows, dev, op, "positions");
-  Tensor out = Tensor::empty(DType::kF32, {rows, s.q_heads * s.head_dim}, dev);
+  const DType yt = out_dtype.value_or(DType::kF32);
+  check(yt == DType::kF32 || yt == DType::kBF16,
+        fmt::format("{}: an output of {} (F32, or BF16 for a bf16 operand)", op, dtype_name(yt)));
+  Tensor out = Tensor::empty(dev.is_cuda() ? yt : DType::kF32, {rows, s.q_heads * s.head_dim}, dev);
   Tensor l = lse ? Tensor::empty(DType::kF32, {rows, s.q_heads}, dev) : Tensor();
   const float scale = float(attention_scale(s.head_dim));
   if (rows > 0 && dev.is_cuda()) {
@@ -242,7 +246,7 @@ Tensor attention_cached(const Tensor& q_in, const KvCacheLayer& layer, const Ten
                          out.ptr<float>(), lse ? l.ptr<float>() : nullptr);
   }
   if (lse) *lse = l;
-  return out;
+  return out.dtype() == yt ? out : cast(out, yt);
 }
 
 }  // namespace lockstep::ops

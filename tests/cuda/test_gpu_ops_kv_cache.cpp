@@ -310,10 +310,22 @@ void cached_cases() {
                   if (!e.empty()) err += tag + e;
                   if (run == 0) first = out;
                 }
+                // The output stored as bf16 (a bf16 o_proj operand): the CPU output's cast.
+                set_poison_device_allocations(true);
+                Tensor ob = Tensor::empty(DType::kBF16, {rows, dm.hq * dm.D}, gpu());
+                set_poison_device_allocations(false);
+                ac::attention_cached(qd, view, sd, pd, dm.hq, float(ops::attention_scale(dm.D)), ob,
+                                     nullptr, path, nh);
+                const std::string eb = compare_t(cast(out_c, DType::kBF16), ob, true, "bf16 out");
+                if (!eb.empty()) err += tag + eb;
               }
-            // The entry (its own choice), without lse.
+            // The entry (its own choice), without lse; F32 and BF16 outputs.
             err += compare_t(out_c, ops::attention_cached(qd, c.gpu_layer, sd, pd, shape), true,
                              "entry out");
+            err += compare_t(
+                cast(out_c, DType::kBF16),
+                ops::attention_cached(qd, c.gpu_layer, sd, pd, shape, nullptr, DType::kBF16), true,
+                "entry bf16 out");
             return err;
           });
         }

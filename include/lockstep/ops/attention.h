@@ -248,12 +248,13 @@ LOCKSTEP_HD T attention_lse(T m, T l) {
 // ---- the row ------------------------------------------------------------------------------------
 
 // NH query heads of one row against keys 0 .. n_keys - 1 (n_keys >= 1) of one kv head, through
-// `src`. out: head h's D values at out + h * out_head_stride; lse: head h's at lse + h *
-// lse_head_stride (written by the executor's leader). head_dim D <= MaxD <= kAttentionMaxHeadDim;
-// scale is 1/sqrt(D) rounded to T by the caller.
-template <int NH, int MaxD, class X, class T, class Src>
+// `src`. out: head h's D values at out + h * out_head_stride (Y is T, or num::Bf16Out for an
+// output stored as bf16); lse: head h's at lse + h * lse_head_stride (written by the executor's
+// leader). head_dim D <= MaxD <= kAttentionMaxHeadDim; scale is 1/sqrt(D) rounded to T by the
+// caller.
+template <int NH, int MaxD, class X, class T, class Src, class Y>
 LOCKSTEP_HD void attention_row(const X& ex, const Src& src, int64_t n_keys, int64_t D, T scale,
-                               T* out, int64_t out_head_stride, T* lse, int64_t lse_head_stride) {
+                               Y* out, int64_t out_head_stride, T* lse, int64_t lse_head_stride) {
   using DimsT = typename X::template Dims<T, MaxD>;
   HeadVec<T, NH> m, l;
   DimsT acc[NH];

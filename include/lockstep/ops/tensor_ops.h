@@ -117,11 +117,11 @@ Tensor cached_qkv_prologue(const Tensor& qkv, const Tensor& q_norm, const Tensor
                            KvCacheLayer& layer, const Tensor& slots, int64_t q_heads);
 // q: F32 [rows, Hq * D]. Row r attends to positions 0 .. positions[r] of slot slots[r] with
 // attention_row: the bits of the learner's kRowwise attention for that token. Returns out
-// [rows, Hq * D]; *lse [rows, Hq] when lse is given. Device indices out of range give a NaN row
-// (out and lse).
+// [rows, Hq * D], F32 or out_dtype BF16 (the bits of its cast: the input of a bf16 GEMM operand);
+// *lse [rows, Hq] when lse is given. Device indices out of range give a NaN row (out and lse).
 Tensor attention_cached(const Tensor& q, const KvCacheLayer& layer, const Tensor& slots,
-                        const Tensor& positions, const AttentionShape& shape,
-                        Tensor* lse = nullptr);
+                        const Tensor& positions, const AttentionShape& shape, Tensor* lse = nullptr,
+                        std::optional<DType> out_dtype = std::nullopt);
 
 // ---- MLP and MoE --------------------------------------------------------------------------------
 // x: [rows, 2I] (gate | up); p: [rows] or undefined. Returns y [rows, I]. dp sums a row over 32
