@@ -87,9 +87,12 @@ void perf_softmax_family() {
          [&](int) { ops::token_logprobs_backward(x, t, f, dl, dl); });
   }
   if (want("router")) {
-    const Tensor x = device_logits(16384, 128);
-    line("router_topk k8", "16384x128", 4.0 * 16384 * 128 * 2,
-         [&](int) { ops::router_topk(x, 8, true); });
+    // Decode batches (1, 256 tokens: a warp per token) beside the learner's 16384.
+    for (const int64_t T : {int64_t(1), int64_t(256), int64_t(16384)}) {
+      const Tensor x = device_logits(T, 128);
+      line("router_topk k8", std::to_string(T) + "x128", 4.0 * double(T) * 128 * 2,
+           [&](int) { ops::router_topk(x, 8, true); });
+    }
   }
 }
 

@@ -12,6 +12,14 @@
 #define LOCKSTEP_HD
 #endif
 
+// Full unrolling of the fixed-size loops of a row function in device code (register arrays stay
+// in registers); nothing on the host compiler.
+#if defined(__CUDACC__)
+#define LOCKSTEP_UNROLL _Pragma("unroll")
+#else
+#define LOCKSTEP_UNROLL
+#endif
+
 #if !defined(__CUDA_ARCH__)
 #include <bit>
 #include <cmath>

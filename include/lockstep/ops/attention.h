@@ -53,14 +53,6 @@
 #include "lockstep/numerics/hd.h"
 #include "lockstep/ops/op_math.h"
 
-// Full unrolling of the fixed-size loops of a row function in device code (register arrays stay
-// in registers); nothing on the host compiler.
-#if defined(__CUDACC__)
-#define LOCKSTEP_UNROLL _Pragma("unroll")
-#else
-#define LOCKSTEP_UNROLL
-#endif
-
 namespace lockstep::ops {
 
 // Keys per online-softmax chunk, a compile-time constant shared with every port of the kernel.

@@ -112,20 +112,48 @@ LOCKSTEP_HD inline float sample_key_logprob(uint64_t key, int index_bits) {
 }
 
 // ---- blocked prefix sums and the inverse CDF -----------------------------------------------
+// The sequential sums below wait on their adds only: the values of a chunk are read before any of
+// them is added (in order), so one thread's chain of a few hundred adds does not also wait for a
+// load per add (shared memory on the GPU).
+inline constexpr int kSampleChunk = 16;
+
+// f(i, v_i) for i = begin .. end - 1 in order, v_i = w(i) read a chunk ahead; stops after the
+// first i for which f returns true and returns it, or -1.
+template <class W, class F>
+LOCKSTEP_HD int64_t sample_in_order(const W& w, int64_t begin, int64_t end, const F& f) {
+  int64_t i = begin;
+  for (; i + kSampleChunk <= end; i += kSampleChunk) {
+    float v[kSampleChunk];
+    LOCKSTEP_UNROLL
+    for (int j = 0; j < kSampleChunk; ++j) v[j] = w(i + j);
+    LOCKSTEP_UNROLL
+    for (int j = 0; j < kSampleChunk; ++j)
+      if (f(i + j, v[j])) return i + j;
+  }
+  for (; i < end; ++i)
+    if (f(i, w(i))) return i;
+  return -1;
+}
+
 // B_b: w(begin) + ... + w(end - 1), sequentially from +0.
 template <class W>
 LOCKSTEP_HD float sample_block_sum(const W& w, int64_t begin, int64_t end) {
   float c = 0.0f;
-  for (int64_t i = begin; i < end; ++i) c = c + w(i);
+  sample_in_order(w, begin, end, [&](int64_t, float v) {
+    c = c + v;
+    return false;
+  });
   return c;
 }
 // Block sums [nb] -> block prefixes P_b in place, sequentially from +0.
 LOCKSTEP_HD inline void sample_prefix_chain(float* p, int64_t nb) {
   float acc = 0.0f;
-  for (int64_t b = 0; b < nb; ++b) {
-    acc = acc + p[b];
-    p[b] = acc;
-  }
+  sample_in_order([p](int64_t b) { return p[b]; }, 0, nb,
+                  [&](int64_t b, float v) {
+                    acc = acc + v;
+                    p[b] = acc;
+                    return false;
+                  });
 }
 // The first i in [begin, end) (one block) whose prefix Q_i = base + c_i passes thr (>= when
 // at_least, > otherwise), c_i summed sequentially from +0; writes Q_i to *q. -1 when none does.
@@ -133,15 +161,13 @@ template <class W>
 LOCKSTEP_HD int64_t sample_scan_block(const W& w, int64_t begin, int64_t end, float base, float thr,
                                       bool at_least, float* q) {
   float c = 0.0f;
-  for (int64_t i = begin; i < end; ++i) {
-    c = c + w(i);
+  return sample_in_order(w, begin, end, [&](int64_t, float v) {
+    c = c + v;
     const float qi = base + c;
-    if (at_least ? qi >= thr : qi > thr) {
-      *q = qi;
-      return i;
-    }
-  }
-  return -1;
+    const bool hit = at_least ? qi >= thr : qi > thr;
+    if (hit) *q = qi;
+    return hit;
+  });
 }
 
 // The candidate drawn by target u over n candidates with block prefixes P [ceil(n / 256)]:
