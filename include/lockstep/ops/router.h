@@ -6,9 +6,10 @@
 // Per token (every step one rounded operation of T; sums and maxes in the 32-lane order):
 //   probs = softmax_row(logits) with 32 lanes (ops/softmax.h), p_e = exp(x_e - m) / S.
 //   Slot s = 0..k-1 holds the largest p_e not taken by slots 0..s-1, a tie going to the lower
-//   expert index: the experts in the order (p descending, e ascending). Each slot is two 32-lane
-//   maxes: the best p among the experts after the previous slot in that order, then the lowest e
-//   with that p (as the max of -e).
+//   expert index: the experts in the order (p descending, e ascending). The selection is exact
+//   (no rounding), so how it is computed changes no bit: for float one 32-lane max per slot over
+//   the keys (p's bits, 2^32 - 1 - e) below the previous slot's key; for double two (the best p
+//   after the previous slot in that order, then the lowest e with that p, as the max of -e).
 //   weights_s = p[e_s], or with renormalisation (norm_topk_prob) p[e_s] / W with
 //   W = sum_s p[e_s] in slot order 0..k-1 from 0.
 //   A token whose softmax has no distribution (a NaN or +inf logit, or every logit -inf: NaN
@@ -39,7 +40,7 @@ inline constexpr int kRouterDimsExperts = 256;
 namespace detail {
 
 // Slots 0..k-1 of router_topk_row, given the row's stats and `reduce(f)`: the 32-lane max over the
-// experts e of f(e, p_e).
+// experts e of f(e, p_e) (f returns T, or uint64_t keys).
 template <class X, class T, class Prob, class Reduce>
 LOCKSTEP_HD void router_select(const X& ex, const RowStats<T>& st, int64_t k, bool renormalize,
                                const Prob& prob, const Reduce& reduce, int32_t* ids, T* weights) {
@@ -47,15 +48,34 @@ LOCKSTEP_HD void router_select(const X& ex, const RowStats<T>& st, int64_t k, bo
   const bool valid = st.s >= T(1);  // S >= exp(0) = 1 whenever the row has a distribution
   T prev_p = kInf;                  // the previous slot's (probability, expert)
   int64_t prev_e = -1;
+  uint64_t prev_key = ~uint64_t(0);
   T sum = 0;
   for (int64_t s = 0; s < k; ++s) {
-    const auto after = [&](int64_t e, T p) { return p < prev_p || (p == prev_p && e > prev_e); };
-    const T best = reduce([&](int64_t e, T p) { return after(e, p) ? p : -kInf; });
-    const T neg_e =
-        reduce([&](int64_t e, T p) { return after(e, p) && p == best ? -T(e) : -kInf; });
-    const bool found = valid && neg_e > -kInf;
-    const int64_t e = found ? int64_t(-neg_e) : s;
-    // A found expert's p equals best (p == best, both finite and >= +0: the same bits).
+    bool found;
+    int64_t e;
+    T best;
+    if constexpr (sizeof(T) == 4) {
+      // In a row with a distribution every p is finite and >= +0, so its bits order as its value
+      // does: the key (p's bits, 2^32 - 1 - e) orders the experts as (p descending, e ascending)
+      // reversed, and one max over the keys below the previous slot's is the slot's (p, e). Key 0
+      // (p = +0 at e = 2^32 - 1) cannot occur, so it stands for "none left".
+      const uint64_t key = reduce([&](int64_t x, T p) {
+        const uint64_t kx = (uint64_t(num::f32_bits(p)) << 32) | (0xFFFFFFFFu - uint32_t(x));
+        return kx < prev_key ? kx : uint64_t(0);
+      });
+      found = valid && key != 0;
+      e = found ? int64_t(0xFFFFFFFFu - uint32_t(key)) : s;
+      best = num::f32_from_bits(uint32_t(key >> 32));
+      prev_key = key;
+    } else {
+      const auto after = [&](int64_t x, T p) { return p < prev_p || (p == prev_p && x > prev_e); };
+      best = reduce([&](int64_t x, T p) { return after(x, p) ? p : -kInf; });
+      const T neg_e =
+          reduce([&](int64_t x, T p) { return after(x, p) && p == best ? -T(x) : -kInf; });
+      found = valid && neg_e > -kInf;
+      e = found ? int64_t(-neg_e) : s;
+    }
+    // A found expert's p equals best (the same bits).
     const T p = found ? best : valid ? prob(e) : std::numeric_limits<T>::quiet_NaN();
     prev_p = p;
     prev_e = e;
@@ -85,7 +105,8 @@ LOCKSTEP_HD void router_topk_row(const X& ex, const T* logits, int64_t E, int64_
       probs[e] = pv[i];
     });
     const auto reduce = [&](const auto& f) {
-      return ex.template max_dims<kRouterDimsExperts, T>(
+      using R = decltype(f(int64_t(0), T(0)));
+      return ex.template max_dims<kRouterDimsExperts, R>(
           E, [&](int64_t e, int i) { return f(e, pv[i]); });
     };
     detail::router_select(ex, st, k, renormalize, prob, reduce, ids, weights);
@@ -96,7 +117,8 @@ LOCKSTEP_HD void router_topk_row(const X& ex, const T* logits, int64_t E, int64_
   // it (the executor's for_each and max give element e to the same lane), and the stored value is
   // prob(e) itself, so the read is the recomputation without its exp and division per pass.
   const auto reduce = [&](const auto& f) {
-    return ex.template max<T>(E, [&](int64_t e) { return f(e, probs[e]); });
+    using R = decltype(f(int64_t(0), T(0)));
+    return ex.template max<R>(E, [&](int64_t e) { return f(e, probs[e]); });
   };
   detail::router_select(ex, st, k, renormalize, prob, reduce, ids, weights);
 }
