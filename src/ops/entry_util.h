@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "lockstep/ops/tensor_ops.h"
 
@@ -17,15 +18,24 @@ namespace lockstep::ops::detail {
 inline void check(bool ok, const std::string& msg) {
   if (!ok) throw std::invalid_argument(msg);
 }
+// The message built only when the check fails: every op entry checks its arguments on every call
+// (a training step calls thousands), and formatting tensor descriptions costs more than a small
+// op's work.
+template <class F>
+requires std::is_invocable_r_v<std::string, F&>
+inline void check(bool ok, F&& msg) {
+  if (!ok) throw std::invalid_argument(msg());
+}
 
 inline bool is_f64(const Tensor& t) { return t.dtype() == DType::kF64; }
 
 // A floating operand: F32 or F64 on the CPU, F32 on CUDA (F64 is the CPU's gradient-check path);
 // contiguous (a packed copy on the same device otherwise).
 inline Tensor operand(const Tensor& t, std::string_view op, std::string_view name) {
-  check(t.defined(), fmt::format("{}: tensor '{}' is undefined", op, name));
-  check(t.dtype() == DType::kF32 || t.dtype() == DType::kF64,
-        fmt::format("{}: tensor '{}' {} must be F32 or F64", op, name, t.describe()));
+  check(t.defined(), [&] { return fmt::format("{}: tensor '{}' is undefined", op, name); });
+  check(t.dtype() == DType::kF32 || t.dtype() == DType::kF64, [&] {
+    return fmt::format("{}: tensor '{}' {} must be F32 or F64", op, name, t.describe());
+  });
   if (t.is_cuda() && t.dtype() == DType::kF64)
     throw DeviceNotSupported(fmt::format(
         "{}: tensor '{}' {} is F64 on {}; float64 runs on the CPU only (gradient checks)", op, name,
@@ -35,9 +45,9 @@ inline Tensor operand(const Tensor& t, std::string_view op, std::string_view nam
 
 // An I32 index operand (token ids, targets, positions), contiguous.
 inline Tensor index_operand(const Tensor& t, std::string_view op, std::string_view name) {
-  check(t.defined(), fmt::format("{}: tensor '{}' is undefined", op, name));
+  check(t.defined(), [&] { return fmt::format("{}: tensor '{}' is undefined", op, name); });
   check(t.dtype() == DType::kI32,
-        fmt::format("{}: tensor '{}' {} must be I32", op, name, t.describe()));
+        [&] { return fmt::format("{}: tensor '{}' {} must be I32", op, name, t.describe()); });
   return t.contiguous();
 }
 
@@ -52,8 +62,9 @@ inline Tensor cpu_index_operand(const Tensor& t, std::string_view op, std::strin
 }
 
 inline void same_dtype(const Tensor& a, const Tensor& b, std::string_view op) {
-  check(a.dtype() == b.dtype(),
-        fmt::format("{}: dtypes differ ({} and {})", op, a.describe(), b.describe()));
+  check(a.dtype() == b.dtype(), [&] {
+    return fmt::format("{}: dtypes differ ({} and {})", op, a.describe(), b.describe());
+  });
 }
 
 // The one device of a call's tensors (undefined ones are skipped); std::invalid_argument naming

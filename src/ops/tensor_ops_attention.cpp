@@ -28,25 +28,31 @@ std::vector<int64_t> cu_values(const Tensor& cu_in, int64_t tokens, std::string_
   const Tensor cu = cu_in.contiguous();
   check(
       cu.dim() == 1 && cu.numel() >= 1 && (cu.dtype() == DType::kI32 || cu.dtype() == DType::kI64),
-      fmt::format("{}: cu_seqlens {} must be 1-D I32 / I64 [b + 1]", op, cu.describe()));
+      [&] {
+        return fmt::format("{}: cu_seqlens {} must be 1-D I32 / I64 [b + 1]", op, cu.describe());
+      });
   std::vector<int64_t> v(size_t(cu.numel()));
   for (int64_t i = 0; i < cu.numel(); ++i)
     v[size_t(i)] = cu.dtype() == DType::kI32 ? cu.ptr<int32_t>()[i] : cu.ptr<int64_t>()[i];
-  check(v.front() == 0 && v.back() == tokens,
-        fmt::format("{}: cu_seqlens runs from {} to {}; want 0 to the {} tokens", op, v.front(),
-                    v.back(), tokens));
+  check(v.front() == 0 && v.back() == tokens, [&] {
+    return fmt::format("{}: cu_seqlens runs from {} to {}; want 0 to the {} tokens", op, v.front(),
+                       v.back(), tokens);
+  });
   for (size_t i = 1; i < v.size(); ++i)
-    check(v[i] >= v[i - 1],
-          fmt::format("{}: cu_seqlens decreases at index {} ({} -> {})", op, i, v[i - 1], v[i]));
+    check(v[i] >= v[i - 1], [&] {
+      return fmt::format("{}: cu_seqlens decreases at index {} ({} -> {})", op, i, v[i - 1], v[i]);
+    });
   return v;
 }
 
 void check_shape(const AttentionShape& s, std::string_view op) {
-  check(s.q_heads >= 1 && s.kv_heads >= 1 && s.q_heads % s.kv_heads == 0,
-        fmt::format("{}: q_heads {} and kv_heads {}; need kv_heads >= 1 dividing q_heads", op,
-                    s.q_heads, s.kv_heads));
-  check(s.head_dim >= 1 && s.head_dim <= kAttentionMaxHeadDim,
-        fmt::format("{}: head_dim {} outside [1, {}]", op, s.head_dim, kAttentionMaxHeadDim));
+  check(s.q_heads >= 1 && s.kv_heads >= 1 && s.q_heads % s.kv_heads == 0, [&] {
+    return fmt::format("{}: q_heads {} and kv_heads {}; need kv_heads >= 1 dividing q_heads", op,
+                       s.q_heads, s.kv_heads);
+  });
+  check(s.head_dim >= 1 && s.head_dim <= kAttentionMaxHeadDim, [&] {
+    return fmt::format("{}: head_dim {} outside [1, {}]", op, s.head_dim, kAttentionMaxHeadDim);
+  });
 }
 
 #if defined(LOCKSTEP_HAVE_CUDA)
@@ -54,14 +60,20 @@ void check_shape(const AttentionShape& s, std::string_view op) {
 // here), or host values checked and uploaded (no host wait).
 Tensor device_cu(const Tensor& cu_in, const Device& dev, int64_t tokens, std::string_view op) {
   if (cu_in.defined() && cu_in.is_cuda()) {
-    check(cu_in.device() == dev, fmt::format("{}: cu_seqlens {} is on {} but q is on {}", op,
-                                             cu_in.describe(), cu_in.device().str(), dev.str()));
+    check(cu_in.device() == dev, [&] {
+      return fmt::format("{}: cu_seqlens {} is on {} but q is on {}", op, cu_in.describe(),
+                         cu_in.device().str(), dev.str());
+    });
     check(cu_in.dim() == 1 && cu_in.numel() >= 1 &&
               (cu_in.dtype() == DType::kI32 || cu_in.dtype() == DType::kI64),
-          fmt::format("{}: cu_seqlens {} must be 1-D I32 / I64 [b + 1]", op, cu_in.describe()));
-    check(cu_in.numel() >= 2 || tokens == 0,
-          fmt::format("{}: cu_seqlens {} holds no sequence for {} tokens", op, cu_in.describe(),
-                      tokens));
+          [&] {
+            return fmt::format("{}: cu_seqlens {} must be 1-D I32 / I64 [b + 1]", op,
+                               cu_in.describe());
+          });
+    check(cu_in.numel() >= 2 || tokens == 0, [&] {
+      return fmt::format("{}: cu_seqlens {} holds no sequence for {} tokens", op, cu_in.describe(),
+                         tokens);
+    });
     return cu_in.contiguous();
   }
   const std::vector<int64_t> v = cu_values(cu_in, tokens, op);
@@ -83,8 +95,11 @@ Tensor attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
   const int64_t tokens = rows_of(q, s.q_heads * s.head_dim);
   check(q.numel() == tokens * s.q_heads * s.head_dim &&
             k.numel() == tokens * s.kv_heads * s.head_dim && v.numel() == k.numel(),
-        fmt::format("attention: q {}, k {}, v {} do not match {} q heads, {} kv heads of {}",
-                    q.describe(), k.describe(), v.describe(), s.q_heads, s.kv_heads, s.head_dim));
+        [&] {
+          return fmt::format(
+              "attention: q {}, k {}, v {} do not match {} q heads, {} kv heads of {}",
+              q.describe(), k.describe(), v.describe(), s.q_heads, s.kv_heads, s.head_dim);
+        });
   Tensor out = Tensor::empty(q.dtype(), {tokens, s.q_heads * s.head_dim}, dev);
   Tensor l = Tensor::empty(q.dtype(), {tokens, s.q_heads}, dev);
   const AttentionDims dims{s.q_heads, s.kv_heads, s.head_dim};
@@ -134,11 +149,16 @@ AttentionGrads attention_backward(const Tensor& q_in, const Tensor& k_in, const 
   const int64_t tokens = rows_of(q, s.q_heads * s.head_dim);
   check(q.numel() == tokens * s.q_heads * s.head_dim &&
             k.numel() == tokens * s.kv_heads * s.head_dim && v.numel() == k.numel(),
-        fmt::format("{}: q {}, k {}, v {} do not match {} q heads, {} kv heads of {}", op,
-                    q.describe(), k.describe(), v.describe(), s.q_heads, s.kv_heads, s.head_dim));
+        [&] {
+          return fmt::format("{}: q {}, k {}, v {} do not match {} q heads, {} kv heads of {}", op,
+                             q.describe(), k.describe(), v.describe(), s.q_heads, s.kv_heads,
+                             s.head_dim);
+        });
   check(dout.numel() == q.numel() && out.numel() == q.numel() && lse.numel() == tokens * s.q_heads,
-        fmt::format("{}: dout {}, out {}, lse {} do not match q {}", op, dout.describe(),
-                    out.describe(), lse.describe(), q.describe()));
+        [&] {
+          return fmt::format("{}: dout {}, out {}, lse {} do not match q {}", op, dout.describe(),
+                             out.describe(), lse.describe(), q.describe());
+        });
   AttentionGrads g{Tensor::empty(q.dtype(), q.shape(), dev),
                    Tensor::empty(k.dtype(), k.shape(), dev),
                    Tensor::empty(v.dtype(), v.shape(), dev)};

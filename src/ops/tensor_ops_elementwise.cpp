@@ -22,9 +22,12 @@ constexpr int64_t kElementwiseParallel = int64_t(1) << 17;
 // An in-place operand: defined, F32 / F64 (F32 on CUDA), contiguous.
 void inplace_operand(const Tensor& x, std::string_view op, std::string_view name) {
   operand(x, op, name);
-  check(x.is_contiguous(), fmt::format("{}: tensor '{}' {} must be contiguous (it is written in "
-                                       "place)",
-                                       op, name, x.describe()));
+  check(x.is_contiguous(), [&] {
+    return fmt::format(
+        "{}: tensor '{}' {} must be contiguous (it is written in "
+        "place)",
+        op, name, x.describe());
+  });
 }
 
 }  // namespace
@@ -53,9 +56,10 @@ Tensor scale(const Tensor& x_in, double s) {
 Tensor add(const Tensor& a_in, const Tensor& b_in) {
   const Device dev = same_device("add", {{&a_in, "a"}, {&b_in, "b"}});
   const Tensor a = operand(a_in, "add", "a"), b = operand(b_in, "add", "b");
-  check(a.numel() == b.numel() && a.dtype() == b.dtype(),
-        fmt::format("add: {} + {} needs equal element counts and dtypes", a.describe(),
-                    b.describe()));
+  check(a.numel() == b.numel() && a.dtype() == b.dtype(), [&] {
+    return fmt::format("add: {} + {} needs equal element counts and dtypes", a.describe(),
+                       b.describe());
+  });
   Tensor y = Tensor::empty(a.dtype(), a.shape(), dev);
   if (dev.is_cuda()) {
     LOCKSTEP_OPS_CUDA("add",
@@ -78,9 +82,10 @@ void add_inplace(Tensor& a, const Tensor& b_in) {
   const Device dev = same_device("add_inplace", {{&a, "a"}, {&b_in, "b"}});
   inplace_operand(a, "add_inplace", "a");
   const Tensor b = operand(b_in, "add_inplace", "b");
-  check(a.numel() == b.numel() && a.dtype() == b.dtype(),
-        fmt::format("add_inplace: {} += {} needs equal element counts and dtypes", a.describe(),
-                    b.describe()));
+  check(a.numel() == b.numel() && a.dtype() == b.dtype(), [&] {
+    return fmt::format("add_inplace: {} += {} needs equal element counts and dtypes", a.describe(),
+                       b.describe());
+  });
   if (dev.is_cuda()) {
     LOCKSTEP_OPS_CUDA("add_inplace",
                       add_cuda(a.ptr<float>(), b.ptr<float>(), a.numel(), a.ptr<float>(), dev));
@@ -131,8 +136,9 @@ Tensor scale_rows(const Tensor& x_in, const Tensor& a_in) {
   const Device dev = same_device(op, {{&x_in, "x"}, {&a_in, "a"}});
   const Tensor x = operand(x_in, op, "x"), a = operand(a_in, op, "a");
   same_dtype(x, a, op);
-  check(x.dim() == 2 && a.numel() == x.rows(),
-        fmt::format("{}: x {} must be [T, d] and a {} [T]", op, x.describe(), a.describe()));
+  check(x.dim() == 2 && a.numel() == x.rows(), [&] {
+    return fmt::format("{}: x {} must be [T, d] and a {} [T]", op, x.describe(), a.describe());
+  });
   const int64_t rows = x.rows(), d = x.cols();
   Tensor y = Tensor::empty(x.dtype(), x.shape(), dev);
   if (dev.is_cuda()) {
@@ -157,8 +163,9 @@ Tensor row_dot(const Tensor& a_in, const Tensor& b_in) {
   const Device dev = same_device(op, {{&a_in, "a"}, {&b_in, "b"}});
   const Tensor a = operand(a_in, op, "a"), b = operand(b_in, op, "b");
   same_dtype(a, b, op);
-  check(a.dim() == 2 && b.shape() == a.shape(),
-        fmt::format("{}: a {} and b {} must be the same [T, d]", op, a.describe(), b.describe()));
+  check(a.dim() == 2 && b.shape() == a.shape(), [&] {
+    return fmt::format("{}: a {} and b {} must be the same [T, d]", op, a.describe(), b.describe());
+  });
   const int64_t rows = a.rows(), d = a.cols();
   Tensor y = Tensor::empty(a.dtype(), {rows}, dev);
   if (dev.is_cuda()) {

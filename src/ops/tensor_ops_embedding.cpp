@@ -16,8 +16,9 @@ Tensor embedding(const Tensor& table_in, const Tensor& ids_in) {
   const char* op = "embedding";
   const Device dev = same_device(op, {{&table_in, "table"}, {&ids_in, "ids"}});
   const Tensor table = operand(table_in, op, "table"), ids = index_operand(ids_in, op, "ids");
-  check(table.dim() == 2 && table.rows() >= 1 && table.cols() >= 1,
-        fmt::format("embedding: table {} must be [V, d] with V, d >= 1", table.describe()));
+  check(table.dim() == 2 && table.rows() >= 1 && table.cols() >= 1, [&] {
+    return fmt::format("embedding: table {} must be [V, d] with V, d >= 1", table.describe());
+  });
   Tensor out = Tensor::empty(table.dtype(), {ids.numel(), table.cols()}, dev);
   if (dev.is_cuda()) {
     LOCKSTEP_OPS_CUDA(
@@ -37,9 +38,10 @@ Tensor embedding_backward(const Tensor& dout_in, const Tensor& ids_in, int64_t v
   const char* op = "embedding_backward";
   const Device dev = same_device(op, {{&dout_in, "dout"}, {&ids_in, "ids"}});
   const Tensor dout = operand(dout_in, op, "dout"), ids = index_operand(ids_in, op, "ids");
-  check(dout.dim() == 2 && dout.rows() == ids.numel() && dout.cols() >= 1 && vocab >= 1,
-        fmt::format("{}: dout {} must be [{} tokens, d >= 1] and vocab {} >= 1", op,
-                    dout.describe(), ids.numel(), vocab));
+  check(dout.dim() == 2 && dout.rows() == ids.numel() && dout.cols() >= 1 && vocab >= 1, [&] {
+    return fmt::format("{}: dout {} must be [{} tokens, d >= 1] and vocab {} >= 1", op,
+                       dout.describe(), ids.numel(), vocab);
+  });
   const int64_t d = dout.cols();
   Tensor dt = Tensor::empty(dout.dtype(), {vocab, d}, dev);
   if (dev.is_cuda()) {

@@ -22,8 +22,9 @@ void copy_block(const Tensor& src, int64_t src_off, int64_t src_cols, Tensor& ds
 }
 
 void require_2d(const Tensor& x, const char* op) {
-  check(x.defined() && x.dim() == 2,
-        fmt::format("{}: x {} must be 2-D", op, x.defined() ? x.describe() : "undefined"));
+  check(x.defined() && x.dim() == 2, [&] {
+    return fmt::format("{}: x {} must be 2-D", op, x.defined() ? x.describe() : "undefined");
+  });
 }
 
 }  // namespace
@@ -31,8 +32,9 @@ void require_2d(const Tensor& x, const char* op) {
 Tensor pad2d(const Tensor& x_in, int64_t rows_to, int64_t cols_to) {
   require_2d(x_in, "pad2d");
   if (x_in.rows() == rows_to && x_in.cols() == cols_to) return x_in;
-  check(rows_to >= x_in.rows() && cols_to >= x_in.cols(),
-        fmt::format("pad2d: x {} does not fit [{}, {}]", x_in.describe(), rows_to, cols_to));
+  check(rows_to >= x_in.rows() && cols_to >= x_in.cols(), [&] {
+    return fmt::format("pad2d: x {} does not fit [{}, {}]", x_in.describe(), rows_to, cols_to);
+  });
   const Tensor x = x_in.contiguous();
   Tensor y(x.dtype(), {rows_to, cols_to}, x.device());
   copy_block(x, 0, x.cols(), y, 0, cols_to, x.rows(), x.cols());
@@ -42,8 +44,9 @@ Tensor pad2d(const Tensor& x_in, int64_t rows_to, int64_t cols_to) {
 Tensor crop2d(const Tensor& x_in, int64_t rows, int64_t cols) {
   require_2d(x_in, "crop2d");
   if (x_in.rows() == rows && x_in.cols() == cols) return x_in.contiguous();
-  check(rows <= x_in.rows() && cols <= x_in.cols(),
-        fmt::format("crop2d: [{}, {}] is not inside x {}", rows, cols, x_in.describe()));
+  check(rows <= x_in.rows() && cols <= x_in.cols(), [&] {
+    return fmt::format("crop2d: [{}, {}] is not inside x {}", rows, cols, x_in.describe());
+  });
   const Tensor x = x_in.contiguous();
   Tensor y = Tensor::empty(x.dtype(), {rows, cols}, x.device());
   copy_block(x, 0, x.cols(), y, 0, cols, rows, cols);
@@ -52,8 +55,9 @@ Tensor crop2d(const Tensor& x_in, int64_t rows, int64_t cols) {
 
 Tensor pad_groups(const Tensor& w_in, int64_t groups, int64_t n_to, int64_t k_to) {
   require_2d(w_in, "pad_groups");
-  check(groups >= 1 && w_in.rows() % groups == 0,
-        fmt::format("pad_groups: w {} is not {} equal groups", w_in.describe(), groups));
+  check(groups >= 1 && w_in.rows() % groups == 0, [&] {
+    return fmt::format("pad_groups: w {} is not {} equal groups", w_in.describe(), groups);
+  });
   const int64_t n = w_in.rows() / groups, k = w_in.cols();
   if (n == n_to && k == k_to) return w_in;
   const Tensor w = w_in.contiguous();
@@ -64,8 +68,9 @@ Tensor pad_groups(const Tensor& w_in, int64_t groups, int64_t n_to, int64_t k_to
 
 Tensor crop_groups(const Tensor& w_in, int64_t groups, int64_t n, int64_t k) {
   require_2d(w_in, "crop_groups");
-  check(groups >= 1 && w_in.rows() % groups == 0,
-        fmt::format("crop_groups: w {} is not {} equal groups", w_in.describe(), groups));
+  check(groups >= 1 && w_in.rows() % groups == 0, [&] {
+    return fmt::format("crop_groups: w {} is not {} equal groups", w_in.describe(), groups);
+  });
   const int64_t n_to = w_in.rows() / groups, k_to = w_in.cols();
   if (n == n_to && k == k_to) return w_in.contiguous();
   const Tensor w = w_in.contiguous();
@@ -78,8 +83,10 @@ std::vector<Tensor> split_cols(const Tensor& x_in, std::initializer_list<int64_t
   require_2d(x_in, "split_cols");
   int64_t total = 0;
   for (int64_t w : widths) total += w;
-  check(total == x_in.cols(), fmt::format("split_cols: widths sum to {}, x {} has {} columns",
-                                          total, x_in.describe(), x_in.cols()));
+  check(total == x_in.cols(), [&] {
+    return fmt::format("split_cols: widths sum to {}, x {} has {} columns", total, x_in.describe(),
+                       x_in.cols());
+  });
   const Tensor x = x_in.contiguous();
   std::vector<Tensor> out;
   int64_t c0 = 0;
@@ -99,8 +106,10 @@ Tensor concat_cols(std::initializer_list<Tensor> parts) {
   for (const Tensor& p : parts) {
     require_2d(p, "concat_cols");
     check(p.rows() == first.rows() && p.dtype() == first.dtype() && p.device() == first.device(),
-          fmt::format("concat_cols: part {} does not match {} (rows, dtype, device)", p.describe(),
-                      first.describe()));
+          [&] {
+            return fmt::format("concat_cols: part {} does not match {} (rows, dtype, device)",
+                               p.describe(), first.describe());
+          });
     C += p.cols();
   }
   Tensor out = Tensor::empty(first.dtype(), {first.rows(), C}, first.device());

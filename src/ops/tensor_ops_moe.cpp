@@ -24,7 +24,7 @@ using lockstep::detail::kParallelMinWork;
 
 void check_route(const MoeRoute& r, const char* op) {
   check(r.offsets.defined() && r.src_rows.defined() && r.slot_row.defined(),
-        fmt::format("{}: the route is empty (moe_route first)", op));
+        [&] { return fmt::format("{}: the route is empty (moe_route first)", op); });
 }
 
 // Floating operand of a row move: F32 / F64 (CPU), F32 (CUDA), 2-D, on the route's device.
@@ -45,10 +45,12 @@ int64_t moe_grouped_rows(int64_t tokens, int64_t top_k, int64_t experts, int64_t
 
 MoeRoute moe_route(const Tensor& ids_in, int64_t experts, int64_t row_multiple) {
   const Tensor ids = index_operand(ids_in, "moe_route", "expert_ids");
-  check(ids.dim() == 2 && experts >= 1 && row_multiple >= 1 && ids.cols() <= experts,
-        fmt::format("moe_route: expert_ids {} must be [T, k] with 1 <= k <= E = {}, row multiple "
-                    "{} >= 1",
-                    ids.describe(), experts, row_multiple));
+  check(ids.dim() == 2 && experts >= 1 && row_multiple >= 1 && ids.cols() <= experts, [&] {
+    return fmt::format(
+        "moe_route: expert_ids {} must be [T, k] with 1 <= k <= E = {}, row multiple "
+        "{} >= 1",
+        ids.describe(), experts, row_multiple);
+  });
   MoeRoute r;
   r.tokens = ids.rows();
   r.top_k = ids.cols();
@@ -95,8 +97,9 @@ Tensor moe_gather(const Tensor& x_in, const MoeRoute& r) {
   const bool bf16 = x_in.defined() && x_in.dtype() == DType::kBF16;
   const Tensor x = bf16 ? x_in.contiguous() : rows_operand(x_in, r, "moe_gather", "x");
   if (bf16) same_device("moe_gather", {{&x, "x"}, {&r.slot_row, "route"}});
-  check(x.dim() == 2 && x.rows() == r.tokens,
-        fmt::format("moe_gather: x {} is not [{} tokens, d]", x.describe(), r.tokens));
+  check(x.dim() == 2 && x.rows() == r.tokens, [&] {
+    return fmt::format("moe_gather: x {} is not [{} tokens, d]", x.describe(), r.tokens);
+  });
   const int64_t d = x.cols();
   Tensor out = Tensor::empty(x.dtype(), {r.rows, d}, x.device());
   if (x.is_cuda()) {
@@ -126,8 +129,9 @@ Tensor moe_gather(const Tensor& x_in, const MoeRoute& r) {
 Tensor moe_combine(const Tensor& rows_in, const MoeRoute& r) {
   check_route(r, "moe_combine");
   const Tensor rows = rows_operand(rows_in, r, "moe_combine", "rows");
-  check(rows.dim() == 2 && rows.rows() == r.rows,
-        fmt::format("moe_combine: rows {} is not [{}, d]", rows.describe(), r.rows));
+  check(rows.dim() == 2 && rows.rows() == r.rows, [&] {
+    return fmt::format("moe_combine: rows {} is not [{}, d]", rows.describe(), r.rows);
+  });
   const int64_t d = rows.cols(), k = r.top_k;
   Tensor out = Tensor::empty(rows.dtype(), {r.tokens, d}, rows.device());
   if (rows.is_cuda()) {
@@ -155,8 +159,9 @@ Tensor moe_combine(const Tensor& rows_in, const MoeRoute& r) {
 Tensor moe_scatter(const Tensor& x_in, const MoeRoute& r) {
   check_route(r, "moe_scatter");
   const Tensor x = rows_operand(x_in, r, "moe_scatter", "x");
-  check(x.dim() == 2 && x.rows() == r.tokens,
-        fmt::format("moe_scatter: x {} is not [{} tokens, d]", x.describe(), r.tokens));
+  check(x.dim() == 2 && x.rows() == r.tokens, [&] {
+    return fmt::format("moe_scatter: x {} is not [{} tokens, d]", x.describe(), r.tokens);
+  });
   const int64_t d = x.cols(), k = r.top_k;
   // Padding rows stay zero; without padding (rows = slots) every row is written.
   Tensor out = r.rows == r.tokens * r.top_k ? Tensor::empty(x.dtype(), {r.rows, d}, x.device())
@@ -180,8 +185,9 @@ Tensor moe_scatter(const Tensor& x_in, const MoeRoute& r) {
 Tensor moe_scatter_slots(const Tensor& w_in, const MoeRoute& r) {
   check_route(r, "moe_scatter_slots");
   const Tensor w = rows_operand(w_in, r, "moe_scatter_slots", "w");
-  check(w.numel() == r.tokens * r.top_k,
-        fmt::format("moe_scatter_slots: w {} is not [{}, {}]", w.describe(), r.tokens, r.top_k));
+  check(w.numel() == r.tokens * r.top_k, [&] {
+    return fmt::format("moe_scatter_slots: w {} is not [{}, {}]", w.describe(), r.tokens, r.top_k);
+  });
   Tensor out = r.rows == w.numel() ? Tensor::empty(w.dtype(), {r.rows}, w.device())
                                    : Tensor(w.dtype(), {r.rows}, w.device());
   if (w.is_cuda()) {
@@ -200,7 +206,7 @@ Tensor moe_gather_slots(const Tensor& v_in, const MoeRoute& r) {
   check_route(r, "moe_gather_slots");
   const Tensor v = rows_operand(v_in, r, "moe_gather_slots", "v");
   check(v.numel() == r.rows,
-        fmt::format("moe_gather_slots: v {} is not [{}]", v.describe(), r.rows));
+        [&] { return fmt::format("moe_gather_slots: v {} is not [{}]", v.describe(), r.rows); });
   Tensor out = Tensor::empty(v.dtype(), {r.tokens, r.top_k}, v.device());
   if (v.is_cuda()) {
     LOCKSTEP_OPS_CUDA("moe_gather_slots", cuda::moe_gather_slots(v, r, out));
@@ -219,8 +225,10 @@ Tensor sigmoid_backward(const Tensor& dy_in, const Tensor& y_in) {
                y = operand(y_in, "sigmoid_backward", "y");
   same_dtype(dy, y, "sigmoid_backward");
   same_device("sigmoid_backward", {{&dy, "dy"}, {&y, "y"}});
-  check(dy.numel() == y.numel(), fmt::format("sigmoid_backward: dy {} and y {} differ in size",
-                                             dy.describe(), y.describe()));
+  check(dy.numel() == y.numel(), [&] {
+    return fmt::format("sigmoid_backward: dy {} and y {} differ in size", dy.describe(),
+                       y.describe());
+  });
   Tensor out = Tensor::empty(dy.dtype(), {dy.numel()}, dy.device());
   if (dy.is_cuda()) {
     LOCKSTEP_OPS_CUDA("sigmoid_backward", cuda::sigmoid_backward(dy, y, out));

@@ -21,13 +21,15 @@ Tensor rmsnorm(const Tensor& x_in, const Tensor& w_in, double eps, Tensor* rstd,
   const Tensor x = operand(x_in, op, "x"), w = operand(w_in, op, "w");
   same_dtype(x, w, op);
   const int64_t d = w.numel();
-  check(
-      w.dim() == 1 && d >= 1 && x.numel() % d == 0,
-      fmt::format("rmsnorm: x {} does not have rows of the weight's {} elements", x.describe(), d));
+  check(w.dim() == 1 && d >= 1 && x.numel() % d == 0, [&] {
+    return fmt::format("rmsnorm: x {} does not have rows of the weight's {} elements", x.describe(),
+                       d);
+  });
   const DType yt = out.value_or(x.dtype());
-  check(yt == x.dtype() || (yt == DType::kBF16 && x.dtype() == DType::kF32),
-        fmt::format("rmsnorm: an output of {} from x {} (x's dtype, or BF16 from F32)",
-                    dtype_name(yt), x.describe()));
+  check(yt == x.dtype() || (yt == DType::kBF16 && x.dtype() == DType::kF32), [&] {
+    return fmt::format("rmsnorm: an output of {} from x {} (x's dtype, or BF16 from F32)",
+                       dtype_name(yt), x.describe());
+  });
   const int64_t rows = rows_of(x, d);
   Tensor r = Tensor::empty(x.dtype(), {rows}, dev);
   if (rstd) *rstd = r;
@@ -59,9 +61,10 @@ Tensor rmsnorm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& w
   same_dtype(w, x, op);
   same_dtype(rstd, x, op);
   const int64_t d = w.numel(), rows = rows_of(x, d);
-  check(d >= 1 && x.numel() % d == 0 && dy.numel() == x.numel() && rstd.numel() == rows,
-        fmt::format("{}: dy {}, x {}, w {}, rstd {} do not match", op, dy.describe(), x.describe(),
-                    w.describe(), rstd.describe()));
+  check(d >= 1 && x.numel() % d == 0 && dy.numel() == x.numel() && rstd.numel() == rows, [&] {
+    return fmt::format("{}: dy {}, x {}, w {}, rstd {} do not match", op, dy.describe(),
+                       x.describe(), w.describe(), rstd.describe());
+  });
   Tensor dx = Tensor::empty(x.dtype(), x.shape(), dev);
   Tensor g = Tensor::empty(x.dtype(), {d}, dev);
   if (dev.is_cuda()) {
@@ -92,9 +95,10 @@ RopeTable rope_table(int64_t max_pos, int64_t head_dim, double theta, DType dtyp
 
 RopeTable RopeTable::to(Device device, Stream stream) const {
   if (device.is_cuda())
-    check(cos.dtype() == DType::kF32,
-          fmt::format("rope table {} to {}: a CUDA table is F32 (build it with DType::kF32)",
-                      cos.describe(), device.str()));
+    check(cos.dtype() == DType::kF32, [&] {
+      return fmt::format("rope table {} to {}: a CUDA table is F32 (build it with DType::kF32)",
+                         cos.describe(), device.str());
+    });
   return RopeTable{cos.to(device, stream), sin.to(device, stream), max_pos, head_dim};
 }
 
@@ -108,15 +112,19 @@ void rope_apply(Tensor& x, const Tensor& positions_in, int64_t heads, const Rope
                                       {&table.sin, "table.sin"}});
   check(x.defined() && x.is_contiguous() && x.dtype() == table.cos.dtype() &&
             table.sin.dtype() == table.cos.dtype(),
-        fmt::format("{}: x {} must be contiguous with the table's dtype ({})", op,
-                    x.defined() ? x.describe() : "undefined", table.cos.describe()));
+        [&] {
+          return fmt::format("{}: x {} must be contiguous with the table's dtype ({})", op,
+                             x.defined() ? x.describe() : "undefined", table.cos.describe());
+        });
   operand(x, op, "x");  // (F32 / F64; F64 only on the CPU)
   const Tensor pos = index_operand(positions_in, op, "positions");
   const int64_t tokens = pos.numel();
   check(heads >= 1 && table.head_dim >= 2 && table.head_dim % 2 == 0 &&
             x.numel() == tokens * heads * table.head_dim,
-        fmt::format("{}: x {} is not [{} tokens, {} heads, {}]", op, x.describe(), tokens, heads,
-                    table.head_dim));
+        [&] {
+          return fmt::format("{}: x {} is not [{} tokens, {} heads, {}]", op, x.describe(), tokens,
+                             heads, table.head_dim);
+        });
   if (dev.is_cuda()) {
     LOCKSTEP_OPS_CUDA(op, rope_cuda(x.ptr<float>(), pos.ptr<int32_t>(), tokens, heads,
                                     table.head_dim, table.cos.ptr<float>(), table.sin.ptr<float>(),

@@ -26,11 +26,16 @@ void adamw_step(Tensor& param, const Tensor& grad_in, Tensor& m, Tensor& v, cons
             grad.numel() == param.numel() && m.numel() == param.numel() &&
             v.numel() == param.numel() && grad.dtype() == param.dtype() &&
             m.dtype() == param.dtype() && v.dtype() == param.dtype(),
-        fmt::format("{}: param {}, grad {}, m {}, v {} must match (contiguous param, m, v)", op,
-                    param.describe(), grad.describe(), m.describe(), v.describe()));
-  check(amax_domains >= 1 && amax_domains <= 65535 && param.numel() % amax_domains == 0,
-        fmt::format("{}: {} amax domains must be in [1, 65535] and divide param {}'s {} elements",
-                    op, amax_domains, param.describe(), param.numel()));
+        [&] {
+          return fmt::format(
+              "{}: param {}, grad {}, m {}, v {} must match (contiguous param, m, v)", op,
+              param.describe(), grad.describe(), m.describe(), v.describe());
+        });
+  check(amax_domains >= 1 && amax_domains <= 65535 && param.numel() % amax_domains == 0, [&] {
+    return fmt::format(
+        "{}: {} amax domains must be in [1, 65535] and divide param {}'s {} elements", op,
+        amax_domains, param.describe(), param.numel());
+  });
   if (amax && !(amax->defined() && amax->dtype() == DType::kF32 && amax->numel() == amax_domains &&
                 amax->device() == dev && amax->is_contiguous()))
     *amax = Tensor::empty(DType::kF32, {amax_domains}, dev);
@@ -55,14 +60,16 @@ double grad_norm(std::span<const Tensor> grads) {
   for (size_t i = 0; i < grads.size(); ++i) {
     const std::string name = fmt::format("grads[{}]", i);
     gs.push_back(operand(grads[i], op, name));
-    check(gs.back().dtype() == gs.front().dtype(),
-          fmt::format("{}: {} {} and grads[0] {} differ in dtype", op, name, gs.back().describe(),
-                      gs.front().describe()));
-    check(gs.back().device() == gs.front().device(),
-          fmt::format("{}: {} {} is on {} but grads[0] is on {}; an op runs where all of its "
-                      "tensors live",
-                      op, name, gs.back().describe(), gs.back().device().str(),
-                      gs.front().device().str()));
+    check(gs.back().dtype() == gs.front().dtype(), [&] {
+      return fmt::format("{}: {} {} and grads[0] {} differ in dtype", op, name,
+                         gs.back().describe(), gs.front().describe());
+    });
+    check(gs.back().device() == gs.front().device(), [&] {
+      return fmt::format(
+          "{}: {} {} is on {} but grads[0] is on {}; an op runs where all of its "
+          "tensors live",
+          op, name, gs.back().describe(), gs.back().device().str(), gs.front().device().str());
+    });
   }
   const Device dev = gs.front().device();
   if (dev.is_cuda()) {

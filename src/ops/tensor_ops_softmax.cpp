@@ -23,8 +23,9 @@ namespace {
 
 // Rows of the last dimension (at least 1 element each).
 int64_t last_dim(const Tensor& x, const char* op) {
-  check(x.dim() >= 1 && x.size(-1) >= 1,
-        fmt::format("{}: x {} needs a last dimension of at least 1 element", op, x.describe()));
+  check(x.dim() >= 1 && x.size(-1) >= 1, [&] {
+    return fmt::format("{}: x {} needs a last dimension of at least 1 element", op, x.describe());
+  });
   return x.size(-1);
 }
 
@@ -53,8 +54,9 @@ Tensor softmax_bwd(const Tensor& y_in, const Tensor& dy_in, bool log) {
   const Tensor y = operand(y_in, op, "y"), dy = operand(dy_in, op, "dy");
   same_dtype(y, dy, op);
   same_device(op, {{&y, "y"}, {&dy, "dy"}});
-  check(y.shape() == dy.shape(),
-        fmt::format("{}: y {} and dy {} differ in shape", op, y.describe(), dy.describe()));
+  check(y.shape() == dy.shape(), [&] {
+    return fmt::format("{}: y {} and dy {} differ in shape", op, y.describe(), dy.describe());
+  });
   const int64_t n = last_dim(y, op), rows = rows_of(y, n);
   Tensor dx = Tensor::empty(y.dtype(), y.shape(), y.device());
   if (y.is_cuda()) {
@@ -78,8 +80,9 @@ Tensor optional_rows(const Tensor& t, const Tensor& like, int64_t tokens, const 
   if (!t.defined()) return t;
   const Tensor r = operand(t, op, name);
   same_dtype(r, like, op);
-  check(r.numel() == tokens,
-        fmt::format("{}: {} {} must have {} values", op, name, r.describe(), tokens));
+  check(r.numel() == tokens, [&] {
+    return fmt::format("{}: {} {} must have {} values", op, name, r.describe(), tokens);
+  });
   return r;
 }
 
@@ -95,16 +98,18 @@ TokenLogprobs token_logprobs(const Tensor& logits_in, const Tensor& targets_in) 
   const Tensor logits = operand(logits_in, op, "logits"),
                targets = index_operand(targets_in, op, "targets");
   same_device(op, {{&logits, "logits"}, {&targets, "targets"}});
-  check(logits.dim() == 2 && logits.rows() == targets.numel(),
-        fmt::format("{}: logits {} and targets {} disagree on tokens", op, logits.describe(),
-                    targets.describe()));
+  check(logits.dim() == 2 && logits.rows() == targets.numel(), [&] {
+    return fmt::format("{}: logits {} and targets {} disagree on tokens", op, logits.describe(),
+                       targets.describe());
+  });
   const int64_t tokens = logits.rows(), vocab = logits.cols();
   const Device dev = logits.device();
   TokenLogprobs r{Tensor::empty(logits.dtype(), {tokens}, dev),
                   Tensor::empty(logits.dtype(), {tokens}, dev),
                   Tensor::empty(logits.dtype(), {tokens}, dev)};
   if (logits.is_cuda()) {
-    check(vocab >= 1, fmt::format("{}: logits {} have no columns", op, logits.describe()));
+    check(vocab >= 1,
+          [&] { return fmt::format("{}: logits {} have no columns", op, logits.describe()); });
     LOCKSTEP_OPS_CUDA(
         op, cuda::token_logprobs_rows(logits.ptr<float>(), targets.ptr<int32_t>(), tokens, vocab,
                                       r.logp.ptr<float>(), r.entropy.ptr<float>(),
@@ -125,16 +130,17 @@ Tensor token_logprobs_backward(const Tensor& logits_in, const Tensor& targets_in
   const char* op = "token_logprobs_backward";
   const Tensor logits = operand(logits_in, op, "logits"),
                targets = index_operand(targets_in, op, "targets");
-  check(logits.dim() == 2 && logits.rows() == targets.numel() && logits.cols() >= 1,
-        fmt::format("{}: logits {} and targets {} disagree on tokens", op, logits.describe(),
-                    targets.describe()));
+  check(logits.dim() == 2 && logits.rows() == targets.numel() && logits.cols() >= 1, [&] {
+    return fmt::format("{}: logits {} and targets {} disagree on tokens", op, logits.describe(),
+                       targets.describe());
+  });
   const int64_t tokens = logits.rows(), vocab = logits.cols();
   const Tensor lse = optional_rows(fwd.lse, logits, tokens, op, "lse"),
                ent = optional_rows(fwd.entropy, logits, tokens, op, "entropy"),
                dlogp = optional_rows(dlogp_in, logits, tokens, op, "dlogp"),
                dent = optional_rows(dentropy_in, logits, tokens, op, "dentropy");
   check(lse.defined() && ent.defined(),
-        fmt::format("{}: the forward's lse and entropy are needed", op));
+        [&] { return fmt::format("{}: the forward's lse and entropy are needed", op); });
   const Device dev = same_device(op, {{&logits, "logits"},
                                       {&targets, "targets"},
                                       {&lse, "lse"},
@@ -162,11 +168,14 @@ Tensor token_logprobs_backward(const Tensor& logits_in, const Tensor& targets_in
 RouterOut router_topk(const Tensor& logits_in, int64_t k, bool renormalize) {
   const char* op = "router_topk";
   const Tensor logits = operand(logits_in, op, "logits");
-  check(logits.dim() == 2, fmt::format("{}: logits {} must be 2-D", op, logits.describe()));
+  check(logits.dim() == 2,
+        [&] { return fmt::format("{}: logits {} must be 2-D", op, logits.describe()); });
   const int64_t tokens = logits.rows(), experts = logits.cols();
-  check(experts >= 1 && experts <= (1 << 24) && k >= 1 && k <= experts,
-        fmt::format("{}: logits {} with top-k {}; need 1 <= experts <= 2^24 and 1 <= k <= experts",
-                    op, logits.describe(), k));
+  check(experts >= 1 && experts <= (1 << 24) && k >= 1 && k <= experts, [&] {
+    return fmt::format(
+        "{}: logits {} with top-k {}; need 1 <= experts <= 2^24 and 1 <= k <= experts", op,
+        logits.describe(), k);
+  });
   const Device dev = logits.device();
   RouterOut r{Tensor::empty(logits.dtype(), {tokens, experts}, dev),
               Tensor::empty(DType::kI32, {tokens, k}, dev),
@@ -192,9 +201,12 @@ RouterOut router_replay(const Tensor& logits_in, const Tensor& expert_ids, bool 
                ids = index_operand(expert_ids, op, "expert_ids");
   check(logits.dim() == 2 && ids.dim() == 2 && ids.rows() == logits.rows() && ids.cols() >= 1 &&
             ids.cols() <= logits.cols() && logits.cols() <= (1 << 24),
-        fmt::format("{}: logits {} and expert_ids {} do not match (need [tokens, E] and "
-                    "[tokens, k] with 1 <= k <= E <= 2^24)",
-                    op, logits.describe(), ids.describe()));
+        [&] {
+          return fmt::format(
+              "{}: logits {} and expert_ids {} do not match (need [tokens, E] and "
+              "[tokens, k] with 1 <= k <= E <= 2^24)",
+              op, logits.describe(), ids.describe());
+        });
   const int64_t tokens = logits.rows(), experts = logits.cols(), k = ids.cols();
   const Device dev = same_device(op, {{&logits, "logits"}, {&ids, "expert_ids"}});
   RouterOut r{Tensor::empty(logits.dtype(), {tokens, experts}, dev), ids,
@@ -220,11 +232,14 @@ Tensor router_topk_backward(const RouterOut& fwd, const Tensor& dweights_in, boo
   same_dtype(probs, dw, op);
   check(probs.dim() == 2 && ids.dim() == 2 && ids.rows() == probs.rows() && ids.cols() >= 1 &&
             ids.cols() <= probs.cols() && probs.cols() <= (1 << 24),
-        fmt::format("{}: probs {} and expert_ids {} do not match", op, probs.describe(),
-                    ids.describe()));
+        [&] {
+          return fmt::format("{}: probs {} and expert_ids {} do not match", op, probs.describe(),
+                             ids.describe());
+        });
   const int64_t tokens = probs.rows(), experts = probs.cols(), k = ids.cols();
-  check(dw.numel() == tokens * k,
-        fmt::format("{}: dweights {} is not [{}, {}]", op, dw.describe(), tokens, k));
+  check(dw.numel() == tokens * k, [&] {
+    return fmt::format("{}: dweights {} is not [{}, {}]", op, dw.describe(), tokens, k);
+  });
   const Device dev = same_device(op, {{&probs, "probs"}, {&ids, "expert_ids"}, {&dw, "dweights"}});
   Tensor dl = Tensor::empty(probs.dtype(), {tokens, experts}, dev);
   if (dev.is_cuda()) {
@@ -247,18 +262,22 @@ SampledTokens sample_tokens(const Tensor& logits_in, const Tensor& streams_in,
   const Tensor logits = operand(logits_in, op, "logits"),
                streams = index_operand(streams_in, op, "streams");
   check(logits.dtype() == DType::kF32,
-        fmt::format("{}: logits {} must be F32", op, logits.describe()));
+        [&] { return fmt::format("{}: logits {} must be F32", op, logits.describe()); });
   check(positions_in.defined() &&
             (positions_in.dtype() == DType::kI32 || positions_in.dtype() == DType::kI64),
-        fmt::format("{}: positions {} must be I32 or I64", op,
-                    positions_in.defined() ? positions_in.describe() : "(undefined)"));
+        [&] {
+          return fmt::format("{}: positions {} must be I32 or I64", op,
+                             positions_in.defined() ? positions_in.describe() : "(undefined)");
+        });
   const Tensor positions = positions_in.contiguous();
-  check(logits.dim() == 2,
-        fmt::format("{}: logits {} must be [rows, vocabulary]", op, logits.describe()));
+  check(logits.dim() == 2, [&] {
+    return fmt::format("{}: logits {} must be [rows, vocabulary]", op, logits.describe());
+  });
   const int64_t rows = logits.rows(), vocab = logits.cols();
-  check(streams.numel() == rows && positions.numel() == rows,
-        fmt::format("{}: streams {} and positions {} need one value per row of logits {}", op,
-                    streams.describe(), positions.describe(), logits.describe()));
+  check(streams.numel() == rows && positions.numel() == rows, [&] {
+    return fmt::format("{}: streams {} and positions {} need one value per row of logits {}", op,
+                       streams.describe(), positions.describe(), logits.describe());
+  });
   check_sample_config(cfg, vocab);
   const Device dev =
       same_device(op, {{&logits, "logits"}, {&streams, "streams"}, {&positions, "positions"}});

@@ -17,17 +17,19 @@ Tensor swiglu(const Tensor& x_in, const Tensor& p_in, std::optional<DType> out) 
   const Device dev = same_device(op, {{&x_in, "x"}, {&p_in, "p"}});
   const Tensor x = operand(x_in, op, "x");
   check(x.dim() == 2 && x.cols() % 2 == 0 && x.cols() >= 2,
-        fmt::format("swiglu: x {} must be [rows, 2I] with I >= 1", x.describe()));
+        [&] { return fmt::format("swiglu: x {} must be [rows, 2I] with I >= 1", x.describe()); });
   const DType yt = out.value_or(x.dtype());
-  check(yt == x.dtype() || (yt == DType::kBF16 && x.dtype() == DType::kF32),
-        fmt::format("swiglu: an output of {} from x {} (x's dtype, or BF16 from F32)",
-                    dtype_name(yt), x.describe()));
+  check(yt == x.dtype() || (yt == DType::kBF16 && x.dtype() == DType::kF32), [&] {
+    return fmt::format("swiglu: an output of {} from x {} (x's dtype, or BF16 from F32)",
+                       dtype_name(yt), x.describe());
+  });
   const int64_t rows = x.rows(), inter = x.cols() / 2;
   Tensor p;
   if (p_in.defined()) {
     p = operand(p_in, op, "p");
     same_dtype(x, p, op);
-    check(p.numel() == rows, fmt::format("swiglu: p {} is not [{}]", p.describe(), rows));
+    check(p.numel() == rows,
+          [&] { return fmt::format("swiglu: p {} is not [{}]", p.describe(), rows); });
   }
   if (dev.is_cuda()) {
     Tensor y = Tensor::empty(yt, {rows, inter}, dev);
@@ -50,16 +52,17 @@ SwigluGrads swiglu_backward(const Tensor& x_in, const Tensor& p_in, const Tensor
   const Device dev = same_device(op, {{&x_in, "x"}, {&p_in, "p"}, {&dy_in, "dy"}});
   const Tensor x = operand(x_in, op, "x"), dy = operand(dy_in, op, "dy");
   check(x.dim() == 2 && x.cols() % 2 == 0 && x.cols() >= 2,
-        fmt::format("{}: x {} must be [rows, 2I] with I >= 1", op, x.describe()));
+        [&] { return fmt::format("{}: x {} must be [rows, 2I] with I >= 1", op, x.describe()); });
   same_dtype(x, dy, op);
   const int64_t rows = x.rows(), inter = x.cols() / 2;
   check(dy.numel() == rows * inter,
-        fmt::format("{}: dy {} is not [{}, {}]", op, dy.describe(), rows, inter));
+        [&] { return fmt::format("{}: dy {} is not [{}, {}]", op, dy.describe(), rows, inter); });
   Tensor p;
   if (p_in.defined()) {
     p = operand(p_in, op, "p");
     same_dtype(x, p, op);
-    check(p.numel() == rows, fmt::format("{}: p {} is not [{}]", op, p.describe(), rows));
+    check(p.numel() == rows,
+          [&] { return fmt::format("{}: p {} is not [{}]", op, p.describe(), rows); });
   }
   SwigluGrads g{Tensor::empty(x.dtype(), x.shape(), dev),
                 p.defined() ? Tensor::empty(x.dtype(), {rows}, dev) : Tensor()};
