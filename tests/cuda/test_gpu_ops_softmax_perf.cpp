@@ -1,8 +1,12 @@
 // lockstep_test_gpu --mode perf --op softmax|log_softmax|token_logprobs|router|sample: times of the
 // softmax family on CUDA (median of CUDA-event samples after warm-up; "1 call": one call with its
-// launches, "stream": 20 calls back to back), with the bandwidth of one read of the input plus the
-// writes (the least any kernel must move), for decode batches (1, 32, 256 rows of 151936) and the
+// launches, "stream": 20 calls back to back, "graph": the same 20 calls recorded as one CUDA graph
+// and replayed, so the host's part of a call is out of the figure as in a decode step's graph;
+// "-" when a call cannot be recorded), with the bandwidth of one read of the input plus the writes
+// (the least any kernel must move), for decode batches (1, 32, 256 rows of 151936) and the
 // learner's 16384 x 151936 logits.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <functional>
 #include <random>
@@ -11,6 +15,7 @@
 
 #include "cuda_timing.h"
 #include "lockstep/ops/tensor_ops.h"
+#include "lockstep/tensor/graph.h"
 #include "test_gpu.h"
 
 namespace lockstep::gpu_test {
@@ -41,18 +46,37 @@ Tensor device_i32(int64_t n, int32_t mod) {
   return to_gpu(Tensor::from_vector<int32_t>(v, {n}, DType::kI32));
 }
 
+// Time per call of 20 calls of fn recorded as one CUDA graph and replayed; -1 when they cannot be
+// recorded (a host copy or wait inside the call).
+double graph_us(const std::function<void(int)>& fn) {
+  constexpr int kCalls = 20;
+  try {
+    const OwnedStream s(gpu());
+    DeviceGraph g;
+    g.capture(gpu(), s.get(), [&] {
+      for (int i = 0; i < kCalls; ++i) fn(i);
+    });
+    return bench::median_time_us([&](int) { g.replay(s.get()); }, 7, cuda::cu(s.get())) / kCalls;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
 void line(const std::string& op, const std::string& shape, double bytes,
           const std::function<void(int)>& fn) {
   const double one = bench::median_time_us(fn, 15);
   const double stream = bench::median_time_us(fn, 7, nullptr, 20);
-  std::printf("%-28s %-16s %10.1f us %10.1f us %9.0f GB/s\n", op.c_str(), shape.c_str(), one,
-              stream, bytes / (stream * 1e3));
+  const double graph = graph_us(fn);
+  const std::string g = graph < 0 ? "-" : fmt::format("{:.1f} us", graph);
+  std::printf("%-28s %-16s %10.1f us %10.1f us %13s %9.0f GB/s\n", op.c_str(), shape.c_str(), one,
+              stream, g.c_str(), bytes / ((graph < 0 ? stream : graph) * 1e3));
 }
 
 }  // namespace
 
 void perf_softmax_family() {
-  std::printf("%-28s %-16s %13s %13s %14s\n", "op", "shape", "1 call", "stream", "min bytes/t");
+  std::printf("%-28s %-16s %13s %13s %13s %14s\n", "op", "shape", "1 call", "stream", "graph",
+              "min bytes/t");
   for (const int64_t b : {int64_t(1), int64_t(32), int64_t(256)}) {
     const std::string shape = std::to_string(b) + "x" + std::to_string(kVocab);
     const Tensor x = device_logits(b, kVocab);
