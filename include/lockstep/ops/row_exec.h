@@ -224,17 +224,23 @@ struct WarpLanes {
     return {__shfl_sync(0xffffffffu, pa, 0), __shfl_sync(0xffffffffu, pb, 0)};
   }
 
-  template <class T, class F>
-  __device__ T max(int64_t n, F&& f) const {
-    T p = -std::numeric_limits<T>::infinity();
-    auto keep = [&](T x) { p = x > p ? x : p; };
-    ahead<T>(n, f, keep);
+  // The lanes' maxima combined by max's tree; every lane gets the result.
+  template <class T>
+  __device__ T max_tree(T p) const {
 #pragma unroll
     for (int off = kWarpLanes / 2; off >= 1; off /= 2) {
       const T o = __shfl_down_sync(0xffffffffu, p, off);
       if (lane < off) p = o > p ? o : p;
     }
     return __shfl_sync(0xffffffffu, p, 0);
+  }
+
+  template <class T, class F>
+  __device__ T max(int64_t n, F&& f) const {
+    T p = -std::numeric_limits<T>::infinity();
+    auto keep = [&](T x) { p = x > p ? x : p; };
+    ahead<T>(n, f, keep);
+    return max_tree(p);
   }
 
   template <class F>
@@ -290,12 +296,7 @@ struct WarpLanes {
         p = x > p ? x : p;
       }
     }
-#pragma unroll
-    for (int off = kWarpLanes / 2; off >= 1; off /= 2) {
-      const T o = __shfl_down_sync(0xffffffffu, p, off);
-      if (lane < off) p = o > p ? o : p;
-    }
-    return __shfl_sync(0xffffffffu, p, 0);
+    return max_tree(p);
   }
 };
 
