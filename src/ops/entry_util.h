@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <initializer_list>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -59,6 +60,18 @@ inline Tensor cpu_operand(const Tensor& t, std::string_view op, std::string_view
 inline Tensor cpu_index_operand(const Tensor& t, std::string_view op, std::string_view name) {
   require_cpu(t, op, name);
   return index_operand(t, op, name);
+}
+
+// The output dtype an op was asked for: x's own (nullopt), or BF16 from an F32 x (the input of a
+// bf16 GEMM operand written by its producer: CUDA kernels store bf16, the CPU casts its F32
+// output, the same bits).
+inline DType output_dtype(const Tensor& x, std::optional<DType> out, std::string_view op) {
+  const DType y = out.value_or(x.dtype());
+  check(y == x.dtype() || (y == DType::kBF16 && x.dtype() == DType::kF32), [&] {
+    return fmt::format("{}: an output of {} from {} (its dtype, or BF16 from F32)", op,
+                       dtype_name(y), x.describe());
+  });
+  return y;
 }
 
 inline void same_dtype(const Tensor& a, const Tensor& b, std::string_view op) {

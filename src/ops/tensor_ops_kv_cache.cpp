@@ -260,10 +260,7 @@ Tensor attention_cached(const Tensor& q_in, const KvCacheLayer& layer, const Ten
   const int64_t rows = q.numel() / (s.q_heads * s.head_dim);
   const Tensor slots = index_tensor(slots_in, rows, dev, op, "slots");
   const Tensor positions = index_tensor(positions_in, rows, dev, op, "positions");
-  const DType yt = out_dtype.value_or(DType::kF32);
-  check(yt == DType::kF32 || yt == DType::kBF16, [&] {
-    return fmt::format("{}: an output of {} (F32, or BF16 for a bf16 operand)", op, dtype_name(yt));
-  });
+  const DType yt = output_dtype(q, out_dtype, op);
   Tensor out = Tensor::empty(dev.is_cuda() ? yt : DType::kF32, {rows, s.q_heads * s.head_dim}, dev);
   Tensor l = lse ? Tensor::empty(DType::kF32, {rows, s.q_heads}, dev) : Tensor();
   const float scale = float(attention_scale(s.head_dim));

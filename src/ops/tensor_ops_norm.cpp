@@ -25,11 +25,7 @@ Tensor rmsnorm(const Tensor& x_in, const Tensor& w_in, double eps, Tensor* rstd,
     return fmt::format("rmsnorm: x {} does not have rows of the weight's {} elements", x.describe(),
                        d);
   });
-  const DType yt = out.value_or(x.dtype());
-  check(yt == x.dtype() || (yt == DType::kBF16 && x.dtype() == DType::kF32), [&] {
-    return fmt::format("rmsnorm: an output of {} from x {} (x's dtype, or BF16 from F32)",
-                       dtype_name(yt), x.describe());
-  });
+  const DType yt = output_dtype(x, out, op);
   const int64_t rows = rows_of(x, d);
   Tensor r = Tensor::empty(x.dtype(), {rows}, dev);
   if (rstd) *rstd = r;

@@ -18,11 +18,7 @@ Tensor swiglu(const Tensor& x_in, const Tensor& p_in, std::optional<DType> out) 
   const Tensor x = operand(x_in, op, "x");
   check(x.dim() == 2 && x.cols() % 2 == 0 && x.cols() >= 2,
         [&] { return fmt::format("swiglu: x {} must be [rows, 2I] with I >= 1", x.describe()); });
-  const DType yt = out.value_or(x.dtype());
-  check(yt == x.dtype() || (yt == DType::kBF16 && x.dtype() == DType::kF32), [&] {
-    return fmt::format("swiglu: an output of {} from x {} (x's dtype, or BF16 from F32)",
-                       dtype_name(yt), x.describe());
-  });
+  const DType yt = output_dtype(x, out, op);
   const int64_t rows = x.rows(), inter = x.cols() / 2;
   Tensor p;
   if (p_in.defined()) {
