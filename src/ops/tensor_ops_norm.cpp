@@ -31,7 +31,7 @@ Tensor rmsnorm(const Tensor& x_in, const Tensor& w_in, double eps, Tensor* rstd,
   if (rstd) *rstd = r;
   if (dev.is_cuda()) {
     Tensor y = Tensor::empty(yt, x.shape(), dev);
-    const bool bf16 = yt == DType::kBF16;
+    [[maybe_unused]] const bool bf16 = yt == DType::kBF16;  // read by the CUDA call only
     LOCKSTEP_OPS_CUDA(op, rmsnorm_fwd_cuda(x.ptr<float>(), w.ptr<float>(), rows, d, float(eps),
                                            bf16 ? nullptr : y.ptr<float>(),
                                            bf16 ? static_cast<uint16_t*>(y.raw()) : nullptr,

@@ -29,7 +29,7 @@ Tensor swiglu(const Tensor& x_in, const Tensor& p_in, std::optional<DType> out) 
   }
   if (dev.is_cuda()) {
     Tensor y = Tensor::empty(yt, {rows, inter}, dev);
-    const bool bf16 = yt == DType::kBF16;
+    [[maybe_unused]] const bool bf16 = yt == DType::kBF16;  // read by the CUDA call only
     LOCKSTEP_OPS_CUDA(op, swiglu_fwd_cuda(x.ptr<float>(), p.defined() ? p.ptr<float>() : nullptr,
                                           rows, inter, bf16 ? nullptr : y.ptr<float>(),
                                           bf16 ? static_cast<uint16_t*>(y.raw()) : nullptr, dev));
