@@ -5,16 +5,17 @@
 //   row_launch_cuda.cuh: a block per row, or for a decode batch several blocks per row and one
 //   kernel per reduction (4 kernels). Bytes: the row read 3 times (from L2 after the first).
 // Otherwise: stats (m, S) the same way; for the sorted order (top_k > 1 or top_p < 1) keys
-//   (lp, index) for every token and a CUB segmented radix sort (about 2 x 8 bytes x 7 passes per
-//   token: a full sort, also for small top_k); block sums (blocks of 256 candidates, weights staged
-//   in shared memory by all threads, one thread per block summing sequentially); then per row one
-//   block: the prefix chain (one thread, nb = V / 256 adds), the searches over the block prefixes
-//   (all threads, any order: the prefixes are non-decreasing), the sequential in-block scans (one
-//   thread over weights staged by all). Bytes per row: 3 reads of the logits (stats twice, block
-//   sums once, mostly from L2 for a decode batch) plus 2 x 256 weights.
+//   (lp, index) for every token, the row's index above them, and one CUB device-wide radix sort of
+//   the chunk's keys (about 2 x 8 bytes x 7-8 passes per token, the whole GPU on each pass: a
+//   segmented sort would give each row's sort one CTA); block sums (blocks of 256 candidates,
+//   weights staged in shared memory by all threads, one thread per block summing sequentially);
+//   then per row one block: the prefix chain (one thread, nb = V / 256 adds), the searches over the
+//   block prefixes (all threads, any order: the prefixes are non-decreasing), the sequential
+//   in-block scans (one thread over weights staged by all). Bytes per row: 3 reads of the logits
+//   (stats twice, block sums once, mostly from L2 for a decode batch) plus 2 x 256 weights.
 #include <cuda_runtime.h>
 
-#include <cub/device/device_segmented_radix_sort.cuh>
+#include <cub/device/device_radix_sort.cuh>
 #include <limits>
 
 #include "lockstep/ops/sampling.h"
@@ -84,7 +85,10 @@ struct Weights {
   }
 };
 
-// keys[r][j] = sample_sort_key(lp_j, j) for the rows [r0, r0 + grid.y).
+// keys[r][j] = sample_sort_key(lp_j, j) for the rows [r0, r0 + grid.y), with the row's place in
+// the chunk (blockIdx.y) in the bits above, so that one sort of the chunk keeps its rows apart and
+// in order. The row bits lie above the key's 32 + bits (sample_key_index and sample_key_logprob
+// read below them).
 __global__ void sample_keys_kernel(const float* x, const float* stats, int64_t vocab, float inv_t,
                                    int bits, int64_t r0, uint64_t* keys) {
   const int64_t r = r0 + blockIdx.y;
@@ -92,12 +96,8 @@ __global__ void sample_keys_kernel(const float* x, const float* stats, int64_t v
   if (j >= vocab) return;
   const RowStats<float> st = load_stats(stats, r);
   keys[int64_t(blockIdx.y) * vocab + j] =
+      (uint64_t(blockIdx.y) << (32 + bits)) |
       ops::sample_sort_key(ops::sample_logprob(x[r * vocab + j], inv_t, st), j, bits);
-}
-
-__global__ void segment_offsets_kernel(int* off, int64_t segments, int64_t len) {
-  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (i <= segments) off[i] = int(i * len);
 }
 
 // Block sums of the first n candidates of rows [r0, r0 + grid.y): P[r][b] (nb per row). A CTA owns
@@ -226,16 +226,16 @@ void sample_tokens_rows(const float* logits, int64_t rows, int64_t vocab, const 
       rows, sorted ? std::max<int64_t>(1, kSortChunkKeys / vocab) : int64_t(65535));
   float* P = scratch.get<float>(size_t(chunk * nb));
   uint64_t *keys_in = nullptr, *keys = nullptr;
-  int* offsets = nullptr;
   void* temp = nullptr;
   size_t temp_bytes = 0;
+  // Key bits: the row's place in the chunk above lp and the index (at most 64: chunk * vocab keys
+  // <= 2^24 with vocab >= 2^(bits-1)).
+  const int key_bits = 32 + bits + ops::sample_index_bits(chunk);
   if (sorted) {
     keys_in = scratch.get<uint64_t>(size_t(chunk * vocab));
     keys = scratch.get<uint64_t>(size_t(chunk * vocab));
-    offsets = scratch.get<int>(size_t(chunk + 1));
-    LOCKSTEP_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortKeys(
-        nullptr, temp_bytes, keys_in, keys, int(chunk * vocab), int(chunk), offsets, offsets + 1, 0,
-        32 + bits, st));
+    LOCKSTEP_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, keys_in, keys,
+                                                       int64_t(chunk * vocab), 0, key_bits, st));
     temp = scratch.bytes(temp_bytes);
   }
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
@@ -244,12 +244,8 @@ void sample_tokens_rows(const float* logits, int64_t rows, int64_t vocab, const 
       sample_keys_kernel<<<dim3(unsigned((vocab + kThreads - 1) / kThreads), unsigned(cr)),
                            kThreads, 0, st>>>(logits, stats, vocab, inv_t, bits, r0, keys_in);
       LOCKSTEP_CUDA_CHECK_LAUNCH();
-      segment_offsets_kernel<<<unsigned((cr + kThreads) / kThreads), kThreads, 0, st>>>(offsets, cr,
-                                                                                        vocab);
-      LOCKSTEP_CUDA_CHECK_LAUNCH();
-      LOCKSTEP_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortKeys(temp, temp_bytes, keys_in, keys,
-                                                                  int(cr * vocab), int(cr), offsets,
-                                                                  offsets + 1, 0, 32 + bits, st));
+      LOCKSTEP_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp, temp_bytes, keys_in, keys,
+                                                         int64_t(cr * vocab), 0, key_bits, st));
     }
     sample_block_sums_kernel<<<
         dim3(unsigned((nb + kBlocksPerCta - 1) / kBlocksPerCta), unsigned(cr)), kThreads, 0, st>>>(
