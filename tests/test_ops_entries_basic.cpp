@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -210,6 +211,46 @@ TEST(OpsEntryBf16Output, RmsnormAndSwigluWriteTheCastOfTheirF32Output) {
   EXPECT_THROW(rmsnorm(x, w, 1e-6, nullptr, DType::kF64), std::invalid_argument);
   EXPECT_THROW(swiglu(xd, Tensor(), DType::kBF16), std::invalid_argument);
   EXPECT_THROW(swiglu(x, Tensor(), DType::kF16), std::invalid_argument);
+}
+
+// add_rmsnorm (the residual add fused into the next norm) leaves x with add_inplace's bits and
+// returns rmsnorm of the sum, F32 and bf16; an undefined residual is rmsnorm alone; a residual of
+// another size, in x's own storage or x not contiguous is refused before anything is written.
+TEST(OpsEntryAddRmsnorm, EqualsAddInplaceThenRmsnorm) {
+  SeedTrace seed;
+  std::mt19937_64 g(seed.value);
+  const int64_t rows = 7, d = 80;
+  std::normal_distribution<float> n(0.0f, 2.0f);
+  const auto random = [&](int64_t count) {
+    std::vector<float> v(static_cast<size_t>(count));
+    for (float& e : v) e = n(g);
+    return v;
+  };
+  const std::vector<float> xv = random(rows * d), rv = random(rows * d), wv = random(d);
+  const Tensor res = Tensor::from_vector<float>(rv, {rows, d}, DType::kF32), w = f32(wv);
+  for (const std::optional<DType> out : {std::optional<DType>(), std::optional(DType::kBF16)}) {
+    Tensor ref = Tensor::from_vector<float>(xv, {rows, d}, DType::kF32);
+    add_inplace(ref, res);
+    Tensor rstd_ref, rstd;
+    const Tensor y_ref = rmsnorm(ref, w, 1e-6, &rstd_ref, out);
+    Tensor x = Tensor::from_vector<float>(xv, {rows, d}, DType::kF32);
+    const Tensor y = add_rmsnorm(x, res, w, 1e-6, &rstd, out);
+    ASSERT_EQ(y.dtype(), y_ref.dtype());
+    EXPECT_EQ(std::memcmp(x.raw(), ref.raw(), size_t(rows * d) * 4), 0) << "x after the add";
+    EXPECT_EQ(std::memcmp(y.raw(), y_ref.raw(), size_t(y.numel()) * dtype_size(y.dtype())), 0);
+    EXPECT_EQ(std::memcmp(rstd.raw(), rstd_ref.raw(), size_t(rows) * 4), 0);
+  }
+  Tensor x = Tensor::from_vector<float>(xv, {rows, d}, DType::kF32);
+  Tensor rstd;
+  const Tensor y = add_rmsnorm(x, Tensor(), w, 1e-6, &rstd);
+  EXPECT_EQ(std::memcmp(x.raw(), xv.data(), xv.size() * 4), 0) << "no residual: x unchanged";
+  EXPECT_EQ(std::memcmp(y.raw(), rmsnorm(x, w, 1e-6, &rstd).raw(), xv.size() * 4), 0);
+  const Tensor short_res = Tensor::from_vector<float>(random(d), {1, d}, DType::kF32);
+  EXPECT_THROW(add_rmsnorm(x, short_res, w, 1e-6, nullptr), std::invalid_argument);
+  EXPECT_THROW(add_rmsnorm(x, x, w, 1e-6, nullptr), std::invalid_argument);
+  Tensor xt = Tensor::from_vector<float>(xv, {d, rows}, DType::kF32).transpose();
+  EXPECT_THROW(add_rmsnorm(xt, res, w, 1e-6, nullptr), std::invalid_argument);
+  EXPECT_EQ(std::memcmp(x.raw(), xv.data(), xv.size() * 4), 0) << "a refused call wrote x";
 }
 
 TEST(OpsEntryEmbedding, BackwardChecksThatDoutHasARowPerToken) {

@@ -155,10 +155,12 @@ Tensor Decoder::Impl::grad(const std::string& name) const {
   return it == grads.end() ? Tensor() : it->second;
 }
 
-Tensor Decoder::Impl::final_logits(const Tensor& x, bool save) {
+Tensor Decoder::Impl::final_logits(Tensor& x, bool save, const Tensor& residual) {
+  if (residual.defined() && save)
+    throw std::logic_error("decoder: a residual fused into a norm in a training forward");
   Tensor rstd;
-  const Tensor xf =
-      ops::rmsnorm(x, final_norm, c.rms_norm_eps, &rstd, lm_head.producer_dtype(save));
+  const Tensor xf = ops::add_rmsnorm(x, residual, final_norm, c.rms_norm_eps, &rstd,
+                                     lm_head.producer_dtype(save));
   if (save) {
     x_final = x;
     final_rstd = rstd;
@@ -300,14 +302,14 @@ Tensor Decoder::forward_cached_device(const Tensor& ids, const Tensor& pt, const
                     m.dev.str()));
   Tensor x = ops::embedding(m.embed, ids);
   if (record) record->layers.assign(m.layers.size(), Tensor());
+  // The residual stream: each sublayer's output is added to x by the next norm, in the same
+  // kernel (ops::add_rmsnorm: add_inplace's bits, then the norm's).
+  Tensor pending;
   for (Layer& L : m.layers) {
-    const Tensor a = m.attention_cached(L, x, pt, st, cache);
-    ops::add_inplace(x, a);
-    const Tensor f =
-        m.mlp(L, x, false, Tensor(), record ? &record->layers[size_t(L.index)] : nullptr);
-    ops::add_inplace(x, f);
+    const Tensor a = m.attention_cached(L, x, pending, pt, st, cache);
+    pending = m.mlp(L, x, false, Tensor(), record ? &record->layers[size_t(L.index)] : nullptr, a);
   }
-  return m.final_logits(x, false);
+  return m.final_logits(x, false, pending);
 }
 
 Device Decoder::device() const { return impl_->dev; }

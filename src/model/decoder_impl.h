@@ -41,17 +41,20 @@ struct Decoder::Impl {
   // y = o_proj(attention(rope(norm(q)), rope(norm(k)), v)) over packed sequences.
   Tensor attention_packed(Layer& L, const Tensor& x, const Tensor& positions, const Tensor& cu,
                           ops::AttentionKernel kernel, bool save);
-  // The same with K / V appended to the cache and attention_row over it.
+  // The same with K / V appended to the cache and attention_row over it, after x += residual
+  // (undefined: none) fused into the input norm (ops::add_rmsnorm).
   // positions / slots: I32 [rows] on the decoder's device, checked by the caller.
-  Tensor attention_cached(Layer& L, const Tensor& x, const Tensor& positions, const Tensor& slots,
-                          KvCache& cache);
+  Tensor attention_cached(Layer& L, Tensor& x, const Tensor& residual, const Tensor& positions,
+                          const Tensor& slots, KvCache& cache);
   Tensor attention_backward(Layer& L, const Tensor& dy);
   // Dense SwiGLU MLP or MoE block, normalized input inside. replay / used: the MoE block's
   // routing replay input and the experts it used (nn::MoeBlock::forward); ignored by a dense layer.
-  Tensor mlp(Layer& L, const Tensor& x, bool save, const Tensor& replay = Tensor(),
-             Tensor* used = nullptr);
+  // residual (inference only; undefined: none): x += residual in place first, fused into the norm.
+  Tensor mlp(Layer& L, Tensor& x, bool save, const Tensor& replay = Tensor(),
+             Tensor* used = nullptr, const Tensor& residual = Tensor());
   Tensor mlp_backward(Layer& L, const Tensor& dy);
-  Tensor final_logits(const Tensor& x, bool save);
+  // The final norm and the head; residual as for mlp.
+  Tensor final_logits(Tensor& x, bool save, const Tensor& residual = Tensor());
 
   // Sets every module's GEMM order (deterministic: batch-invariant; fast: the fastest kernels).
   void set_mode(ExecMode mode);

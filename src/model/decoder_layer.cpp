@@ -79,12 +79,13 @@ Tensor Decoder::Impl::attention_packed(Layer& L, const Tensor& x, const Tensor& 
   return y;
 }
 
-Tensor Decoder::Impl::attention_cached(Layer& L, const Tensor& x, const Tensor& positions,
-                                       const Tensor& slots, KvCache& cache) {
+Tensor Decoder::Impl::attention_cached(Layer& L, Tensor& x, const Tensor& residual,
+                                       const Tensor& positions, const Tensor& slots,
+                                       KvCache& cache) {
   if (x.dtype() != DType::kF32)
     throw std::invalid_argument("forward_cached: the cached executor runs F32 tensors");
   const double eps = c.rms_norm_eps;
-  const Tensor qkv = L.qkv.forward(x, false);
+  const Tensor qkv = L.qkv.forward_add(x, residual);
   // q / k head norms and rope, and the cache's K / V rows rounded by its rule (the learner's
   // kv_round_inplace) as they are stored, in one op (one kernel on a GPU); every row of this call
   // is stored before any row attends, so a prompt's rows see each other.
@@ -116,12 +117,14 @@ Tensor Decoder::Impl::attention_backward(Layer& L, const Tensor& dy) {
   return L.qkv.backward(dqkv);
 }
 
-Tensor Decoder::Impl::mlp(Layer& L, const Tensor& x, bool save, const Tensor& replay,
-                          Tensor* used) {
+Tensor Decoder::Impl::mlp(Layer& L, Tensor& x, bool save, const Tensor& replay, Tensor* used,
+                          const Tensor& residual) {
+  if (residual.defined() && save)
+    throw std::logic_error("decoder: a residual fused into a norm in a training forward");
   if (L.moe) {
     Tensor rstd;
-    const Tensor xn =
-        ops::rmsnorm(x, L.post_norm, c.rms_norm_eps, &rstd, L.moe_block.producer_dtype(save));
+    const Tensor xn = ops::add_rmsnorm(x, residual, L.post_norm, c.rms_norm_eps, &rstd,
+                                       L.moe_block.producer_dtype(save));
     Tensor y = L.moe_block.forward(xn, save, replay, used);
     if (save) {
       L.mlp_in = x;
@@ -129,7 +132,8 @@ Tensor Decoder::Impl::mlp(Layer& L, const Tensor& x, bool save, const Tensor& re
     }
     return y;
   }
-  const Tensor h = L.gate_up.forward(x, save);
+  const Tensor h =
+      residual.defined() ? L.gate_up.forward_add(x, residual) : L.gate_up.forward(x, save);
   const Tensor a = ops::swiglu(h, Tensor(), L.down.producer_dtype(save));
   Tensor y = L.down.forward(a, save);
   if (save) L.mlp_h = h;

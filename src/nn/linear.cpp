@@ -178,6 +178,12 @@ Tensor NormLinear::forward(const Tensor& x, bool save) {
   return linear_.forward(xn, save);
 }
 
+Tensor NormLinear::forward_add(Tensor& x, const Tensor& residual) {
+  Tensor rstd;
+  return linear_.forward(
+      ops::add_rmsnorm(x, residual, norm_w_, eps_, &rstd, linear_.producer_dtype(false)), false);
+}
+
 Tensor NormLinear::backward(const Tensor& dy) {
   const Tensor dxn = linear_.backward(dy);
   Tensor dw;

@@ -44,6 +44,15 @@ inline Tensor operand(const Tensor& t, std::string_view op, std::string_view nam
   return t.contiguous();
 }
 
+// An in-place operand: defined, F32 / F64 (F32 on CUDA), contiguous.
+inline void inplace_operand(const Tensor& x, std::string_view op, std::string_view name) {
+  operand(x, op, name);
+  check(x.is_contiguous(), [&] {
+    return fmt::format("{}: tensor '{}' {} must be contiguous (it is written in place)", op, name,
+                       x.describe());
+  });
+}
+
 // An I32 index operand (token ids, targets, positions), contiguous.
 inline Tensor index_operand(const Tensor& t, std::string_view op, std::string_view name) {
   check(t.defined(), [&] { return fmt::format("{}: tensor '{}' is undefined", op, name); });

@@ -16,45 +16,68 @@ using namespace cuda_detail;
 
 namespace {
 
+// With a residual res (else null) the row first becomes x + res, stored to x (add_inplace's bits),
+// and is then normalised: the lanes' stores are ordered before the row function's reads by the
+// warp barrier.
 template <class Y>
 __global__ void __launch_bounds__(kRowThreads)
-    rmsnorm_fwd_kernel(const float* x, const float* w, int64_t rows, int64_t d, float eps, Y* y,
-                       float* rstd) {
+    rmsnorm_fwd_kernel(float* x, const float* res, const float* w, int64_t rows, int64_t d,
+                       float eps, Y* y, float* rstd) {
   const int64_t r = warp_row();
   if (r >= rows) return;  // warp-uniform
-  rmsnorm_row(WarpLanes{int(threadIdx.x % 32)}, x + r * d, w, d, eps, y + r * d, rstd + r);
+  float* xr = x + r * d;
+  if (res) {
+    const float* rr = res + r * d;
+    for (int64_t c = threadIdx.x % 32; c < d; c += 32) xr[c] = xr[c] + rr[c];
+    __syncwarp();
+  }
+  rmsnorm_row(WarpLanes{int(threadIdx.x % 32)}, xr, w, d, eps, y + r * d, rstd + r);
 }
 
 // Few rows (a decode step): a block per row. The block loads the row into shared memory (rows up
 // to kWideStagedCols; every thread's loads in flight together), so that the first warp's 32-lane
 // sum of the row function reads shared memory instead of waiting for one global load per step of
-// its lanes; then every thread writes its elements of y, eight loads of w in flight.
+// its lanes; then every thread writes its elements of y, eight loads of w in flight. With a
+// residual res (else null) the row first becomes x + res, stored to x (add_inplace's bits) and
+// staged (or, unstaged, read back after the block barrier).
 constexpr int kWideThreads = 256;
 constexpr int64_t kWideMaxRows = 1024;
 constexpr int64_t kWideStagedCols = 8192;  // 32 KB of shared memory
 
 template <bool kStaged, class Y>
 __global__ void __launch_bounds__(kWideThreads)
-    rmsnorm_fwd_wide_kernel(const float* x, const float* w, int64_t d, float eps, Y* y,
+    rmsnorm_fwd_wide_kernel(float* x, const float* res, const float* w, int64_t d, float eps, Y* y,
                             float* rstd) {
   __shared__ float rs_shared;
   __shared__ float staged[kStaged ? kWideStagedCols : 1];
   constexpr int64_t kStep = kWideThreads;
   const int64_t r = blockIdx.x;
-  const float* xr = x + r * d;
+  float* xw = x + r * d;
+  const float* xr = xw;
   Y* yr = y + r * d;
+  const float* rr = res ? res + r * d : nullptr;
   if constexpr (kStaged) {
     int64_t c = threadIdx.x;
     for (; c + 7 * kStep < d; c += 8 * kStep) {
-      float v[8];
+      float v[8], a[8];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) v[u] = xr[c + u * kStep];
+      for (int u = 0; u < 8; ++u) v[u] = xr[c + u * kStep], a[u] = rr ? rr[c + u * kStep] : 0.0f;
 #pragma unroll
-      for (int u = 0; u < 8; ++u) staged[c + u * kStep] = v[u];
+      for (int u = 0; u < 8; ++u) {
+        if (rr) xw[c + u * kStep] = v[u] = v[u] + a[u];
+        staged[c + u * kStep] = v[u];
+      }
     }
-    for (; c < d; c += kStep) staged[c] = xr[c];
+    for (; c < d; c += kStep) {
+      float v = xr[c];
+      if (rr) xw[c] = v = v + rr[c];
+      staged[c] = v;
+    }
     __syncthreads();
     xr = staged;
+  } else if (rr) {
+    for (int64_t c = threadIdx.x; c < d; c += kStep) xw[c] = xw[c] + rr[c];
+    __syncthreads();
   }
   if (threadIdx.x < 32) {
     const float rs = rmsnorm_rstd(WarpLanes{int(threadIdx.x)}, xr, d, eps);
@@ -137,30 +160,33 @@ void launch_rope(float* x, const int32_t* positions, int64_t tokens, int64_t hea
     launch_map(RopeOp<kBackward, int64_t>{x, positions, cos, sin, heads, h, max_pos}, pairs);
 }
 
+// x is written only with a residual (the kernels take it as float* for that case).
 template <class Y>
-void launch_rmsnorm_fwd(const float* x, const float* w, int64_t rows, int64_t d, float eps, Y* y,
-                        float* rstd) {
+void launch_rmsnorm_fwd(float* x, const float* res, const float* w, int64_t rows, int64_t d,
+                        float eps, Y* y, float* rstd) {
   const cudaStream_t s = lockstep::cuda::cu(Stream{});
   if (rows <= kWideMaxRows && d <= kWideStagedCols)
-    rmsnorm_fwd_wide_kernel<true, Y><<<unsigned(rows), kWideThreads, 0, s>>>(x, w, d, eps, y, rstd);
+    rmsnorm_fwd_wide_kernel<true, Y>
+        <<<unsigned(rows), kWideThreads, 0, s>>>(x, res, w, d, eps, y, rstd);
   else if (rows <= kWideMaxRows)
     rmsnorm_fwd_wide_kernel<false, Y>
-        <<<unsigned(rows), kWideThreads, 0, s>>>(x, w, d, eps, y, rstd);
+        <<<unsigned(rows), kWideThreads, 0, s>>>(x, res, w, d, eps, y, rstd);
   else
-    rmsnorm_fwd_kernel<Y><<<row_blocks(rows), kRowThreads, 0, s>>>(x, w, rows, d, eps, y, rstd);
+    rmsnorm_fwd_kernel<Y>
+        <<<row_blocks(rows), kRowThreads, 0, s>>>(x, res, w, rows, d, eps, y, rstd);
   LOCKSTEP_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void rmsnorm_fwd_cuda(const float* x, const float* w, int64_t rows, int64_t d, float eps, float* y,
-                      uint16_t* y_bf16, float* rstd, Device device) {
+void rmsnorm_fwd_cuda(float* x, const float* res, const float* w, int64_t rows, int64_t d,
+                      float eps, float* y, uint16_t* y_bf16, float* rstd, Device device) {
   if (rows == 0) return;
   lockstep::cuda::DeviceGuard guard(device);
   if (y_bf16)
-    launch_rmsnorm_fwd(x, w, rows, d, eps, reinterpret_cast<num::Bf16Out*>(y_bf16), rstd);
+    launch_rmsnorm_fwd(x, res, w, rows, d, eps, reinterpret_cast<num::Bf16Out*>(y_bf16), rstd);
   else
-    launch_rmsnorm_fwd(x, w, rows, d, eps, y, rstd);
+    launch_rmsnorm_fwd(x, res, w, rows, d, eps, y, rstd);
 }
 
 void rmsnorm_bwd_cuda(const float* dy, const float* x, const float* w, const float* rstd,

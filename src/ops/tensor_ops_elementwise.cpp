@@ -19,17 +19,6 @@ namespace {
 // count, never a value: every element is independent).
 constexpr int64_t kElementwiseParallel = int64_t(1) << 17;
 
-// An in-place operand: defined, F32 / F64 (F32 on CUDA), contiguous.
-void inplace_operand(const Tensor& x, std::string_view op, std::string_view name) {
-  operand(x, op, name);
-  check(x.is_contiguous(), [&] {
-    return fmt::format(
-        "{}: tensor '{}' {} must be contiguous (it is written in "
-        "place)",
-        op, name, x.describe());
-  });
-}
-
 }  // namespace
 
 Tensor scale(const Tensor& x_in, double s) {

@@ -14,17 +14,31 @@ namespace lockstep::ops {
 
 using namespace detail;
 
-Tensor rmsnorm(const Tensor& x_in, const Tensor& w_in, double eps, Tensor* rstd,
-               std::optional<DType> out) {
-  const char* op = "rmsnorm";
+namespace {
+
+// rmsnorm, after x += res when res is defined (x then written in place).
+Tensor rmsnorm_entry(const char* op, const Tensor& x_in, const Tensor& res_in, const Tensor& w_in,
+                     double eps, Tensor* rstd, std::optional<DType> out) {
+  const bool fused = res_in.defined();
   const Device dev = same_device(op, {{&x_in, "x"}, {&w_in, "w"}});
   const Tensor x = operand(x_in, op, "x"), w = operand(w_in, op, "w");
   same_dtype(x, w, op);
   const int64_t d = w.numel();
   check(w.dim() == 1 && d >= 1 && x.numel() % d == 0, [&] {
-    return fmt::format("rmsnorm: x {} does not have rows of the weight's {} elements", x.describe(),
+    return fmt::format("{}: x {} does not have rows of the weight's {} elements", op, x.describe(),
                        d);
   });
+  Tensor res;
+  if (fused) {
+    same_device(op, {{&x_in, "x"}, {&res_in, "residual"}});
+    inplace_operand(x_in, op, "x");
+    res = operand(res_in, op, "residual");
+    same_dtype(x, res, op);
+    check(res.numel() == x.numel() && res.raw() != x.raw(), [&] {
+      return fmt::format("{}: the residual {} must have x's {} elements and its own storage", op,
+                         res.describe(), x.numel());
+    });
+  }
   const DType yt = output_dtype(x, out, op);
   const int64_t rows = rows_of(x, d);
   Tensor r = Tensor::empty(x.dtype(), {rows}, dev);
@@ -32,11 +46,17 @@ Tensor rmsnorm(const Tensor& x_in, const Tensor& w_in, double eps, Tensor* rstd,
   if (dev.is_cuda()) {
     Tensor y = Tensor::empty(yt, x.shape(), dev);
     [[maybe_unused]] const bool bf16 = yt == DType::kBF16;  // read by the CUDA call only
-    LOCKSTEP_OPS_CUDA(op, rmsnorm_fwd_cuda(x.ptr<float>(), w.ptr<float>(), rows, d, float(eps),
-                                           bf16 ? nullptr : y.ptr<float>(),
-                                           bf16 ? static_cast<uint16_t*>(y.raw()) : nullptr,
-                                           r.ptr<float>(), dev));
+    // The kernel writes x only with a residual, where x is the caller's contiguous tensor.
+    LOCKSTEP_OPS_CUDA(
+        op,
+        rmsnorm_fwd_cuda(const_cast<float*>(x.ptr<float>()), fused ? res.ptr<float>() : nullptr,
+                         w.ptr<float>(), rows, d, float(eps), bf16 ? nullptr : y.ptr<float>(),
+                         bf16 ? static_cast<uint16_t*>(y.raw()) : nullptr, r.ptr<float>(), dev));
     return y;
+  }
+  if (fused) {
+    Tensor xw = x;
+    add_inplace(xw, res);
   }
   Tensor y = Tensor::empty(x.dtype(), x.shape(), dev);
   by_dtype(x, [&](auto t) {
@@ -44,6 +64,19 @@ Tensor rmsnorm(const Tensor& x_in, const Tensor& w_in, double eps, Tensor* rstd,
     rmsnorm_fwd_cpu<T>(x.ptr<T>(), w.ptr<T>(), rows, d, T(eps), y.ptr<T>(), r.ptr<T>());
   });
   return yt == y.dtype() ? y : cast(y, yt);
+}
+
+}  // namespace
+
+Tensor rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor* rstd,
+               std::optional<DType> out) {
+  return rmsnorm_entry("rmsnorm", x, Tensor(), w, eps, rstd, out);
+}
+
+Tensor add_rmsnorm(Tensor& x, const Tensor& residual, const Tensor& w, double eps, Tensor* rstd,
+                   std::optional<DType> out) {
+  if (!residual.defined()) return rmsnorm(x, w, eps, rstd, out);
+  return rmsnorm_entry("add_rmsnorm", x, residual, w, eps, rstd, out);
 }
 
 Tensor rmsnorm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& w_in,

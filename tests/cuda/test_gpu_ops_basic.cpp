@@ -93,17 +93,23 @@ void test_rmsnorm() {
       const Tensor x = values(sh.rows, sh.cols, dist, seed);
       const Tensor w = values(1, sh.cols, Dist::kNormal, seed + 1).view({sh.cols});
       const Tensor dy = values(sh.rows, sh.cols, Dist::kNormal, seed + 2);
-      const Tensor xd = to_gpu(x), wd = to_gpu(w), dyd = to_gpu(dy);
-      // The bf16 output (a bf16 GEMM operand's producer): the CPU's is cast(y, BF16).
-      auto run = [](const Tensor& x, const Tensor& w, const Tensor& dy) -> Outs {
-        Tensor rstd, dw;
+      const Tensor res = values(sh.rows, sh.cols, Dist::kNormal, seed + 3);
+      const Tensor xd = to_gpu(x), wd = to_gpu(w), dyd = to_gpu(dy), resd = to_gpu(res);
+      // The bf16 output (a bf16 GEMM operand's producer): the CPU's is cast(y, BF16). add_rmsnorm
+      // (the residual add in the norm's kernel): the CPU's is add_inplace, then rmsnorm; the
+      // updated x is compared too.
+      auto run = [](const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& res) -> Outs {
+        Tensor rstd, dw, rstd_a;
         const Tensor y = ops::rmsnorm(x, w, 1e-6, &rstd);
         const Tensor dx = ops::rmsnorm_backward(dy, x, w, rstd, &dw);
         const Tensor yb = ops::rmsnorm(x, w, 1e-6, nullptr, DType::kBF16);
-        return {y, rstd, dx, dw, yb};
+        Tensor xa = x.clone(), xab = x.clone();
+        const Tensor ya = ops::add_rmsnorm(xa, res, w, 1e-6, &rstd_a);
+        const Tensor yab = ops::add_rmsnorm(xab, res, w, 1e-6, nullptr, DType::kBF16);
+        return {y, rstd, dx, dw, yb, xa, ya, rstd_a, xab, yab};
       };
       check_outs(
-          name, [&] { return run(x, w, dy); }, [&] { return run(xd, wd, dyd); });
+          name, [&] { return run(x, w, dy, res); }, [&] { return run(xd, wd, dyd, resd); });
     }
 }
 

@@ -92,6 +92,9 @@ class NormLinear {
   // norm_weight / norm_grad: [K]; eps: rms_norm_eps.
   NormLinear(Tensor norm_weight, Tensor norm_grad, double eps, Linear linear);
   Tensor forward(const Tensor& x, bool save);
+  // An inference forward (save = false) after x += residual in place, the add fused into the norm
+  // (ops::add_rmsnorm); an undefined residual is forward(x, false).
+  Tensor forward_add(Tensor& x, const Tensor& residual);
   Tensor backward(const Tensor& dy);
   Linear& linear() { return linear_; }
   size_t saved_bytes() const;

@@ -31,6 +31,11 @@ class DeviceNotSupported : public std::runtime_error {
 // a bf16 GEMM operand without a separate cast).
 Tensor rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor* rstd,
                std::optional<DType> out = std::nullopt);
+// The residual stream's add and the next norm: x += residual in place (add_inplace's bits; x
+// contiguous, residual of x's size and dtype in its own storage), then rmsnorm(x, w, eps, rstd,
+// out). One kernel on a GPU. An undefined residual is rmsnorm alone.
+Tensor add_rmsnorm(Tensor& x, const Tensor& residual, const Tensor& w, double eps, Tensor* rstd,
+                   std::optional<DType> out = std::nullopt);
 // Returns dx [rows, d]; *dw: [d], the weight gradient of this call (overwritten; rows summed in
 // chunks of 256, chunk partials in ascending order: ops/rmsnorm.h).
 Tensor rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
