@@ -251,6 +251,11 @@ TEST(OpsEntryAddRmsnorm, EqualsAddInplaceThenRmsnorm) {
   Tensor xt = Tensor::from_vector<float>(xv, {d, rows}, DType::kF32).transpose();
   EXPECT_THROW(add_rmsnorm(xt, res, w, 1e-6, nullptr), std::invalid_argument);
   EXPECT_EQ(std::memcmp(x.raw(), xv.data(), xv.size() * 4), 0) << "a refused call wrote x";
+  // No rows: nothing to add or normalise.
+  Tensor x0 = Tensor::empty(DType::kF32, {0, d}, Device::cpu());
+  EXPECT_EQ(add_rmsnorm(x0, Tensor::empty(DType::kF32, {0, d}, Device::cpu()), w, 1e-6, &rstd)
+                .numel(),
+            0);
 }
 
 TEST(OpsEntryEmbedding, BackwardChecksThatDoutHasARowPerToken) {

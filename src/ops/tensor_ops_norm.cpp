@@ -34,7 +34,7 @@ Tensor rmsnorm_entry(const char* op, const Tensor& x_in, const Tensor& res_in, c
     inplace_operand(x_in, op, "x");
     res = operand(res_in, op, "residual");
     same_dtype(x, res, op);
-    check(res.numel() == x.numel() && res.raw() != x.raw(), [&] {
+    check(res.numel() == x.numel() && (x.numel() == 0 || res.raw() != x.raw()), [&] {
       return fmt::format("{}: the residual {} must have x's {} elements and its own storage", op,
                          res.describe(), x.numel());
     });
