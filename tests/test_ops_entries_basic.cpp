@@ -253,9 +253,9 @@ TEST(OpsEntryAddRmsnorm, EqualsAddInplaceThenRmsnorm) {
   EXPECT_EQ(std::memcmp(x.raw(), xv.data(), xv.size() * 4), 0) << "a refused call wrote x";
   // No rows: nothing to add or normalise.
   Tensor x0 = Tensor::empty(DType::kF32, {0, d}, Device::cpu());
-  EXPECT_EQ(add_rmsnorm(x0, Tensor::empty(DType::kF32, {0, d}, Device::cpu()), w, 1e-6, &rstd)
-                .numel(),
-            0);
+  EXPECT_EQ(
+      add_rmsnorm(x0, Tensor::empty(DType::kF32, {0, d}, Device::cpu()), w, 1e-6, &rstd).numel(),
+      0);
 }
 
 TEST(OpsEntryEmbedding, BackwardChecksThatDoutHasARowPerToken) {
