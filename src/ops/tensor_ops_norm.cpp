@@ -20,7 +20,8 @@ namespace {
 Tensor rmsnorm_entry(const char* op, const Tensor& x_in, const Tensor& res_in, const Tensor& w_in,
                      double eps, Tensor* rstd, std::optional<DType> out) {
   const bool fused = res_in.defined();
-  const Device dev = same_device(op, {{&x_in, "x"}, {&w_in, "w"}});
+  // same_device skips an undefined residual.
+  const Device dev = same_device(op, {{&x_in, "x"}, {&w_in, "w"}, {&res_in, "residual"}});
   const Tensor x = operand(x_in, op, "x"), w = operand(w_in, op, "w");
   same_dtype(x, w, op);
   const int64_t d = w.numel();
@@ -30,7 +31,6 @@ Tensor rmsnorm_entry(const char* op, const Tensor& x_in, const Tensor& res_in, c
   });
   Tensor res;
   if (fused) {
-    same_device(op, {{&x_in, "x"}, {&res_in, "residual"}});
     inplace_operand(x_in, op, "x");
     res = operand(res_in, op, "residual");
     same_dtype(x, res, op);
