@@ -19,6 +19,7 @@ struct Options {
   std::string op, format, only, mode = "test";
   GemmVariant kernel = GemmVariant::kAuto;  // --kernel: every GEMM case runs this kernel variant
   bool reduced = false;                     // fewer shapes (compute-sanitizer runs)
+  int shard = 0, shards = 1;                // --shard I/N: the cases whose name hashes to I mod N
   uint64_t seed = 0;
   int64_t rows = 16384, cols = 8192;  // --mode perf input
 };

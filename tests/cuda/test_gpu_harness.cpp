@@ -25,15 +25,20 @@ bool want(const std::string& op, const std::string& format) {
   return op_ok && (g_opt.format.empty() || format.empty() || g_opt.format == format);
 }
 
-bool selected(const std::string& name) {
-  return g_opt.only.empty() || name.find(g_opt.only) != std::string::npos;
-}
-
-uint64_t case_seed(const std::string& name) {
+namespace {
+uint64_t name_hash(const std::string& name) {  // FNV-1a
   uint64_t h = 1469598103934665603ull;
   for (char c : name) h = (h ^ uint8_t(c)) * 1099511628211ull;
-  return g_opt.seed ^ h;
+  return h;
 }
+}  // namespace
+
+bool selected(const std::string& name) {
+  if (!g_opt.only.empty() && name.find(g_opt.only) == std::string::npos) return false;
+  return g_opt.shards <= 1 || name_hash(name) % uint64_t(g_opt.shards) == uint64_t(g_opt.shard);
+}
+
+uint64_t case_seed(const std::string& name) { return g_opt.seed ^ name_hash(name); }
 
 void report(const std::string& name, const std::string& err) {
   if (err.empty()) {

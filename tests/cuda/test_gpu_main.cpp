@@ -2,9 +2,10 @@
 // scaling x copy x awkward shape x input dtype x value distribution, the CUDA GEMMs against the CPU
 // path and the float64 oracle, the backward layouts and the device-resident chain.
 // Usage: lockstep_test_gpu [--op OP] [--format F] [--only SUBSTR] [--kernel K] [--reduced]
-//        [--seed S] [--mode test|perf] [--rows R --cols C]. The seed is printed and replayed with
-// LOCKSTEP_TEST_SEED; the last line is "N passed, N failed, N skipped"; a filter that matches no
-// case is a failure.
+//        [--shard I/N] [--seed S] [--mode test|perf] [--rows R --cols C]. The seed is printed and
+// replayed with LOCKSTEP_TEST_SEED; the last line is "N passed, N failed, N skipped"; a filter
+// that matches no case is a failure. --shard I/N keeps the cases whose name hashes to I modulo N,
+// so N processes side by side run every case once (scripts/gpu-check with JOBS).
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -61,7 +62,8 @@ int usage(const char* argv0, int rc) {
       "usage: %s [--op %s]\n"
       "          [--format nvfp4|mxfp8|fp8|bf16] [--only SUBSTR] [--kernel KERNEL] [--reduced] "
       "[--seed S]\n"
-      "          [--mode test|perf] [--rows R --cols C]\n"
+      "          [--shard I/N] [--mode test|perf] [--rows R --cols C]\n"
+      "  --shard I/N: only the cases whose name hashes to I modulo N (0 <= I < N)\n"
       "  --kernel: run every GEMM case on one kernel (cuda_tiled, cuda_decode, "
       "cuda_decode_block_split,\n"
       "            cuda_wgmma, cuda_wgmma_inloop, cuda_wgmma_staged, cuda_wgmma_wreg128, "
@@ -107,7 +109,18 @@ int main(int argc, char** argv) {
       g_opt.mode = next();
     else if (a == "--reduced")
       g_opt.reduced = true;
-    else if (a == "--rows")
+    else if (a == "--shard") {
+      const std::string v = next();
+      int i = -1, n = 0;
+      char tail = 0;
+      if (std::sscanf(v.c_str(), "%d/%d%c", &i, &n, &tail) != 2 || n < 1 || i < 0 || i >= n) {
+        std::fprintf(stderr, "lockstep_test_gpu: --shard '%s' is not I/N with 0 <= I < N\n",
+                     v.c_str());
+        return usage(argv[0], 2);
+      }
+      g_opt.shard = i;
+      g_opt.shards = n;
+    } else if (a == "--rows")
       g_opt.rows = std::stoll(next());
     else if (a == "--cols")
       g_opt.cols = std::stoll(next());
@@ -171,11 +184,15 @@ int main(int argc, char** argv) {
   }
   const int ran = g_pass + g_fail;
   if (ran == 0) {
-    std::printf("FAIL: no case matched the filters (--op '%s' --format '%s' --only '%s'%s)\n",
-                g_opt.op.c_str(), g_opt.format.c_str(), g_opt.only.c_str(),
-                g_opt.kernel == GemmVariant::kAuto
-                    ? ""
-                    : ", every GEMM case skipped for the forced kernel");
+    std::printf(
+        "FAIL: no case matched the filters (--op '%s' --format '%s' --only '%s'%s%s)\n",
+        g_opt.op.c_str(), g_opt.format.c_str(), g_opt.only.c_str(),
+        g_opt.shards > 1
+            ? (" --shard " + std::to_string(g_opt.shard) + "/" + std::to_string(g_opt.shards))
+                  .c_str()
+            : "",
+        g_opt.kernel == GemmVariant::kAuto ? ""
+                                           : ", every GEMM case skipped for the forced kernel");
     ++g_fail;
   }
   std::printf("%d passed, %d failed, %d skipped\n", g_pass, g_fail, g_skip);
