@@ -8,13 +8,14 @@ into forwards at each launch of a marker kernel (default embedding_fwd_kernel, t
 a model forward); the kernels before the first marker (set-up) are left out. Printed per kernel
 name (namespaces, template and parameter lists dropped): calls and microseconds per forward, the
 mean over the complete forwards (those followed by another marker; the last one also when
---last-complete is given), largest first, with each name's share of the total.
+--last-complete is given) after the first --skip of them (warm-ups), largest first, with each
+name's share of the total.
 
 ncu runs each kernel alone with its clocks locked (its default --clock-control base), so the total
 is above the time the same kernels take back to back or in a CUDA graph; the shares are what the
 breakdown is for.
 
-Usage: kernel_breakdown.py CSV [--marker NAME] [--last-complete] [--json]
+Usage: kernel_breakdown.py CSV [--marker NAME] [--last-complete] [--skip N] [--json]
 """
 import argparse
 import csv
@@ -60,13 +61,16 @@ def read_launches(text):
     return out
 
 
-def breakdown(launches, marker, last_complete=False):
+def breakdown(launches, marker, last_complete=False, skip=0):
     starts = [i for i, (n, _) in enumerate(launches) if n == marker]
     if not starts:
         raise ValueError(f"the marker kernel {marker!r} was never launched")
     bounds = list(zip(starts, starts[1:]))
     if last_complete or len(bounds) == 0:
         bounds.append((starts[-1], len(launches)))
+    if skip >= len(bounds):
+        raise ValueError(f"--skip {skip} leaves none of the {len(bounds)} forwards")
+    bounds = bounds[skip:]
     per = {}
     for s, e in bounds:
         for n, ns in launches[s:e]:
@@ -88,11 +92,12 @@ def main(argv=None):
     ap.add_argument("--marker", default="embedding_fwd_kernel")
     ap.add_argument("--last-complete", action="store_true",
                     help="count the kernels after the last marker as a forward too")
+    ap.add_argument("--skip", type=int, default=0, help="forwards to leave out first (warm-ups)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     try:
         with open(a.csv, encoding="utf-8", errors="replace") as f:
-            b = breakdown(read_launches(f.read()), a.marker, a.last_complete)
+            b = breakdown(read_launches(f.read()), a.marker, a.last_complete, max(a.skip, 0))
     except (OSError, ValueError) as e:
         print(f"kernel_breakdown: {a.csv}: {e}", file=sys.stderr)
         return 2

@@ -1,6 +1,6 @@
 """Tests of bench/kernel_breakdown.py on small CSVs in the layout ncu writes: forwards cut at the
 marker kernel, set-up kernels left out, names shortened, thousands separators, the mean over
-forwards, and the errors for input without a header or without the marker (exit 2).
+forwards (after --skip warm-ups), and the errors for input without a header or without the marker (exit 2).
 
 Usage: python3 test_kernel_breakdown.py [PATH_TO_lockstep]   (the CLI is not used)
 """
@@ -67,6 +67,15 @@ class KernelBreakdown(unittest.TestCase):
         k = {r["kernel"]: r for r in b["kernels"]}
         self.assertAlmostEqual(k["embedding_fwd_kernel"]["calls"], 1.0)
         self.assertAlmostEqual(k["rmsnorm_fwd_kernel"]["calls"], 1.5)
+
+    def test_skip_leaves_out_the_first_forwards(self):
+        b = json.loads(self.run_script(sample_csv(), "--json", "--skip", "2").stdout)
+        self.assertEqual(b["forwards"], 1)
+        k = {r["kernel"]: r for r in b["kernels"]}
+        self.assertAlmostEqual(k[GEMM]["us"], 102.0)  # the third forward's GEMM alone
+        p = self.run_script(sample_csv(), "--skip", "3")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--skip 3 leaves none of the 3 forwards", p.stderr)
 
     def test_text_table(self):
         p = self.run_script(sample_csv())
