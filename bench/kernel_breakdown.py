@@ -95,9 +95,12 @@ def main(argv=None):
     ap.add_argument("--skip", type=int, default=0, help="forwards to leave out first (warm-ups)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    if a.skip < 0:
+        print(f"kernel_breakdown: --skip {a.skip} is negative", file=sys.stderr)
+        return 2
     try:
         with open(a.csv, encoding="utf-8", errors="replace") as f:
-            b = breakdown(read_launches(f.read()), a.marker, a.last_complete, max(a.skip, 0))
+            b = breakdown(read_launches(f.read()), a.marker, a.last_complete, a.skip)
     except (OSError, ValueError) as e:
         print(f"kernel_breakdown: {a.csv}: {e}", file=sys.stderr)
         return 2

@@ -5,7 +5,7 @@
 //        [--shard I/N] [--seed S] [--mode test|perf] [--rows R --cols C]. The seed is printed and
 // replayed with LOCKSTEP_TEST_SEED; the last line is "N passed, N failed, N skipped"; a filter
 // that matches no case is a failure. --shard I/N keeps the cases whose name hashes to I modulo N,
-// so N processes side by side run every case once (scripts/gpu-check with JOBS).
+// so N runs (scripts/gpu-check's SHARD, one per device call) run every case once.
 #include <cstdio>
 #include <cstdlib>
 #include <random>
