@@ -399,15 +399,24 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
   // ---- large M: dense and grouped; the deterministic kernels and the fast path vs cuBLAS bf16
   // (dense: one call; grouped: the faster of a per-expert loop in a graph and one strided batched
   // call) ---------------------------------------------------------------------------------------
+  // device_offsets: the table is built on the device from device offsets and bounded only by
+  // the total rows, as the learner's MoE layers call the grouped GEMM (no host synchronisation).
   auto large = [&](const std::string& sec, const std::string& label, Format f, int64_t groups,
-                   int64_t rows, int64_t n, int64_t k) {
+                   int64_t rows, int64_t n, int64_t k, bool device_offsets = false) {
     const int64_t M = groups * rows;
     std::vector<int64_t> off(size_t(groups + 1));
     for (int64_t e = 0; e <= groups; ++e) off[size_t(e)] = e * rows;
     GemmOperandView probe_a, probe_w;
     probe_a.format = probe_w.format = f, probe_a.rows = M, probe_w.rows = groups * n,
     probe_a.cols = probe_w.cols = k;
-    const DeviceGroupTable t = group_table(off, n, s);
+    Tensor d_off;
+    if (device_offsets)
+      d_off =
+          Tensor::from_vector(std::span<const int64_t>(off), {groups + 1}, DType::kI64).to(kDev);
+    const DeviceGroupTable t =
+        device_offsets ? cuda::make_group_table_device(d_off.ptr<int64_t>(), int(groups), nullptr,
+                                                       n, M, M, kDev, Stream{s})
+                       : group_table(off, n, s);
     // The fast path names the kernel it picks for the call.
     const GemmVariant fast_kernel =
         cuda::choose_kernel(GemmVariant::kAuto, GemmOrder::kFast, probe_a, probe_w, t);
@@ -415,7 +424,8 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
                       wg_name = label + " (deterministic wgmma)",
                       fast_name =
                           fmt::format("{} (fast: {})", label, gemm_variant_name(fast_kernel));
-    const bool want_det = want(sec, det_name), want_fast = cb.ok() && want(sec, fast_name),
+    const bool want_det = !device_offsets && want(sec, det_name),
+               want_fast = cb.ok() && want(sec, fast_name),
                want_wg = cuda::wgmma_available(k) && want(sec, wg_name);
     if (!want_det && !want_fast && !want_wg) return;
     PackedW a, w;
@@ -504,6 +514,9 @@ GemmBenchResult bench_gemm_cuda(const std::string& filter, bool quick, int iters
     large("grouped", fmt::format("nvfp4 FC2 128 experts x {} rows, K=768 N=2048", rows),
           Format::kNvfp4, 128, rows, 2048, 768);
   }
+  if (!quick)
+    large("grouped", "nvfp4 FC1 128 experts x 1024 rows, K=2048 N=1536, device offsets",
+          Format::kNvfp4, 128, 1024, 1536, 2048, true);
   LOCKSTEP_CUDA_CHECK(cudaStreamSynchronize(s));
   cudaStreamDestroy(s);
   return res;

@@ -6,6 +6,7 @@
 
 #include <cuda.h>  // CUtensorMap and its enums (types only: the encoder comes from the runtime)
 
+#include <algorithm>
 #include <cstdint>
 
 #include "../tensor/cuda_async.cuh"
@@ -174,32 +175,51 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 // Named barrier of the two consumer warpgroups (threads 128 .. 383).
 __device__ __forceinline__ void consumer_bar() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 
-// The output tiles of the persistent kernels: (group z, A row tile y, W row tile x) with tiles of
-// bm A rows and bn W rows, y below max_rows / bm; x fastest (the CTAs running together share A
-// tiles).
+// The output tiles of the persistent kernels: the row tiles of the groups in table order (a group
+// of r rows has ceil(r / bm) of them, bm A rows each), each with xtiles W row tiles of bn rows.
+// Unit u is row tile u / xtiles of that walk and W row tile u % xtiles (x fastest: the CTAs running
+// together share A tiles). `units` bounds the count on the host, which may not know the groups'
+// rows (device offsets): at most max_rows / bm row tiles per group, and at most (total_rows +
+// groups (bm - 1)) / bm in all, since the groups' rows sum to at most total_rows. The second bound
+// keeps the walk short when max_rows is loose (device offsets bounded only by the total).
 struct TileSpace {
-  int64_t xtiles, ytiles, units;
-  int bm, bn;
+  int64_t xtiles, units;
+  int bm, bn, groups;
 };
 inline TileSpace tile_space(const DeviceGroupTable& groups, int64_t n, int bm, int bn) {
   TileSpace ts;
   ts.xtiles = (n + bn - 1) / bn;
-  ts.ytiles = (groups.max_rows + bm - 1) / bm;
-  ts.units = ts.xtiles * ts.ytiles * groups.groups;
-  ts.bm = bm, ts.bn = bn;
+  const int64_t per_group = (groups.max_rows + bm - 1) / bm;
+  const int64_t in_all = (groups.total_rows + int64_t(groups.groups) * (bm - 1)) / bm;
+  ts.units = ts.xtiles * std::min(per_group * groups.groups, in_all);
+  ts.bm = bm, ts.bn = bn, ts.groups = groups.groups;
   return ts;
 }
-// Tile u -> its group, first A row m0 and first W row n0 (in the group); false when its rows start
-// past the group.
-__device__ __forceinline__ bool tile_of(int64_t u, const GemmGroupDesc* groups, const TileSpace& ts,
-                                        GemmGroupDesc& G, int64_t& m0, int64_t& n0) {
-  const int64_t per_group = ts.xtiles * ts.ytiles;
-  const int64_t z = u / per_group, rem = u % per_group;
-  G = groups[z];
-  m0 = (rem / ts.xtiles) * ts.bm;
-  n0 = (rem % ts.xtiles) * ts.bn;
-  return m0 < G.rows;
-}
+// A CTA's walk over its units, which come in increasing order (u = blockIdx.x, + gridDim.x, ...):
+// the cursor only moves forward through the group table, so a CTA reads each entry once. Each
+// output tile is computed whole by one CTA, so the walk decides where a tile is computed, never
+// its bits.
+struct TileCursor {
+  int z = -1;              // the group of the last tile found
+  int64_t t0 = 0, tz = 0;  // row tiles before group z; row tiles of group z
+  GemmGroupDesc g{};
+  // Unit u -> its group, first A row m0 and first W row n0 (in the group); false past the last
+  // tile (and for every later unit).
+  __device__ __forceinline__ bool next(int64_t u, const GemmGroupDesc* groups, const TileSpace& ts,
+                                       GemmGroupDesc& G, int64_t& m0, int64_t& n0) {
+    const int64_t t = u / ts.xtiles;
+    while (t >= t0 + tz) {
+      if (z + 1 >= ts.groups) return false;
+      t0 += tz;
+      g = groups[++z];
+      tz = (int64_t(g.rows) + ts.bm - 1) / ts.bm;
+    }
+    G = g;
+    m0 = (t - t0) * ts.bm;
+    n0 = (u % ts.xtiles) * ts.bn;
+    return true;
+  }
+};
 
 // Host: a 2-D tensor map (qgemm_wgmma_tma_cuda.cu) of a row-major [rows, cols] matrix of
 // `elem_bytes` elements (bf16 or bytes), boxes of box_cols x box_rows, the given swizzle, zero fill

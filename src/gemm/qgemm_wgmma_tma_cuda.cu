@@ -28,13 +28,13 @@ constexpr int kStages = 4;
 constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 2 * kBN * 4 + 1024;
 static_assert(kSmemBytes <= 227 * 1024, "fits one CTA per SM");
 
-// Persistent: one CTA per SM (grid = co-resident CTAs). The tile space is (group z, A row tile y,
-// W row tile x) with y below max_rows / 128; a CTA takes the tiles u = blockIdx.x, + gridDim.x,
-// ... (x fastest: the CTAs running together share A tiles) and skips those whose rows start past
-// their group. Rows of a TMA box past the group belong to the next group or are zero-filled past
-// the tensor: they only reach output rows / columns that are not stored (each output element
-// depends on its own A row and W row alone). The producer walks the tiles' k steps through the ring
-// without a break, so the next tile's loads overlap this tile's epilogue.
+// Persistent: one CTA per SM (grid = co-resident CTAs). A CTA takes the units u = blockIdx.x,
+// + gridDim.x, ... of tile_space(groups, n, 128, 256) (x fastest: the CTAs running together share
+// A tiles) and walks them with a TileCursor. Rows of a TMA box past the group belong to the next
+// group or are zero-filled past the tensor: they only reach output rows / columns that are not
+// stored (each output element depends on its own A row and W row alone). The producer walks the
+// tiles' k steps through the ring without a break, so the next tile's loads overlap this tile's
+// epilogue.
 
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_staged_kernel(const __grid_constant__ CUtensorMap map_a,
@@ -61,18 +61,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   pdl_launch_dependents();
   pdl_wait();  // the bf16 copies (and the group table) come from earlier work in the stream
 
-  auto tile = [&](int64_t u, GemmGroupDesc& G, int64_t& m0, int64_t& n0) {
-    return tile_of(u, groups, ts, G, m0, n0);
-  };
-
   if (wg == 0) {  // producer: one thread issues every TMA load
     setmaxnreg_dec<40>();
     if (tid == 0) {
       int64_t it = 0;  // k steps issued so far (ring position and phase)
+      TileCursor tiles;
       for (int64_t u = blockIdx.x; u < ts.units; u += gridDim.x) {
         GemmGroupDesc G;
         int64_t m0, n0;
-        if (!tile(u, G, m0, n0)) continue;
+        if (!tiles.next(u, groups, ts, G, m0, n0)) continue;
         const int ya = int(G.a_row0 + m0), yw = int(G.w_row0 + n0);
         for (int kt = 0; kt < ktiles; ++kt, ++it) {
           const int s = int(it % kStages);
@@ -90,10 +87,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   setmaxnreg_inc<232>();
   const int c = wg - 1;  // tile rows [64 c, 64 c + 64)
   int64_t it = 0;
+  TileCursor tiles;
   for (int64_t u = blockIdx.x; u < ts.units; u += gridDim.x) {
     GemmGroupDesc G;
     int64_t m0, n0;
-    if (!tile(u, G, m0, n0)) continue;
+    if (!tiles.next(u, groups, ts, G, m0, n0)) continue;
     float acc[kBN / 2];
 #pragma unroll
     for (int i = 0; i < kBN / 2; ++i) acc[i] = 0.0f;

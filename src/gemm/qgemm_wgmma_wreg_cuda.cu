@@ -283,10 +283,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     int64_t it = 0;        // k steps issued so far
     RingPos<kAStages> pa;  // warp 0: the A slot of step it
     RingPos<kWStages> pw;  // warp 1: the packed W slot of step it
+    TileCursor tiles;
     for (int64_t u = blockIdx.x; u < ts.units; u += gridDim.x) {
       GemmGroupDesc G;
       int64_t m0, n0;
-      if (!tile_of(u, groups, ts, G, m0, n0)) continue;
+      if (!tiles.next(u, groups, ts, G, m0, n0)) continue;
       if (warp == 0) {
         const int ya = int(G.a_row0 + m0);
         for (int kt = 0; kt < ktiles; ++kt, ++it, pa.next()) {
@@ -329,10 +330,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   // this thread's first W row in sub-tile 0 (epilogue); sub-tile j adds 64 j
   const int wrow = 64 * kSub * c + 16 * ((t & 127) >> 5) + (lane >> 2);
   int64_t total = 0;  // k steps of this CTA (the producer fills exactly these)
-  for (int64_t u = blockIdx.x; u < ts.units; u += gridDim.x) {
-    GemmGroupDesc G;
-    int64_t m0, n0;
-    if (tile_of(u, groups, ts, G, m0, n0)) total += ktiles;
+  {
+    TileCursor tiles;
+    for (int64_t u = blockIdx.x; u < ts.units; u += gridDim.x) {
+      GemmGroupDesc G;
+      int64_t m0, n0;
+      if (!tiles.next(u, groups, ts, G, m0, n0)) break;
+      total += ktiles;
+    }
   }
   // Decode the next step's W into the next of the kWBufs tiles once its packed stage has landed,
   // and release that stage. A warpgroup decodes exactly the 64 kSub rows its own wgmma reads
@@ -364,10 +369,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto release_upto = [&](int64_t done) {  // steps < done have finished
     for (; released < done; ++released, rr.next()) mbar_arrive_warp(&empty_a[rr.slot]);
   };
+  TileCursor tiles;
   for (int64_t u = blockIdx.x; u < ts.units; u += gridDim.x) {
     GemmGroupDesc G;
     int64_t m0, n0;
-    if (!tile_of(u, groups, ts, G, m0, n0)) continue;
+    if (!tiles.next(u, groups, ts, G, m0, n0)) continue;
     float acc[kSub][4 * kNI];
 #pragma unroll
     for (int j = 0; j < kSub; ++j)
