@@ -3,9 +3,9 @@
 // largest order-preserving key, one atomicMax per warp, which is exact in any order) and the global
 // gradient norm in the CPU's order (a thread per chunk of kGradNormChunk elements summing in
 // ascending index order, staged through shared memory so that global loads stay coalesced; then a
-// thread per tensor over its chunk sums, then the tensors in list order). Bytes per parameter:
-// AdamW 28 (param, grad, m, v in; param, m, v out), about 20 flops; the norm 4 (the gradient, read
-// once), 2 float64 flops.
+// block per tensor whose thread 0 adds its chunk sums in order, then the tensors in list order).
+// Bytes per parameter: AdamW 28 (param, grad, m, v in; param, m, v out), about 20 flops; the norm 4
+// (the gradient, read once), 2 float64 flops.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -92,21 +92,46 @@ __global__ void __launch_bounds__(kNormChunks)
   if (g < total_chunks) partial[g] = acc;
 }
 
-// Thread i: sums[i] = the chunk sums of tensor i in chunk order; then thread 0 the total.
-__global__ void grad_norm_combine_kernel(const GradSeg* segs, int nseg, const double* partial,
-                                         double* sums, double* total) {
-  for (int i = threadIdx.x; i < nseg; i += blockDim.x) {
-    const int64_t chunks = (segs[i].n + kGradNormChunk - 1) / kGradNormChunk;
-    double acc = 0.0;
-    for (int64_t c = 0; c < chunks; ++c) acc = acc + partial[segs[i].chunk0 + c];
-    sums[i] = acc;
-  }
+constexpr int kCombineThreads = 256;  // a block per tensor: warps 1.. stage, thread 0 adds
+constexpr int kCombineTile = 2048;    // chunk sums per staged tile (two tiles: 32 KiB)
+
+// Block i: sums[i] = the chunk sums of tensor i added in chunk order by thread 0. The other warps
+// stage the next tile of chunk sums into shared memory with coalesced loads while thread 0 adds the
+// current one, so the serial chain waits on float64 adds, not on global loads.
+__global__ void __launch_bounds__(kCombineThreads)
+    grad_norm_tensor_kernel(const GradSeg* segs, const double* partial, double* sums) {
+  __shared__ double tile[2][kCombineTile];
+  const GradSeg seg = segs[blockIdx.x];
+  const int64_t chunks = (seg.n + kGradNormChunk - 1) / kGradNormChunk;
+  const int64_t tiles = (chunks + kCombineTile - 1) / kCombineTile;
+  const double* src = partial + seg.chunk0;
+  auto stage = [&](int64_t t, int first, int step) {
+    const int64_t c0 = t * kCombineTile;
+    const int len = int(chunks - c0 < kCombineTile ? chunks - c0 : kCombineTile);
+    for (int j = int(threadIdx.x) - first; j < len; j += step) tile[t & 1][j] = src[c0 + j];
+  };
+  if (tiles > 0) stage(0, 0, kCombineThreads);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    double acc = 0.0;
-    for (int i = 0; i < nseg; ++i) acc = acc + sums[i];
-    *total = acc;
+  double acc = 0.0;
+  for (int64_t t = 0; t < tiles; ++t) {
+    if (threadIdx.x >= 32 && t + 1 < tiles) stage(t + 1, 32, kCombineThreads - 32);
+    if (threadIdx.x == 0) {
+      const int64_t c0 = t * kCombineTile;
+      const int len = int(chunks - c0 < kCombineTile ? chunks - c0 : kCombineTile);
+      const double* cur = tile[t & 1];
+#pragma unroll 8
+      for (int j = 0; j < len; ++j) acc = acc + cur[j];
+    }
+    __syncthreads();
   }
+  if (threadIdx.x == 0) sums[blockIdx.x] = acc;
+}
+
+// The tensor sums in list order.
+__global__ void grad_norm_total_kernel(const double* sums, int nseg, double* total) {
+  double acc = 0.0;
+  for (int i = 0; i < nseg; ++i) acc = acc + sums[i];
+  *total = acc;
 }
 
 }  // namespace
@@ -155,7 +180,11 @@ double grad_norm_cuda(std::span<const float* const> ptrs, std::span<const int64_
                              st>>>(dsegs, nseg, chunks, partial);
     LOCKSTEP_CUDA_CHECK_LAUNCH();
   }
-  grad_norm_combine_kernel<<<1, 256, 0, st>>>(dsegs, nseg, partial, sums, total.ptr<double>());
+  if (nseg > 0) {
+    grad_norm_tensor_kernel<<<unsigned(nseg), kCombineThreads, 0, st>>>(dsegs, partial, sums);
+    LOCKSTEP_CUDA_CHECK_LAUNCH();
+  }
+  grad_norm_total_kernel<<<1, 1, 0, st>>>(sums, nseg, total.ptr<double>());
   LOCKSTEP_CUDA_CHECK_LAUNCH();
   return std::sqrt(total.to(Device::cpu()).ptr<double>()[0]);
 }

@@ -289,9 +289,11 @@ void test_adamw() {
 }
 
 void test_grad_norm() {
+  // More than two tiles of 2048 chunk sums in one tensor (the combine kernel stages tiles).
+  const std::vector<int64_t> kTiles{3, ops::kGradNormChunk * 4100 + 17, 5};
   std::vector<std::vector<int64_t>> lists{
-      {10000, 4096, 1, 0, 50001, 3 << 20}, {1}, {0, 0}, {4097, 8191, 8193, 12288}};
-  if (g_opt.reduced) lists = {{10000, 1, 0, 4097}, {0, 0}};
+      {10000, 4096, 1, 0, 50001, 3 << 20}, {1}, {0, 0}, {4097, 8191, 8193, 12288}, kTiles};
+  if (g_opt.reduced) lists = {{10000, 1, 0, 4097}, {0, 0}, kTiles};
   for (size_t li = 0; li < lists.size(); ++li)
     for (Dist dist : dists(false)) {
       const std::string name = "grad_norm list" + std::to_string(li) + " " + dist_name(dist);

@@ -105,6 +105,11 @@ bool run() {
     }
     timed("grad_norm 96 tensors " + std::to_string(total), 4.0 * double(total),
           [&](int) { ops::grad_norm(gs); });
+    // One stacked expert weight of the benchmark preset (128 experts of 2 x 768 x 2048): 98,304
+    // chunk sums for one tensor, added in order.
+    const std::vector<Tensor> experts{random_gpu({128 * 2 * I * H}, 15)};
+    timed("grad_norm 1 tensor " + std::to_string(128 * 2 * I * H), 4.0 * 128 * 2 * I * H,
+          [&](int) { ops::grad_norm(experts); });
   }
   if (want("elementwise")) {
     Tensor a = random_gpu({T, H}, 20);
