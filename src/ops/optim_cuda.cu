@@ -105,10 +105,13 @@ __global__ void __launch_bounds__(kCombineThreads)
   const int64_t chunks = (seg.n + kGradNormChunk - 1) / kGradNormChunk;
   const int64_t tiles = (chunks + kCombineTile - 1) / kCombineTile;
   const double* src = partial + seg.chunk0;
+  auto tile_len = [&](int64_t t) {  // chunk sums in tile t (the last one shorter)
+    return int(chunks - t * kCombineTile < kCombineTile ? chunks - t * kCombineTile : kCombineTile);
+  };
   auto stage = [&](int64_t t, int first, int step) {
-    const int64_t c0 = t * kCombineTile;
-    const int len = int(chunks - c0 < kCombineTile ? chunks - c0 : kCombineTile);
-    for (int j = int(threadIdx.x) - first; j < len; j += step) tile[t & 1][j] = src[c0 + j];
+    const int len = tile_len(t);
+    for (int j = int(threadIdx.x) - first; j < len; j += step)
+      tile[t & 1][j] = src[t * kCombineTile + j];
   };
   if (tiles > 0) stage(0, 0, kCombineThreads);
   __syncthreads();
@@ -116,8 +119,7 @@ __global__ void __launch_bounds__(kCombineThreads)
   for (int64_t t = 0; t < tiles; ++t) {
     if (threadIdx.x >= 32 && t + 1 < tiles) stage(t + 1, 32, kCombineThreads - 32);
     if (threadIdx.x == 0) {
-      const int64_t c0 = t * kCombineTile;
-      const int len = int(chunks - c0 < kCombineTile ? chunks - c0 : kCombineTile);
+      const int len = tile_len(t);
       const double* cur = tile[t & 1];
 #pragma unroll 8
       for (int j = 0; j < len; ++j) acc = acc + cur[j];
